@@ -1,0 +1,307 @@
+-- Identity and visibility: who the caller is, which knowledge bases they may read or write, the
+-- row-level-security policies on every table, and the admin API for users, teams and knowledge bases.
+-- Identity comes from session_user (the login role; SET ROLE cannot change it). Only members of
+-- pgkb_service may act for another user, by setting pgkb.acting_user.
+
+-- The pgkb user the current session acts as, or NULL for an unmapped role (sees public KBs only).
+-- Raises if pgkb.acting_user is set by a role that is not pgkb_service or names an unknown user.
+create or replace function kb.current_user_id()
+returns bigint
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    acting text := nullif(current_setting('pgkb.acting_user', true), '');
+    uid bigint;
+begin
+    if acting is not null then
+        if not pg_has_role(session_user, 'pgkb_service', 'MEMBER') then
+            raise exception 'pgkb.acting_user may only be set by members of pgkb_service (session user %)',
+                session_user using errcode = 'insufficient_privilege';
+        end if;
+        select u.id into uid from kb.users as u where u.name = acting;
+        if uid is null then
+            raise exception 'unknown pgkb user "%" in pgkb.acting_user', acting
+                using errcode = 'invalid_parameter_value';
+        end if;
+        return uid;
+    end if;
+    select u.id into uid from kb.users as u where u.db_role = session_user;
+    return uid;
+end
+$$;
+
+-- True when the caller administers pgkb: a superuser, a member of pgkb_admin, the owner of schema kb, or
+-- a pgkb user flagged is_admin. A service acting for a user is exactly as privileged as that user.
+create or replace function kb.current_is_admin()
+returns boolean
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select case
+        when nullif(current_setting('pgkb.acting_user', true), '') is not null
+            then coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
+        else (select r.rolsuper from pg_roles as r where r.rolname = session_user)
+            or pg_has_role(session_user, 'pgkb_admin', 'MEMBER')
+            or pg_has_role(session_user, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'),
+                'MEMBER')
+            or coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
+    end
+$$;
+
+-- Ids of the knowledge bases the caller may read: public ones, their own, and team ones of their teams
+-- (admins: all). Used by every RLS policy and by the search functions.
+create or replace function kb.visible_kb_ids()
+returns integer []
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    with me as (select kb.current_user_id() as uid, kb.current_is_admin() as admin)
+    select coalesce(array_agg(k.id order by k.id), '{}')
+    from kb.knowledge_bases as k, me
+    where me.admin
+        or k.visibility = 'public'
+        or k.owner_id = me.uid
+        or (k.visibility = 'team' and exists (
+            select from kb.memberships as m where m.team_id = k.team_id and m.user_id = me.uid
+        ))
+$$;
+
+-- True when the caller may replace or delete documents in the knowledge base: admins, its owner, and
+-- members of its team when it is team-visible.
+create or replace function kb.can_write_kb(kb_id integer)
+returns boolean
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select kb.current_is_admin() or exists (
+        select from kb.knowledge_bases as k
+        where k.id = can_write_kb.kb_id
+            and (k.owner_id = kb.current_user_id()
+                or (k.visibility = 'team' and exists (
+                    select from kb.memberships as m
+                    where m.team_id = k.team_id and m.user_id = kb.current_user_id()
+                )))
+    )
+$$;
+
+-- Resolve a knowledge-base name the caller may read to its id. Unknown and invisible names raise the
+-- same error, so names of other users' knowledge bases do not leak.
+create or replace function kb.resolve_kb(kb_name text)
+returns integer
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    found integer;
+begin
+    select k.id into found from kb.knowledge_bases as k
+    where k.name = kb_name and k.id = any(kb.visible_kb_ids());
+    if found is null then
+        raise exception 'unknown knowledge base "%"', left(kb_name, 200)
+            using errcode = 'no_data_found',
+                hint = 'SELECT name FROM kb.knowledge_bases lists the ones you can see';
+    end if;
+    return found;
+end
+$$;
+
+-- Raise unless the caller administers pgkb.
+create or replace function kb.require_admin(action text)
+returns void
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if not kb.current_is_admin() then
+        raise exception 'only pgkb administrators may %', action using errcode = 'insufficient_privilege';
+    end if;
+end
+$$;
+
+-- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
+-- pgkb_user. Returns the user id.
+create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    uid bigint;
+begin
+    perform kb.require_admin('create users');
+    if db_role is not null and not exists (select from pg_roles as r where r.rolname = create_user.db_role) then
+        raise exception 'database role "%" does not exist', db_role using errcode = 'undefined_object';
+    end if;
+    insert into kb.users as u (name, db_role, is_admin)
+    values (create_user.name, create_user.db_role, create_user.is_admin)
+    on conflict on constraint users_name_key
+    do update set db_role = excluded.db_role, is_admin = excluded.is_admin
+    returning u.id into uid;
+    if db_role is not null then
+        execute format('grant pgkb_user to %I', db_role);
+    end if;
+    return uid;
+end
+$$;
+
+-- Admin: create a team if missing; returns its id.
+create or replace function kb.create_team(name text)
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    tid bigint;
+begin
+    perform kb.require_admin('create teams');
+    insert into kb.teams as t (name) values (create_team.name)
+    on conflict on constraint teams_name_key do update set name = excluded.name
+    returning t.id into tid;
+    return tid;
+end
+$$;
+
+-- Admin: add a user to a team (idempotent).
+create or replace function kb.add_team_member(team text, username text)
+returns void
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    tid bigint := (select t.id from kb.teams as t where t.name = team);
+    uid bigint := (select u.id from kb.users as u where u.name = username);
+begin
+    perform kb.require_admin('change team membership');
+    if tid is null then
+        raise exception 'unknown team "%"', team using errcode = 'no_data_found';
+    end if;
+    if uid is null then
+        raise exception 'unknown pgkb user "%"', username using errcode = 'no_data_found';
+    end if;
+    insert into kb.memberships (team_id, user_id) values (tid, uid) on conflict do nothing;
+end
+$$;
+
+-- Create a knowledge base owned by the caller (admins may name another owner), or update the
+-- visibility/team/description of one the caller may write. Returns its id.
+create or replace function kb.create_knowledge_base(
+    name text,
+    visibility text default 'private',
+    team text default null,
+    owner text default null,
+    description text default ''
+)
+returns integer
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    owner_uid bigint := kb.current_user_id();
+    team_uid bigint;
+    existing integer := (select k.id from kb.knowledge_bases as k where k.name = create_knowledge_base.name);
+    kid integer;
+begin
+    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' then
+        raise exception 'invalid knowledge base name "%": use 1-100 letters, digits, "_", "." or "-"',
+            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
+    end if;
+    if visibility is null or visibility not in ('private', 'team', 'public') then
+        raise exception 'invalid visibility "%": expected private, team or public', visibility
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if owner is not null then
+        perform kb.require_admin('create knowledge bases for another user');
+        owner_uid := (select u.id from kb.users as u where u.name = owner);
+        if owner_uid is null then
+            raise exception 'unknown pgkb user "%"', owner using errcode = 'no_data_found';
+        end if;
+    end if;
+    if owner_uid is null and not kb.current_is_admin() then
+        raise exception 'session user % is not a pgkb user and may not create knowledge bases', session_user
+            using errcode = 'insufficient_privilege';
+    end if;
+    if team is not null then
+        team_uid := (select t.id from kb.teams as t where t.name = team);
+        if team_uid is null then
+            raise exception 'unknown team "%"', team using errcode = 'no_data_found';
+        end if;
+        if not kb.current_is_admin() and not exists (
+            select from kb.memberships as m where m.team_id = team_uid and m.user_id = owner_uid
+        ) then
+            raise exception 'you are not a member of team "%"', team using errcode = 'insufficient_privilege';
+        end if;
+    end if;
+    if visibility = 'team' and team_uid is null then
+        raise exception 'a team-visible knowledge base needs a team' using errcode = 'invalid_parameter_value';
+    end if;
+    if existing is not null then
+        if not kb.can_write_kb(existing) then
+            raise exception 'knowledge base "%" already exists', name using errcode = 'unique_violation';
+        end if;
+        update kb.knowledge_bases as k
+        set visibility = create_knowledge_base.visibility, team_id = team_uid,
+            description = create_knowledge_base.description, updated_at = now()
+        where k.id = existing;
+        return existing;
+    end if;
+    insert into kb.knowledge_bases as k (name, visibility, owner_id, team_id, description)
+    values (name, visibility, owner_uid, team_uid, coalesce(description, ''))
+    returning k.id into kid;
+    return kid;
+end
+$$;
+
+-- Row-level security on every table: what a direct SELECT may see. Writes go through the API functions
+-- (SECURITY DEFINER, owner bypasses RLS); pgkb_user gets no write privilege on the tables.
+alter table kb.users enable row level security;
+alter table kb.teams enable row level security;
+alter table kb.memberships enable row level security;
+alter table kb.knowledge_bases enable row level security;
+alter table kb.documents enable row level security;
+alter table kb.chunks enable row level security;
+alter table kb.term_stats enable row level security;
+alter table kb.embeddings enable row level security;
+alter table kb.embedding_queue enable row level security;
+alter table kb.embedding_models enable row level security;
+
+drop policy if exists users_visible on kb.users;
+create policy users_visible on kb.users for select
+using (id = (select kb.current_user_id()) or (select kb.current_is_admin()));
+
+drop policy if exists teams_visible on kb.teams;
+create policy teams_visible on kb.teams for select
+using ((select kb.current_is_admin()) or exists (
+    select from kb.memberships as m where m.team_id = teams.id and m.user_id = (select kb.current_user_id())
+));
+
+drop policy if exists memberships_visible on kb.memberships;
+create policy memberships_visible on kb.memberships for select
+using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
+
+drop policy if exists knowledge_bases_visible on kb.knowledge_bases;
+create policy knowledge_bases_visible on kb.knowledge_bases for select
+using (id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists documents_visible on kb.documents;
+create policy documents_visible on kb.documents for select
+using (kb_id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists chunks_visible on kb.chunks;
+create policy chunks_visible on kb.chunks for select
+using (kb_id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists term_stats_visible on kb.term_stats;
+create policy term_stats_visible on kb.term_stats for select
+using (kb_id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists embeddings_visible on kb.embeddings;
+create policy embeddings_visible on kb.embeddings for select
+using (kb_id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists embedding_queue_visible on kb.embedding_queue;
+create policy embedding_queue_visible on kb.embedding_queue for select
+using (kb_id = any((select kb.visible_kb_ids())::integer []));
+
+drop policy if exists embedding_models_visible on kb.embedding_models;
+create policy embedding_models_visible on kb.embedding_models for select using (true);

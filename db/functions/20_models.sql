@@ -1,0 +1,131 @@
+-- The embedding-model registry: registering a model (its own partial HNSW index, backfill queue),
+-- switching the default, and resolving a model name for callers. Models of different dimensions live
+-- side by side in kb.embeddings; nothing is dropped when the default changes.
+
+-- Resolve a model name (NULL: the default model) to its registry row; raises for unknown names.
+create or replace function kb.resolve_model(model text default null)
+returns kb.embedding_models
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    found kb.embedding_models;
+begin
+    if model is null then
+        select * into found from kb.embedding_models as m where m.is_default;
+        if found.id is null then
+            raise exception 'no default embedding model is registered'
+                using errcode = 'no_data_found', hint = 'SELECT kb.register_embedding_model(...)';
+        end if;
+    else
+        select * into found from kb.embedding_models as m where m.name = model;
+        if found.id is null then
+            raise exception 'unknown embedding model "%"', left(model, 200)
+                using errcode = 'no_data_found', hint = 'SELECT name FROM kb.embedding_models';
+        end if;
+    end if;
+    return found;
+end
+$$;
+
+-- Name of the HNSW index that serves one model.
+create or replace function kb.hnsw_index_name(model_id integer)
+returns text
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select 'embeddings_hnsw_model_' || model_id
+$$;
+
+-- Admin: register an embedding model (idempotent for identical settings). Creates its partial HNSW
+-- expression index (cosine; m / ef_construction from the arguments or kb.settings) and queues every
+-- existing chunk for backfill. make_default switches at once; otherwise call kb.use_embedding_model later.
+create or replace function kb.register_embedding_model(
+    name text,
+    dimension integer,
+    query_prefix text default '',
+    passage_prefix text default '',
+    make_default boolean default false,
+    hnsw_m integer default null,
+    hnsw_ef_construction integer default null
+)
+returns integer
+language plpgsql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    existing kb.embedding_models;
+    mid integer;
+    m integer := coalesce(hnsw_m, (select s.value::integer from kb.settings as s where s.key = 'hnsw_m'), 16);
+    efc integer := coalesce(hnsw_ef_construction,
+        (select s.value::integer from kb.settings as s where s.key = 'hnsw_ef_construction'), 64);
+begin
+    perform kb.require_admin('register embedding models');
+    if name is null or btrim(name) = '' or length(name) > 200 then
+        raise exception 'invalid model name' using errcode = 'invalid_parameter_value';
+    end if;
+    if dimension is null or dimension not between 1 and 2000 then
+        raise exception 'invalid dimension %: HNSW indexes support 1..2000', dimension
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if m not between 2 and 100 or efc not between 4 and 1000 or efc < 2 * m then
+        raise exception 'invalid HNSW parameters m=% ef_construction=% (need 2<=m<=100, ef_construction>=2*m)',
+            m, efc using errcode = 'invalid_parameter_value';
+    end if;
+    select * into existing from kb.embedding_models as e where e.name = register_embedding_model.name;
+    if existing.id is not null then
+        if existing.dimension <> dimension then
+            raise exception 'model "%" is registered with dimension %, not %', name, existing.dimension, dimension
+                using errcode = 'invalid_parameter_value';
+        end if;
+        update kb.embedding_models as e
+        set query_prefix = coalesce(register_embedding_model.query_prefix, ''),
+            passage_prefix = coalesce(register_embedding_model.passage_prefix, '')
+        where e.id = existing.id;
+        mid := existing.id;
+    else
+        insert into kb.embedding_models as e (name, dimension, query_prefix, passage_prefix)
+        values (name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''))
+        returning e.id into mid;
+        execute format(
+            'create index if not exists %I on kb.embeddings using hnsw ((embedding::vector(%s)) vector_cosine_ops)'
+            ' with (m = %s, ef_construction = %s) where model_id = %s',
+            kb.hnsw_index_name(mid), dimension, m, efc, mid
+        );
+        insert into kb.embedding_queue (chunk_id, model_id, kb_id)
+        select c.id, mid, c.kb_id from kb.chunks as c
+        on conflict do nothing;
+        perform pg_notify('pgkb_embedding_queue', mid::text);
+    end if;
+    if make_default then
+        perform kb.use_embedding_model(name, force => true);
+    end if;
+    return mid;
+end
+$$;
+
+-- Admin: make a registered model the default for search and ingestion. Refuses while chunks still
+-- lack its embeddings (backfill first) unless force is true. Returns the number of chunks missing one.
+create or replace function kb.use_embedding_model(name text, force boolean default false)
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target kb.embedding_models := kb.resolve_model(name);
+    missing bigint;
+begin
+    perform kb.require_admin('change the default embedding model');
+    select count(*) into missing
+    from kb.chunks as c
+    where not exists (select from kb.embeddings as e where e.chunk_id = c.id and e.model_id = target.id);
+    if missing > 0 and not force then
+        raise exception '% chunks have no "%" embedding yet', missing, target.name
+            using errcode = 'object_not_in_prerequisite_state',
+                hint = 'run pgkb worker until the queue is empty, or pass force => true';
+    end if;
+    update kb.embedding_models as e set is_default = false where e.is_default and e.id <> target.id;
+    update kb.embedding_models as e set is_default = true where e.id = target.id;
+    return missing;
+end
+$$;

