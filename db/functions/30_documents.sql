@@ -2,35 +2,28 @@
 -- kb.delete_document, kb.store_embeddings (used by ingestion and the embedding worker), and the BM25
 -- statistics they keep current. All run as the owner (SECURITY DEFINER) after a write-permission check.
 
--- Internal: apply the change in BM25 statistics caused by removing old_chunks and adding new_chunks
--- of one knowledge base. Rows are locked in term order, so concurrent writers cannot deadlock.
-create or replace function kb.adjust_term_stats(target_kb integer, old_chunks bigint [], new_chunks bigint [])
+-- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
+-- BM25 statistics (document frequencies, N, total length). Callers hold the knowledge base's row lock,
+-- so writers of one knowledge base are serialised and cannot deadlock on term rows.
+create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint [], sign integer)
 returns void
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
     insert into kb.term_stats as s (kb_id, term, df)
-    select target_kb, delta.term, delta.n
-    from (
-        select t.term, sum(t.sign)::integer as n
-        from (
-            select k.term, case when c.id = any(new_chunks) then 1 else -1 end as sign
-            from kb.chunks as c, jsonb_object_keys(c.term_freqs) as k (term)
-            where c.id = any(old_chunks || new_chunks)
-        ) as t
-        group by t.term
-        having sum(t.sign) <> 0
-        order by t.term
-    ) as delta
+    select target_kb, t.term, sign * count(*)
+    from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
+    where c.id = any(chunk_ids)
+    group by t.term
+    order by t.term
     on conflict (kb_id, term) do update set df = s.df + excluded.df;
 
     update kb.knowledge_bases as k
-    set chunk_count = k.chunk_count + totals.n, term_total = k.term_total + totals.terms, updated_at = now()
+    set chunk_count = k.chunk_count + sign * totals.n, term_total = k.term_total + sign * totals.terms,
+        updated_at = now()
     from (
-        select coalesce(sum(case when c.id = any(new_chunks) then 1 else -1 end), 0) as n,
-            coalesce(sum(case when c.id = any(new_chunks) then c.term_count else -c.term_count end), 0) as terms
-        from kb.chunks as c
-        where c.id = any(old_chunks || new_chunks)
+        select count(*) as n, coalesce(sum(c.term_count), 0) as terms
+        from kb.chunks as c where c.id = any(chunk_ids)
     ) as totals
     where k.id = target_kb;
 $$;
@@ -127,7 +120,7 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    kb_id integer;
+    target_kb integer;
     doc kb.documents;
     new_hash text;
     old_chunk_ids bigint [];
@@ -163,23 +156,31 @@ begin
     new_hash := coalesce(nullif(content_hash, ''), encode(sha256(convert_to(
         jsonb_build_array(title, source_url, metadata, source_type, chunks)::text, 'UTF8')), 'hex'));
 
-    select k.id into kb_id from kb.knowledge_bases as k where k.name = replace_document.kb;
-    if kb_id is null then
-        kb_id := kb.create_knowledge_base(replace_document.kb);
+    select k.id into target_kb from kb.knowledge_bases as k where k.name = replace_document.kb;
+    if target_kb is null then
+        target_kb := kb.create_knowledge_base(replace_document.kb);
     end if;
-    if not kb.can_write_kb(kb_id) then
+    if not kb.can_write_kb(target_kb) then
         -- same message as for a missing KB when the caller cannot even see it
         perform kb.resolve_kb(replace_document.kb);
         raise exception 'you may not write to knowledge base "%"', replace_document.kb
             using errcode = 'insufficient_privilege';
     end if;
 
-    -- lock the document row (creating it if new); concurrent replaces of one document serialise here
+    -- unchanged document: report without taking any lock
+    select * into doc from kb.documents as d
+    where d.kb_id = target_kb and d.doc_key = replace_document.doc_key and d.content_hash = new_hash;
+    if doc.id is not null then
+        return query select doc.id, doc.chunk_count, false, 0;
+        return;
+    end if;
+    -- writers of one knowledge base serialise on its row (BM25 statistics), then lock the document row
+    perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     insert into kb.documents as d (kb_id, doc_key, content_hash)
-    values (kb_id, doc_key, '')
+    values (target_kb, doc_key, '')
     on conflict on constraint documents_kb_id_doc_key_key do nothing;
     select * into doc from kb.documents as d
-    where d.kb_id = replace_document.kb_id and d.doc_key = replace_document.doc_key
+    where d.kb_id = target_kb and d.doc_key = replace_document.doc_key
     for update;
     if doc.content_hash = new_hash then
         return query select doc.id, doc.chunk_count, false, 0;
@@ -187,13 +188,16 @@ begin
     end if;
 
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc.id;
+    perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
+    -- old chunks go with their embeddings and queue entries (ON DELETE CASCADE)
+    delete from kb.chunks as c where c.id = any(old_chunk_ids);
 
     with inserted as (
         insert into kb.chunks as c (
             document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
             term_freqs, term_count
         )
-        select doc.id, kb_id, p.ordinal, p.content, p.heading_path, p.chunk_type, length(p.content),
+        select doc.id, target_kb, p.ordinal, p.content, p.heading_path, p.chunk_type, length(p.content),
             p.metadata, kb.term_freqs(terms.list), cardinality(terms.list)
         from kb.parse_chunks(chunks) as p,
             lateral (select kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content)) as list) as terms
@@ -201,25 +205,23 @@ begin
     )
     select coalesce(array_agg(inserted.id), '{}') into new_chunk_ids from inserted;
 
-    perform kb.adjust_term_stats(kb_id, old_chunk_ids, new_chunk_ids);
-    -- old chunks go with their embeddings and queue entries (ON DELETE CASCADE)
-    delete from kb.chunks as c where c.id = any(old_chunk_ids);
+    perform kb.adjust_term_stats(target_kb, new_chunk_ids, 1);
 
     if target_model.id is not null then
         insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)
-        select c.id, target_model.id, kb_id, p.embedding::text::vector
+        select c.id, target_model.id, target_kb, p.embedding::text::vector
         from kb.parse_chunks(chunks) as p
         join kb.chunks as c on c.document_id = doc.id and c.ordinal = p.ordinal
         where p.embedding is not null;
     end if;
     insert into kb.embedding_queue (chunk_id, model_id, kb_id)
-    select c.id, m.id, kb_id
+    select c.id, m.id, target_kb
     from kb.chunks as c cross join kb.embedding_models as m
     where c.document_id = doc.id
         and not exists (select from kb.embeddings as e where e.chunk_id = c.id and e.model_id = m.id);
     get diagnostics n_queued = row_count;
     if n_queued > 0 then
-        perform pg_notify('pgkb_embedding_queue', kb_id::text);
+        perform pg_notify('pgkb_embedding_queue', target_kb::text);
     end if;
 
     update kb.documents as d
@@ -239,22 +241,23 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    kb_id integer := kb.resolve_kb(delete_document.kb);
+    target_kb integer := kb.resolve_kb(delete_document.kb);
     doc_id bigint;
     old_chunk_ids bigint [];
 begin
-    if not kb.can_write_kb(kb_id) then
+    if not kb.can_write_kb(target_kb) then
         raise exception 'you may not write to knowledge base "%"', delete_document.kb
             using errcode = 'insufficient_privilege';
     end if;
+    perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     select d.id into doc_id from kb.documents as d
-    where d.kb_id = delete_document.kb_id and d.doc_key = delete_document.doc_key
+    where d.kb_id = target_kb and d.doc_key = delete_document.doc_key
     for update;
     if doc_id is null then
         return false;
     end if;
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc_id;
-    perform kb.adjust_term_stats(kb_id, old_chunk_ids, '{}');
+    perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
     delete from kb.documents as d where d.id = doc_id;
     return true;
 end

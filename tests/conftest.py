@@ -1,0 +1,90 @@
+"""Test fixtures: one real PostgreSQL for the session (pgkb's own embedded-cluster code, so it also runs
+as root), pytest-postgresql's template-clone databases on top of it, and helpers for connecting as
+other login roles."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+from pytest_postgresql import factories
+
+from pgkb.cluster import EmbeddedCluster
+from pgkb.config import Settings
+from pgkb.migrate import migrate
+
+REPO = Path(__file__).resolve().parents[1]
+DATASETS = REPO.parent / "shared" / "datasets"
+_cluster: EmbeddedCluster | None = None
+_tmpdir: str | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the session's PostgreSQL and point pytest-postgresql's noproc fixture at it."""
+    global _cluster, _tmpdir
+    if hasattr(config, "workerinput"):
+        return
+    _tmpdir = tempfile.mkdtemp(prefix="pgkb-tests-", dir="/tmp")
+    Path(_tmpdir).chmod(0o755)
+    _cluster = EmbeddedCluster(data_dir=Path(_tmpdir) / "data", port=_free_port(), dbname="postgres")
+    _cluster.start()
+    config.option.postgresql_host = str(_cluster.socket_dir)
+    config.option.postgresql_port = _cluster.port
+    config.option.postgresql_user = _cluster.server_user
+    config.option.postgresql_dbname = "pgkb_tests"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _cluster is not None:
+        _cluster.stop()
+    if _tmpdir:
+        shutil.rmtree(_tmpdir, ignore_errors=True)
+
+
+def load_schema(host: str, port: int, user: str, dbname: str, **_: object) -> None:
+    """Template loader: `pgkb db migrate` plus the login roles the permission tests act as."""
+    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, autocommit=True) as conn:
+        migrate(conn, Settings.from_env().db_dir)
+        for role in ("alice", "bob", "carol", "mallory", "svc"):
+            if not conn.execute("select 1 from pg_roles where rolname = %s", [role]).fetchone():
+                conn.execute(f"create role {role} login")
+
+
+pg_server = factories.postgresql_noproc(load=[load_schema])
+postgresql = factories.postgresql("pg_server")
+
+
+@pytest.fixture
+def db(postgresql: psycopg.Connection) -> psycopg.Connection:
+    """The administrator's connection to a fresh, migrated database (autocommit, pgvector registered)."""
+    postgresql.autocommit = True
+    register_vector(postgresql)
+    return postgresql
+
+
+@pytest.fixture
+def connect_as(postgresql: psycopg.Connection):
+    """Open autocommit connections to the test database as another login role."""
+    opened: list[psycopg.Connection] = []
+    info = postgresql.info
+
+    def _connect(role: str) -> psycopg.Connection:
+        conn = psycopg.connect(host=info.host, port=info.port, user=role, dbname=info.dbname, autocommit=True)
+        register_vector(conn)
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for conn in opened:
+        conn.close()
