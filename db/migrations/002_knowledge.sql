@@ -77,7 +77,7 @@ create index chunks_trgm_idx on kb.chunks using gin (content gin_trgm_ops);
 create table kb.term_stats (
     kb_id integer not null references kb.knowledge_bases (id) on delete cascade,
     term text not null,
-    df integer not null check (df >= 0),
+    df integer not null,
     primary key (kb_id, term)
 );
 

@@ -1,0 +1,220 @@
+"""kb.hybrid_search and the single legs on the hand-written fixture: expected rankings checked by hand."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector import Vector
+
+import fixture_docs
+
+
+@pytest.fixture
+def kbdb(db, embedder):
+    fixture_docs.load(db, embedder)
+    return db
+
+
+def search(conn, sql, *params):
+    cur = conn.execute(sql, params)
+    cols = [d.name for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def hybrid(conn, embedder, query, **kw):
+    vec = Vector(embedder.embed(["query: " + query])[0])
+    extra = "".join(f", {k} => %s" for k in kw)
+    return search(
+        conn, f"select * from kb.hybrid_search(%s, top_k => 5, query_embedding => %s{extra})",
+        query, vec, *kw.values(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_doc", "leg"),
+    [
+        ("退款", "policy/refund.md", "lexical_rank"),                   # two-character Chinese term
+        ("缓存击穿", "guide/login.md", "lexical_rank"),
+        ("Redis 缓存击穿", "guide/login.md", "lexical_rank"),            # mixed Chinese / English
+        ("登錄態失效怎麼排查", "guide/login.md", "lexical_rank"),        # Traditional, docs are Simplified
+        ("tidb_mem_quota_query", "db/tidb.md", "lexical_rank"),         # identifier
+        ("ISO27001", "security/audit.md", "lexical_rank"),
+        ("createUser", "security/audit.md", "lexical_rank"),
+        ("tidb_mem_qouta_query", "db/tidb.md", "fuzzy_rank"),           # typo
+        ("kubectl rollback", "ops/deploy.md", "lexical_rank"),          # English
+        ("how do I roll back a release", "ops/deploy.md", "vector_rank"),
+        ("系统响应很慢怎么优化", "perf/tuning.md", "vector_rank"),       # no shared term: vector leg only
+    ],
+)
+def test_hybrid_ranks_expected_document_first(kbdb, embedder, query, expected_doc, leg):
+    rows = hybrid(kbdb, embedder, query)
+    assert rows, query
+    assert rows[0]["doc_key"] == expected_doc, [(r["doc_key"], r["score"]) for r in rows]
+    assert rows[0][leg] == 1
+    assert rows[0]["vector_used"] is True
+
+
+def test_vector_only_query_has_no_lexical_match(kbdb, embedder):
+    top = hybrid(kbdb, embedder, "系统响应很慢怎么优化")[0]
+    assert top["lexical_rank"] is None and top["fuzzy_rank"] is None
+
+
+def test_result_columns_and_rrf_score(kbdb, embedder):
+    top = hybrid(kbdb, embedder, "退款")[0]
+    assert top["kb"] == "team-docs" and top["title"] == "退款政策"
+    assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0 and top["chunk_type"] == "text"
+    expected = sum(w / (60 + r) for w, r in [(1.0, top["vector_rank"]), (1.0, top["lexical_rank"]),
+                                              (0.5, top["fuzzy_rank"])] if r is not None)
+    assert top["score"] == pytest.approx(expected)
+    assert top["lexical_score"] > 0 and -1 <= top["vector_score"] <= 1
+
+
+def test_single_leg_functions_return_same_columns(kbdb, embedder):
+    vec = Vector(embedder.embed(["query: 退款"])[0])
+    hybrid_cols = [d.name for d in kbdb.execute("select * from kb.hybrid_search('退款', 1)").description]
+    for sql, params in [
+        ("select * from kb.vector_search('退款', 3, query_embedding => %s)", [vec]),
+        ("select * from kb.lexical_search('退款', 3)", []),
+        ("select * from kb.fuzzy_search('tidb_mem_qouta_query', 3)", []),
+    ]:
+        cur = kbdb.execute(sql, params)
+        assert [d.name for d in cur.description] == hybrid_cols
+        rows = cur.fetchall()
+        assert rows, sql
+    lex = search(kbdb, "select * from kb.lexical_search('退款', 3)")
+    assert lex[0]["doc_key"] == "policy/refund.md"
+    assert all(r["vector_rank"] is None and r["fuzzy_rank"] is None for r in lex)
+
+
+def test_query_metacharacters_are_plain_text(kbdb):
+    for query in ["& | ! ( ) : * ' \\ % _", "退款 & !", "a:* | b", "%_%", "'; drop table kb.chunks; --"]:
+        kbdb.execute("select * from kb.hybrid_search(%s)", [query]).fetchall()
+    assert kbdb.execute("select count(*) from kb.chunks").fetchone()[0] == 7
+    rows = search(kbdb, "select * from kb.lexical_search(%s)", "退款 & !")
+    assert rows[0]["doc_key"] == "policy/refund.md"
+
+
+def test_bm25_statistics_follow_replacements(kbdb):
+    n, total = kbdb.execute("select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'").fetchone()
+    assert n == 7
+    assert total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
+    recomputed = dict(kbdb.execute(
+        "select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall())
+    kbdb.execute("select kb.delete_document('team-docs', 'policy/refund.md')")
+    kbdb.execute(
+        "select kb.replace_document(kb => 'team-docs', doc_key => 'db/tidb.md', title => 'TiDB',"
+        " chunks => '[{\"content\": \"退款 退款 退款\"}]')"
+    )
+    stats = dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())
+    recomputed = dict(kbdb.execute(
+        "select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall())
+    assert stats == recomputed
+    n, total = kbdb.execute("select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'").fetchone()
+    assert n == 6 and total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "message"),
+    [
+        ("select * from kb.hybrid_search(%s)", [""], "must not be empty"),
+        ("select * from kb.hybrid_search(%s)", [" \n\t\u3000"], "must not be empty"),
+        ("select * from kb.hybrid_search(null)", [], "must not be empty"),
+        ("select * from kb.hybrid_search(%s)", ["x" * 1_000_000], "at most 4000"),
+        ("select * from kb.hybrid_search('退款', 0)", [], "top_k must be between 1 and 100"),
+        ("select * from kb.hybrid_search('退款', 101)", [], "top_k must be between 1 and 100"),
+        ("select * from kb.hybrid_search('退款', kb => 'nope')", [], 'unknown knowledge base "nope"'),
+        ("select * from kb.hybrid_search('退款', model => 'nope')", [], 'unknown embedding model "nope"'),
+        ("select * from kb.hybrid_search('退款', query_embedding => '[1,2,3]')", [], "has 3 dimensions"),
+        ("select * from kb.hybrid_search('退款', vector_weight => -1)", [], "weights"),
+        ("select * from kb.hybrid_search('退款', candidates => 0)", [], "candidates"),
+        ("select * from kb.hybrid_search('退款', filter => '[1]')", [], "filter must be a JSON object"),
+        ("select * from kb.lexical_search('退款', bm25_b => 2)", [], "bm25_b"),
+    ],
+)
+def test_bad_search_input_is_a_clear_error(kbdb, sql, params, message):
+    with pytest.raises(psycopg.Error, match=message):
+        kbdb.execute(sql, params)
+
+
+def test_nul_byte_in_query_is_rejected_before_the_database(kbdb):
+    with pytest.raises(psycopg.DataError, match="NUL"):
+        kbdb.execute("select * from kb.hybrid_search(%s)", ["退款\x00"])
+
+
+def test_metadata_filter_restricts_every_leg(kbdb, embedder):
+    kbdb.execute(
+        "select kb.replace_document(kb => 'team-docs', doc_key => 'policy/refund-v2.md', title => '退款政策 v2',"
+        " chunks => '[{\"content\": \"退款需要提供订单号。\"}]', metadata => '{\"lang\": \"zh\", \"rev\": 2}')"
+    )
+    rows = hybrid(kbdb, embedder, "退款", filter='{"rev": 2}')
+    assert [r["doc_key"] for r in rows] == ["policy/refund-v2.md"]
+
+
+class _EmbeddingHandler(BaseHTTPRequestHandler):
+    embedder = None
+    calls: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.calls.append(body)
+        vectors = self.embedder.embed(body["input"])
+        answer = {"object": "list", "model": body["model"],
+                  "data": [{"object": "embedding", "index": i, "embedding": v.tolist()}
+                           for i, v in enumerate(vectors)]}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def embedding_endpoint(embedder):
+    """A small OpenAI-compatible /v1/embeddings server computing real embeddings with the offline model."""
+    handler = type("Handler", (_EmbeddingHandler,), {"embedder": embedder, "calls": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/embeddings", handler
+    server.shutdown()
+
+
+def test_database_embeds_the_query_itself_through_the_endpoint(kbdb, embedder, embedding_endpoint):
+    if not kbdb.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
+        pytest.skip("plpython3u is not installed on this server: in-database query embedding is unavailable")
+    url, handler = embedding_endpoint
+    kbdb.execute("update kb.settings set value = %s where key = 'embedding_url'", [url])
+    rows = search(kbdb, "select * from kb.hybrid_search('系统响应很慢怎么优化')")
+    assert handler.calls and handler.calls[0]["input"] == ["query: 系统响应很慢怎么优化"]
+    assert handler.calls[0]["model"] == "multilingual-e5-small"
+    assert rows[0]["vector_used"] is True and rows[0]["doc_key"] == "perf/tuning.md"
+    # the in-database embedding equals the client-side one
+    direct = embedder.embed(["query: 系统响应很慢怎么优化"])[0]
+    via_sql = hybrid(kbdb, embedder, "系统响应很慢怎么优化")
+    assert via_sql[0]["vector_score"] == pytest.approx(rows[0]["vector_score"], abs=1e-5)
+    assert np.isclose(np.linalg.norm(direct), 1.0, atol=1e-3)
+
+
+def test_unreachable_endpoint_degrades_to_lexical_with_a_notice(kbdb):
+    kbdb.execute("update kb.settings set value = 'http://127.0.0.1:9/v1/embeddings' where key = 'embedding_url'")
+    notices = []
+    kbdb.add_notice_handler(lambda d: notices.append(d.message_primary))
+    rows = search(kbdb, "select * from kb.hybrid_search('退款')")
+    assert rows and rows[0]["doc_key"] == "policy/refund.md"
+    assert all(r["vector_used"] is False and r["vector_rank"] is None for r in rows)
+    assert any("lexical legs only" in n for n in notices)
+
+
+def test_no_embedding_url_degrades_to_lexical(kbdb):
+    kbdb.execute("update kb.settings set value = '' where key = 'embedding_url'")
+    rows = search(kbdb, "select * from kb.hybrid_search('createUser')")
+    assert rows[0]["doc_key"] == "security/audit.md" and rows[0]["vector_used"] is False
