@@ -11,12 +11,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgvector.psycopg import register_vector
-from pytest_postgresql import factories
-
 from pgkb.cluster import EmbeddedCluster
 from pgkb.config import Settings
 from pgkb.migrate import migrate
+from pgvector.psycopg import register_vector
+from pytest_postgresql import factories
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO.parent / "shared" / "datasets"

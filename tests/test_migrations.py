@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from pgkb.config import Settings
 from pgkb.migrate import MigrationError, migrate
 

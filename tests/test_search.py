@@ -6,12 +6,11 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import fixture_docs
 import numpy as np
 import psycopg
 import pytest
 from pgvector import Vector
-
-import fixture_docs
 
 
 @pytest.fixture
@@ -23,32 +22,35 @@ def kbdb(db, embedder):
 def search(conn, sql, *params):
     cur = conn.execute(sql, params)
     cols = [d.name for d in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+    return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
 
 def hybrid(conn, embedder, query, **kw):
     vec = Vector(embedder.embed(["query: " + query])[0])
     extra = "".join(f", {k} => %s" for k in kw)
     return search(
-        conn, f"select * from kb.hybrid_search(%s, top_k => 5, query_embedding => %s{extra})",
-        query, vec, *kw.values(),
+        conn,
+        f"select * from kb.hybrid_search(%s, top_k => 5, query_embedding => %s{extra})",
+        query,
+        vec,
+        *kw.values(),
     )
 
 
 @pytest.mark.parametrize(
     ("query", "expected_doc", "leg"),
     [
-        ("退款", "policy/refund.md", "lexical_rank"),                   # two-character Chinese term
+        ("退款", "policy/refund.md", "lexical_rank"),  # two-character Chinese term
         ("缓存击穿", "guide/login.md", "lexical_rank"),
-        ("Redis 缓存击穿", "guide/login.md", "lexical_rank"),            # mixed Chinese / English
-        ("登錄態失效怎麼排查", "guide/login.md", "lexical_rank"),        # Traditional, docs are Simplified
-        ("tidb_mem_quota_query", "db/tidb.md", "lexical_rank"),         # identifier
+        ("Redis 缓存击穿", "guide/login.md", "lexical_rank"),  # mixed Chinese / English
+        ("登錄態失效怎麼排查", "guide/login.md", "lexical_rank"),  # Traditional, docs are Simplified
+        ("tidb_mem_quota_query", "db/tidb.md", "lexical_rank"),  # identifier
         ("ISO27001", "security/audit.md", "lexical_rank"),
         ("createUser", "security/audit.md", "lexical_rank"),
-        ("tidb_mem_qouta_query", "db/tidb.md", "fuzzy_rank"),           # typo
-        ("kubectl rollback", "ops/deploy.md", "lexical_rank"),          # English
+        ("tidb_mem_qouta_query", "db/tidb.md", "fuzzy_rank"),  # typo
+        ("kubectl rollback", "ops/deploy.md", "lexical_rank"),  # English
         ("how do I roll back a release", "ops/deploy.md", "vector_rank"),
-        ("系统响应很慢怎么优化", "perf/tuning.md", "vector_rank"),       # no shared term: vector leg only
+        ("系统响应很慢怎么优化", "perf/tuning.md", "vector_rank"),  # no shared term: vector leg only
     ],
 )
 def test_hybrid_ranks_expected_document_first(kbdb, embedder, query, expected_doc, leg):
@@ -68,8 +70,11 @@ def test_result_columns_and_rrf_score(kbdb, embedder):
     top = hybrid(kbdb, embedder, "退款")[0]
     assert top["kb"] == "team-docs" and top["title"] == "退款政策"
     assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0 and top["chunk_type"] == "text"
-    expected = sum(w / (60 + r) for w, r in [(1.0, top["vector_rank"]), (1.0, top["lexical_rank"]),
-                                              (0.5, top["fuzzy_rank"])] if r is not None)
+    expected = sum(
+        w / (60 + r)
+        for w, r in [(1.0, top["vector_rank"]), (1.0, top["lexical_rank"]), (0.5, top["fuzzy_rank"])]
+        if r is not None
+    )
     assert top["score"] == pytest.approx(expected)
     assert top["lexical_score"] > 0 and -1 <= top["vector_score"] <= 1
 
@@ -100,21 +105,27 @@ def test_query_metacharacters_are_plain_text(kbdb):
 
 
 def test_bm25_statistics_follow_replacements(kbdb):
-    n, total = kbdb.execute("select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'").fetchone()
+    n, total = kbdb.execute(
+        "select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'"
+    ).fetchone()
     assert n == 7
     assert total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
-    recomputed = dict(kbdb.execute(
-        "select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall())
+    recomputed = dict(
+        kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
+    )
     kbdb.execute("select kb.delete_document('team-docs', 'policy/refund.md')")
     kbdb.execute(
         "select kb.replace_document(kb => 'team-docs', doc_key => 'db/tidb.md', title => 'TiDB',"
-        " chunks => '[{\"content\": \"退款 退款 退款\"}]')"
+        ' chunks => \'[{"content": "退款 退款 退款"}]\')'
     )
     stats = dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())
-    recomputed = dict(kbdb.execute(
-        "select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall())
+    recomputed = dict(
+        kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
+    )
     assert stats == recomputed
-    n, total = kbdb.execute("select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'").fetchone()
+    n, total = kbdb.execute(
+        "select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'"
+    ).fetchone()
     assert n == 6 and total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
 
 
@@ -149,7 +160,7 @@ def test_nul_byte_in_query_is_rejected_before_the_database(kbdb):
 def test_metadata_filter_restricts_every_leg(kbdb, embedder):
     kbdb.execute(
         "select kb.replace_document(kb => 'team-docs', doc_key => 'policy/refund-v2.md', title => '退款政策 v2',"
-        " chunks => '[{\"content\": \"退款需要提供订单号。\"}]', metadata => '{\"lang\": \"zh\", \"rev\": 2}')"
+        ' chunks => \'[{"content": "退款需要提供订单号。"}]\', metadata => \'{"lang": "zh", "rev": 2}\')'
     )
     rows = hybrid(kbdb, embedder, "退款", filter='{"rev": 2}')
     assert [r["doc_key"] for r in rows] == ["policy/refund-v2.md"]
@@ -163,9 +174,11 @@ class _EmbeddingHandler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.calls.append(body)
         vectors = self.embedder.embed(body["input"])
-        answer = {"object": "list", "model": body["model"],
-                  "data": [{"object": "embedding", "index": i, "embedding": v.tolist()}
-                           for i, v in enumerate(vectors)]}
+        answer = {
+            "object": "list",
+            "model": body["model"],
+            "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)],
+        }
         data = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

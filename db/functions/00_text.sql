@@ -19,7 +19,7 @@ $$;
 -- Words: runs of [a-z0-9_] longer than one character, plus their parts when they contain '_' or
 -- camelCase / letter-digit boundaries. CJK: overlapping bigrams per run; a one-character run is kept as is.
 create or replace function kb.lexical_terms(input text)
-returns text []
+returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
@@ -58,7 +58,7 @@ as $$
 $$;
 
 -- {term: frequency} for a chunk: what the GIN index and BM25 scoring read.
-create or replace function kb.term_freqs(terms text [])
+create or replace function kb.term_freqs(terms text[])
 returns jsonb
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -68,7 +68,7 @@ as $$
 $$;
 
 -- The text a chunk is indexed under: document title, heading path and content.
-create or replace function kb.indexed_text(title text, heading_path text [], content text)
+create or replace function kb.indexed_text(title text, heading_path text[], content text)
 returns text
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp

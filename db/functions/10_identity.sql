@@ -52,7 +52,7 @@ $$;
 -- Ids of the knowledge bases the caller may read: public ones, their own, and team ones of their teams
 -- (admins: all). Used by every RLS policy and by the search functions.
 create or replace function kb.visible_kb_ids()
-returns integer []
+returns integer[]
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -272,7 +272,8 @@ using (id = (select kb.current_user_id()) or (select kb.current_is_admin()));
 drop policy if exists teams_visible on kb.teams;
 create policy teams_visible on kb.teams for select
 using ((select kb.current_is_admin()) or exists (
-    select from kb.memberships as m where m.team_id = teams.id and m.user_id = (select kb.current_user_id())
+    select from kb.memberships as m
+    where m.team_id = teams.id and m.user_id = (select kb.current_user_id())
 ));
 
 drop policy if exists memberships_visible on kb.memberships;
@@ -281,27 +282,27 @@ using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin())
 
 drop policy if exists knowledge_bases_visible on kb.knowledge_bases;
 create policy knowledge_bases_visible on kb.knowledge_bases for select
-using (id = any((select kb.visible_kb_ids())::integer []));
+using (id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists documents_visible on kb.documents;
 create policy documents_visible on kb.documents for select
-using (kb_id = any((select kb.visible_kb_ids())::integer []));
+using (kb_id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists chunks_visible on kb.chunks;
 create policy chunks_visible on kb.chunks for select
-using (kb_id = any((select kb.visible_kb_ids())::integer []));
+using (kb_id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists term_stats_visible on kb.term_stats;
 create policy term_stats_visible on kb.term_stats for select
-using (kb_id = any((select kb.visible_kb_ids())::integer []));
+using (kb_id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists embeddings_visible on kb.embeddings;
 create policy embeddings_visible on kb.embeddings for select
-using (kb_id = any((select kb.visible_kb_ids())::integer []));
+using (kb_id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists embedding_queue_visible on kb.embedding_queue;
 create policy embedding_queue_visible on kb.embedding_queue for select
-using (kb_id = any((select kb.visible_kb_ids())::integer []));
+using (kb_id = any((select kb.visible_kb_ids())::integer[]));
 
 drop policy if exists embedding_models_visible on kb.embedding_models;
 create policy embedding_models_visible on kb.embedding_models for select using (true);

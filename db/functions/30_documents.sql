@@ -5,7 +5,7 @@
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
 -- BM25 statistics (document frequencies, N, total length). Callers hold the knowledge base's row lock,
 -- so writers of one knowledge base are serialised and cannot deadlock on term rows.
-create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint [], sign integer)
+create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language sql volatile
 set search_path = pg_catalog, pg_temp
@@ -31,7 +31,7 @@ $$;
 -- Internal: check a chunks array and return it as rows. Raises (changing nothing) on anything malformed.
 create or replace function kb.parse_chunks(chunks jsonb)
 returns table (
-    ordinal integer, content text, heading_path text [], chunk_type text, metadata jsonb, embedding jsonb
+    ordinal integer, content text, heading_path text[], chunk_type text, metadata jsonb, embedding jsonb
 )
 language plpgsql immutable
 set search_path = pg_catalog, pg_temp
@@ -266,7 +266,7 @@ $$;
 -- Store embeddings computed outside the database (ingestion, worker) for one model: checks the
 -- dimension, skips chunks that no longer exist, removes their queue entries and marks documents ready.
 -- Returns the number of embeddings stored.
-create or replace function kb.store_embeddings(model text, chunk_ids bigint [], embeddings vector [])
+create or replace function kb.store_embeddings(model text, chunk_ids bigint[], embeddings vector[])
 returns integer
 language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp

@@ -10,7 +10,7 @@ create extension if not exists plpython3u;
 create or replace function kb.http_embedding(
     url text, model text, input text, api_key text default '', timeout_ms integer default 3000
 )
-returns real []
+returns real[]
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
 as $$

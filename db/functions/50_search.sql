@@ -7,13 +7,13 @@
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. Rank 1 = nearest; score = cosine similarity.
 create or replace function kb.vector_leg(
-    query_embedding vector, model kb.embedding_models, kb_ids integer [], n integer, doc_filter jsonb
+    query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
-set hnsw.iterative_scan = relaxed_order
-set hnsw.ef_search = 100
+set "hnsw.iterative_scan" = relaxed_order
+set "hnsw.ef_search" = 100
 as $$
 begin
     return query execute format($sql$
@@ -39,7 +39,7 @@ $$;
 -- statistics. Candidates come from the GIN index on term_freqs, probing the rarest query terms until
 -- their postings exceed probe_budget (common terms still count in the score of every candidate).
 create or replace function kb.lexical_leg(
-    query text, kb_ids integer [], n integer, doc_filter jsonb,
+    query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer
 )
 returns table (chunk_id bigint, rank integer, score double precision)
@@ -108,11 +108,11 @@ $$;
 
 -- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
 -- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify.
-create or replace function kb.fuzzy_leg(query text, kb_ids integer [], n integer, doc_filter jsonb)
+create or replace function kb.fuzzy_leg(query text, kb_ids integer[], n integer, doc_filter jsonb)
 returns table (chunk_id bigint, rank integer, score double precision)
 language sql stable
 set search_path = pg_catalog, public, pg_temp
-set pg_trgm.word_similarity_threshold = 0.5
+set "pg_trgm.word_similarity_threshold" = 0.5
 as $$
     select matched.id, (row_number() over (order by matched.sim desc, matched.id))::integer, matched.sim
     from (

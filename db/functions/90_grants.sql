@@ -16,8 +16,8 @@ grant select, insert, update, delete on all tables in schema kb to pgkb_admin;
 grant execute on function
 kb.fold_text(text),
 kb.lexical_terms(text),
-kb.term_freqs(text []),
-kb.indexed_text(text, text [], text),
+kb.term_freqs(text[]),
+kb.indexed_text(text, text[], text),
 kb.current_user_id(),
 kb.current_is_admin(),
 kb.visible_kb_ids(),
@@ -34,7 +34,7 @@ kb.register_embedding_model(text, integer, text, text, boolean, integer, integer
 kb.use_embedding_model(text, boolean),
 kb.replace_document(text, text, text, jsonb, text, jsonb, text, text, text),
 kb.delete_document(text, text),
-kb.store_embeddings(text, bigint [], vector []),
+kb.store_embeddings(text, bigint[], vector[]),
 kb.hybrid_search(
     text, integer, text, vector, text, double precision, double precision, double precision,
     double precision, integer, jsonb, double precision, double precision

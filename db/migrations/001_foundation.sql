@@ -42,9 +42,11 @@ create table kb.settings (
 );
 
 insert into kb.settings (key, value, description) values
-    ('embedding_url', 'http://127.0.0.1:8765/v1/embeddings',
-     'OpenAI-compatible /v1/embeddings endpoint used by kb.hybrid_search to embed queries (plpython3u)'),
-    ('embedding_api_key', '', 'Bearer token for embedding_url; empty for none'),
-    ('embedding_timeout_ms', '3000', 'Timeout of one query-embedding HTTP call'),
-    ('hnsw_m', '16', 'HNSW m for indexes created by kb.register_embedding_model'),
-    ('hnsw_ef_construction', '64', 'HNSW ef_construction for indexes created by kb.register_embedding_model');
+(
+    'embedding_url', 'http://127.0.0.1:8765/v1/embeddings',
+    'OpenAI-compatible /v1/embeddings endpoint used by kb.hybrid_search to embed queries (plpython3u)'
+),
+('embedding_api_key', '', 'Bearer token for embedding_url; empty for none'),
+('embedding_timeout_ms', '3000', 'Timeout of one query-embedding HTTP call'),
+('hnsw_m', '16', 'HNSW m for indexes created by kb.register_embedding_model'),
+('hnsw_ef_construction', '64', 'HNSW ef_construction for indexes created by kb.register_embedding_model');

@@ -58,7 +58,7 @@ create table kb.chunks (
     kb_id integer not null references kb.knowledge_bases (id) on delete cascade,  -- denormalised for filters
     ordinal integer not null check (ordinal >= 0),
     content text not null check (content <> ''),
-    heading_path text [] not null default '{}',
+    heading_path text[] not null default '{}',
     chunk_type text not null default 'text'
     check (chunk_type in ('text', 'table', 'code', 'faq', 'image_caption')),
     char_count integer not null,
@@ -83,5 +83,8 @@ create table kb.term_stats (
 
 -- The role that installs pgkb is its first administrator (and the owner of knowledge bases it creates).
 insert into kb.users (name, db_role, is_admin)
-select current_user, current_user, true
+select
+    current_user as name,
+    current_user as db_role,
+    true as is_admin
 where current_user ~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$';

@@ -43,9 +43,7 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb.bench import run_search_bench
 
-    run_search_bench(
-        chunks=args.chunks, queries=args.queries, datasets=args.datasets, out=args.out, kb_name=args.kb
-    )
+    run_search_bench(chunks=args.chunks, queries=args.queries, datasets=args.datasets, out=args.out, kb_name=args.kb)
     return 0
 
 

@@ -38,7 +38,7 @@ class OfflineEmbedder:
         passages = [i for i in range(len(texts)) if i not in set(queries)]
         with self._lock:
             if queries:
-                out[queries] = self._model.encode([texts[i][len(_QUERY):] for i in queries], True)
+                out[queries] = self._model.encode([texts[i][len(_QUERY) :] for i in queries], True)
             if passages:
                 stripped = [texts[i].removeprefix(_PASSAGE) for i in passages]
                 out[passages] = self._model.encode(stripped, False)

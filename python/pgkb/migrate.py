@@ -60,9 +60,7 @@ def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
     row = conn.execute("select 1 from pg_available_extensions where name = %s", [extension]).fetchone()
     if not row:
         return f"extension {extension} is not available on this server"
-    trusted = conn.execute(
-        "select rolsuper from pg_roles where rolname = current_user"
-    ).fetchone()[0]
+    trusted = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
     if not trusted:
         return f"extension {extension} is untrusted and needs a superuser to install"
     return None
