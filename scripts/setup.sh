@@ -377,4 +377,12 @@ else
     log "pgvector $have ready for PostgreSQL $PG_MAJOR"
 fi
 
+# ---------------------------------------------------------------------------
+# 4. Python venv support for the Makefile's .venv (Debian splits ensurepip into python3-venv).
+if python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    log "python3 venv support already present"
+else
+    apt_install python3-venv
+fi
+
 log "done (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"

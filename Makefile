@@ -1,0 +1,52 @@
+# pgkb — make targets. `make run` brings up a working knowledge base; `make test` is the test command.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup venv run test lint pytest bench db-stop clean
+
+## setup: install PostgreSQL, plpython3u, pg_trgm, pgvector (scripts/setup.sh) and the Python venv
+setup: venv
+	@bash scripts/setup.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "setup: installing Python packages into $(VENV)"
+	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+## run: start the embedded database, apply migrations and print how to connect
+run: setup
+	@$(BIN)/pgkb db start
+	@$(BIN)/pgkb db migrate
+	@echo
+	@echo "pgkb is ready. Connect with:"
+	@echo "  psql \"$$($(BIN)/pgkb db url)\""
+	@echo "and try:  SELECT * FROM kb.hybrid_search('登录态失效怎么排查');"
+
+## test: setup, then ruff + sqlfluff + pytest (exit code 5 = no tests collected is a failure)
+test: setup lint pytest
+
+lint: venv
+	$(BIN)/ruff check python tests
+	$(BIN)/sqlfluff lint db
+
+pytest: venv
+	@set +e; $(BIN)/pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure" >&2; exit 1; fi; \
+	exit $$rc
+
+## bench: search latency at 100k chunks (hybrid vs single legs), appended to docs/benchmarks.md
+bench: setup
+	$(BIN)/pgkb bench --chunks 100000 --queries 200 --out docs/benchmarks.md
+
+db-stop: venv
+	$(BIN)/pgkb db stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache python/*.egg-info
