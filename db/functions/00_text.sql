@@ -36,7 +36,7 @@ as $$
     ),
     terms as (
         -- ASCII word: the whole identifier, lower-cased
-        select t.ord, 0 as sub, kb.fold_text(t.tok) as term
+        select t.ord, 0 as sub, lower(t.tok) as term
         from tokens as t
         where t.tok ~ '^[A-Za-z0-9_]+$' and length(t.tok) > 1
         union all

@@ -184,13 +184,13 @@ end
 $$;
 
 -- Create a knowledge base owned by the caller (admins may name another owner), or update the
--- visibility/team/description of one the caller may write. Returns its id.
+-- visibility/team/description of one the caller owns (admins: any). Returns its id.
 create or replace function kb.create_knowledge_base(
     name text,
     visibility text default 'private',
     team text default null,
     owner text default null,
-    description text default ''
+    description text default null
 )
 returns integer
 language plpgsql volatile security definer
@@ -239,9 +239,16 @@ begin
         if not kb.can_write_kb(existing) then
             raise exception 'knowledge base "%" already exists', name using errcode = 'unique_violation';
         end if;
+        -- writing documents into a team knowledge base does not include deciding who may read it
+        if not kb.current_is_admin() and (
+            select k.owner_id from kb.knowledge_bases as k where k.id = existing
+        ) is distinct from owner_uid then
+            raise exception 'only the owner of knowledge base "%" may change its visibility or team', name
+                using errcode = 'insufficient_privilege';
+        end if;
         update kb.knowledge_bases as k
         set visibility = create_knowledge_base.visibility, team_id = team_uid,
-            description = create_knowledge_base.description, updated_at = now()
+            description = coalesce(create_knowledge_base.description, k.description), updated_at = now()
         where k.id = existing;
         return existing;
     end if;
@@ -284,25 +291,21 @@ drop policy if exists knowledge_bases_visible on kb.knowledge_bases;
 create policy knowledge_bases_visible on kb.knowledge_bases for select
 using (id = any((select kb.visible_kb_ids())::integer[]));
 
-drop policy if exists documents_visible on kb.documents;
-create policy documents_visible on kb.documents for select
-using (kb_id = any((select kb.visible_kb_ids())::integer[]));
-
-drop policy if exists chunks_visible on kb.chunks;
-create policy chunks_visible on kb.chunks for select
-using (kb_id = any((select kb.visible_kb_ids())::integer[]));
-
-drop policy if exists term_stats_visible on kb.term_stats;
-create policy term_stats_visible on kb.term_stats for select
-using (kb_id = any((select kb.visible_kb_ids())::integer[]));
-
-drop policy if exists embeddings_visible on kb.embeddings;
-create policy embeddings_visible on kb.embeddings for select
-using (kb_id = any((select kb.visible_kb_ids())::integer[]));
-
-drop policy if exists embedding_queue_visible on kb.embedding_queue;
-create policy embedding_queue_visible on kb.embedding_queue for select
-using (kb_id = any((select kb.visible_kb_ids())::integer[]));
+-- Everything that belongs to a knowledge base: visible with it.
+do $kb_rows$
+declare
+    tbl text;
+begin
+    foreach tbl in array array['documents', 'chunks', 'term_stats', 'embeddings', 'embedding_queue'] loop
+        execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
+        execute format(
+            'create policy %1$I on kb.%2$I for select'
+            ' using (kb_id = any((select kb.visible_kb_ids())::integer[]))',
+            tbl || '_visible', tbl
+        );
+    end loop;
+end
+$kb_rows$;
 
 drop policy if exists embedding_models_visible on kb.embedding_models;
 create policy embedding_models_visible on kb.embedding_models for select using (true);

@@ -3,6 +3,12 @@
 PGKB_DATABASE_URL   an existing PostgreSQL (else pgkb runs its embedded cluster, see pgkb.cluster)
 PGKB_DATA_DIR, PGKB_PORT, PGKB_PG_BINDIR   the embedded cluster (see pgkb.cluster)
 PGKB_DB_DIR         where db/migrations and db/functions live (default: the repository's db/)
+PGKB_EMBED_PROVIDER offline (default) | sentence-transformers | http
+PGKB_EMBED_MODEL    registry name of the model (default: the database's default model); for
+                    sentence-transformers also the model name or path to load (e.g. BAAI/bge-m3)
+PGKB_EMBED_URL      OpenAI-compatible /v1/embeddings URL (provider http)
+PGKB_EMBED_API_KEY  bearer token for PGKB_EMBED_URL
+PGKB_EMBED_BATCH    texts per embedding call (default 16)
 """
 
 from __future__ import annotations
@@ -11,14 +17,46 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+PROVIDERS = ("offline", "sentence-transformers", "http")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message says which variable to fix."""
+
 
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None
     db_dir: Path
+    embed_provider: str = "offline"
+    embed_model: str | None = None
+    embed_url: str | None = None
+    embed_api_key: str = ""
+    embed_batch: int = 16
 
     @classmethod
     def from_env(cls) -> Settings:
-        url = os.environ.get("PGKB_DATABASE_URL", "").strip() or None
-        db_dir = Path(os.environ.get("PGKB_DB_DIR") or Path(__file__).resolve().parents[2] / "db")
-        return cls(database_url=url, db_dir=db_dir)
+        env = os.environ
+        provider = env.get("PGKB_EMBED_PROVIDER", "offline").strip() or "offline"
+        if provider not in PROVIDERS:
+            raise ConfigError(f"PGKB_EMBED_PROVIDER must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+        url = env.get("PGKB_EMBED_URL", "").strip() or None
+        if provider == "http" and not url:
+            raise ConfigError(
+                "PGKB_EMBED_PROVIDER=http needs PGKB_EMBED_URL (e.g. http://127.0.0.1:8765/v1/embeddings)"
+            )
+        try:
+            batch = int(env.get("PGKB_EMBED_BATCH", "16"))
+        except ValueError as e:
+            raise ConfigError("PGKB_EMBED_BATCH must be an integer") from e
+        if not 1 <= batch <= 1024:
+            raise ConfigError("PGKB_EMBED_BATCH must be between 1 and 1024")
+        return cls(
+            database_url=env.get("PGKB_DATABASE_URL", "").strip() or None,
+            db_dir=Path(env.get("PGKB_DB_DIR") or Path(__file__).resolve().parents[2] / "db"),
+            embed_provider=provider,
+            embed_model=env.get("PGKB_EMBED_MODEL", "").strip() or None,
+            embed_url=url,
+            embed_api_key=env.get("PGKB_EMBED_API_KEY", ""),
+            embed_batch=batch,
+        )

