@@ -179,3 +179,30 @@ class HttpEmbedder:
                 f" dimensions; expected {expected} of {self.dimension}"
             )
         return _normalized(vectors)
+
+
+def model_spec(conn, name: str | None = None) -> ModelSpec:
+    """The registry row for ``name`` (None: the default model); raises for unknown names."""
+    row = conn.execute(
+        "select m.name, m.dimension, m.query_prefix, m.passage_prefix from kb.resolve_model(%s) as m", [name]
+    ).fetchone()
+    return ModelSpec(*row)
+
+
+def load_embedder(settings, spec: ModelSpec) -> Embedder:
+    """The embedder the settings ask for, checked against the registry row it must serve."""
+    if settings.embed_provider == "http":
+        embedder: Embedder = HttpEmbedder(
+            settings.embed_url, spec.name, spec.dimension, settings.embed_api_key, batch_size=settings.embed_batch
+        )
+    elif settings.embed_provider == "sentence-transformers":
+        embedder = SentenceTransformerEmbedder(settings.embed_model or spec.name, batch_size=settings.embed_batch)
+    else:
+        if spec.name != OFFLINE_MODEL:
+            raise EmbeddingError(
+                f"model {spec.name!r} is not the offline model {OFFLINE_MODEL!r}: set PGKB_EMBED_PROVIDER "
+                "(sentence-transformers or http) to embed it"
+            )
+        embedder = OfflineEmbedder()
+    check_dimension(embedder, spec)
+    return embedder
