@@ -271,6 +271,7 @@ alter table kb.term_stats enable row level security;
 alter table kb.embeddings enable row level security;
 alter table kb.embedding_queue enable row level security;
 alter table kb.embedding_models enable row level security;
+alter table kb.ingest_failures enable row level security;
 
 drop policy if exists users_visible on kb.users;
 create policy users_visible on kb.users for select
@@ -296,7 +297,7 @@ do $kb_rows$
 declare
     tbl text;
 begin
-    foreach tbl in array array['documents', 'chunks', 'term_stats', 'embeddings', 'embedding_queue'] loop
+    foreach tbl in array array['documents', 'chunks', 'term_stats', 'embeddings', 'embedding_queue', 'ingest_failures'] loop
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'

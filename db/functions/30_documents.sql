@@ -230,6 +230,7 @@ begin
         metadata = replace_document.metadata, chunk_count = cardinality(new_chunk_ids),
         status = case when n_queued > 0 then 'embedding' else 'ready' end, updated_at = now()
     where d.id = doc.id;
+    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = replace_document.doc_key;
     return query select doc.id, cardinality(new_chunk_ids), true, n_queued;
 end
 $$;
@@ -259,6 +260,7 @@ begin
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc_id;
     perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
     delete from kb.documents as d where d.id = doc_id;
+    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = delete_document.doc_key;
     return true;
 end
 $$;
@@ -303,5 +305,29 @@ begin
             where c.document_id = d.id
         );
     return stored;
+end
+$$;
+
+-- Record why a document could not be ingested (kept until it is replaced or deleted). Needs write access
+-- to the knowledge base; the error text is truncated to 2000 characters.
+create or replace function kb.record_ingest_failure(kb text, doc_key text, error text)
+returns void
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb integer := kb.resolve_kb(record_ingest_failure.kb);
+begin
+    if not kb.can_write_kb(target_kb) then
+        raise exception 'you may not write to knowledge base "%"', record_ingest_failure.kb
+            using errcode = 'insufficient_privilege';
+    end if;
+    if doc_key is null or btrim(doc_key) = '' or length(doc_key) > 1000 then
+        raise exception 'doc_key must be a non-empty string of at most 1000 characters'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    insert into kb.ingest_failures as f (kb_id, doc_key, error)
+    values (target_kb, doc_key, left(coalesce(error, 'unknown error'), 2000))
+    on conflict (kb_id, doc_key) do update set error = excluded.error, failed_at = now();
 end
 $$;

@@ -9,7 +9,7 @@ revoke all on all tables in schema kb from public;
 grant usage on schema kb to pgkb_user, pgkb_admin;
 
 grant select on kb.users, kb.teams, kb.memberships, kb.knowledge_bases, kb.documents, kb.chunks,
-kb.term_stats, kb.embeddings, kb.embedding_queue, kb.embedding_models, kb.schema_migrations
+kb.term_stats, kb.embeddings, kb.embedding_queue, kb.embedding_models, kb.ingest_failures, kb.schema_migrations
 to pgkb_user;
 grant select, insert, update, delete on all tables in schema kb to pgkb_admin;
 
@@ -34,6 +34,7 @@ kb.register_embedding_model(text, integer, text, text, boolean, integer, integer
 kb.use_embedding_model(text, boolean),
 kb.replace_document(text, text, text, jsonb, text, jsonb, text, text, text),
 kb.delete_document(text, text),
+kb.record_ingest_failure(text, text, text),
 kb.store_embeddings(text, bigint[], vector[]),
 kb.hybrid_search(
     text, integer, text, vector, text, double precision, double precision, double precision,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import psycopg
 
+from pgkb.chunking import ChunkingError
 from pgkb.cluster import ClusterError, embedded_cluster_from_env
-from pgkb.config import Settings
+from pgkb.config import ConfigError, Settings
 from pgkb.db import connect, database_url
+from pgkb.embedding import EmbeddingError
 from pgkb.migrate import MigrationError, migrate
 
 
@@ -40,6 +43,79 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb.chunking import ChunkingOptions
+    from pgkb.embedding import load_embedder, model_spec
+    from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestOptions, ingest
+
+    options = IngestOptions(
+        include=tuple(args.include) or DEFAULT_INCLUDE,
+        exclude=DEFAULT_EXCLUDE + tuple(args.exclude),
+        delete=not args.no_delete,
+        defer_embedding=args.defer_embedding,
+        base_url=args.base_url,
+        max_file_bytes=int(args.max_file_mb * 1024 * 1024),
+        chunking=ChunkingOptions(max_chars=args.max_chars, overlap=args.overlap, heading_levels=args.heading_levels),
+    )
+    url = database_url(settings)
+    with connect(url) as conn:
+        spec = model_spec(conn, settings.embed_model)
+        embedder = None if args.defer_embedding else load_embedder(settings, spec)
+        summary = ingest(
+            conn,
+            url,
+            Path(args.path),
+            args.kb,
+            spec,
+            embedder,
+            options,
+            progress=sys.stderr.isatty() and not args.json,
+        )
+    if args.json:
+        print(summary.as_json())
+    else:
+        for failure in summary.failures:
+            print(f"pgkb: failed {failure['doc_key']}: {failure['error']}", file=sys.stderr)
+        print(f"pgkb: {summary.line()}")
+    return 1 if summary.failed else 0
+
+
+def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:
+    with connect() as conn:
+        if args.action == "add":
+            if not args.name or not args.dimension:
+                print("pgkb: model add needs NAME and --dimension", file=sys.stderr)
+                return 2
+            conn.execute(
+                "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false)",
+                [args.name, args.dimension, args.query_prefix, args.passage_prefix],
+            )
+            queued = conn.execute(
+                "select count(*) from kb.embedding_queue q join kb.embedding_models m on m.id = q.model_id"
+                " where m.name = %s",
+                [args.name],
+            ).fetchone()[0]
+            print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
+            print(f"pgkb: run `PGKB_EMBED_MODEL={args.name} pgkb worker --once`, then `pgkb model use {args.name}`")
+        elif args.action == "use":
+            missing = conn.execute("select kb.use_embedding_model(%s, %s)", [args.name, args.force]).fetchone()[0]
+            print(
+                f"pgkb: {args.name} is now the default model"
+                + (f" ({missing} chunks still missing)" if missing else "")
+            )
+        else:
+            rows = conn.execute(
+                "select m.name, m.dimension, m.is_default, m.query_prefix, m.passage_prefix,"
+                " (select count(*) from kb.embeddings e where e.model_id = m.id),"
+                " (select count(*) from kb.embedding_queue q where q.model_id = m.id)"
+                " from kb.embedding_models m order by m.id"
+            ).fetchall()
+            print(f"{'model':<32} {'dim':>5} {'default':>7} {'embedded':>9} {'queued':>7}  prefixes")
+            for name, dim, default, qp, pp, done, queued in rows:
+                print(f"{name:<32} {dim:>5} {'yes' if default else '':>7} {done:>9} {queued:>7}  {qp!r} / {pp!r}")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb.bench import run_search_bench
 
@@ -55,6 +131,30 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["start", "stop", "status", "url", "migrate"])
     db.set_defaults(func=_cmd_db)
 
+    ing = sub.add_parser("ingest", help="sync a folder of documents into a knowledge base")
+    ing.add_argument("path", help="folder to ingest (document keys are paths relative to it)")
+    ing.add_argument("--kb", required=True, help="knowledge base name (created if missing)")
+    ing.add_argument("--include", action="append", default=[], help="glob of files to take (repeatable)")
+    ing.add_argument("--exclude", action="append", default=[], help="glob of files/folders to skip (repeatable)")
+    ing.add_argument("--no-delete", action="store_true", help="keep documents whose files are gone")
+    ing.add_argument("--defer-embedding", action="store_true", help="queue chunks for `pgkb worker`")
+    ing.add_argument("--base-url", help="source URL prefix, e.g. https://git.example.com/docs/blob/main")
+    ing.add_argument("--max-chars", type=int, default=800, help="chunk size limit in characters")
+    ing.add_argument("--overlap", type=int, default=0, help="characters repeated from the previous chunk")
+    ing.add_argument("--heading-levels", type=int, default=3, help="heading levels that open sections")
+    ing.add_argument("--max-file-mb", type=float, default=20, help="larger files are skipped as failures")
+    ing.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    ing.set_defaults(func=_cmd_ingest)
+
+    model = sub.add_parser("model", help="embedding models: list, add (and backfill), use")
+    model.add_argument("action", choices=["list", "add", "use"])
+    model.add_argument("name", nargs="?")
+    model.add_argument("--dimension", type=int)
+    model.add_argument("--query-prefix", default="")
+    model.add_argument("--passage-prefix", default="")
+    model.add_argument("--force", action="store_true", help="use even if chunks still lack embeddings")
+    model.set_defaults(func=_cmd_model)
+
     bench = sub.add_parser("bench", help="search latency benchmark: hybrid vs single legs")
     bench.add_argument("--chunks", type=int, default=100_000, help="synthetic chunks to load")
     bench.add_argument("--queries", type=int, default=200, help="queries to time per mode")
@@ -67,14 +167,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings.from_env()
     try:
+        settings = Settings.from_env()
         return args.func(args, settings)
-    except (ClusterError, MigrationError) as e:
+    except (ClusterError, MigrationError, ConfigError, EmbeddingError, ChunkingError, FileNotFoundError) as e:
         print(f"pgkb: error: {e}", file=sys.stderr)
         return 1
     except psycopg.OperationalError as e:
         print(f"pgkb: cannot reach the database: {e}", file=sys.stderr)
+        return 1
+    except psycopg.DatabaseError as e:
+        print(f"pgkb: error: {e.diag.message_primary or e}", file=sys.stderr)
         return 1
 
 
