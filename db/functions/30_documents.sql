@@ -328,6 +328,6 @@ begin
     end if;
     insert into kb.ingest_failures as f (kb_id, doc_key, error)
     values (target_kb, doc_key, left(coalesce(error, 'unknown error'), 2000))
-    on conflict (kb_id, doc_key) do update set error = excluded.error, failed_at = now();
+    on conflict on constraint ingest_failures_pkey do update set error = excluded.error, failed_at = now();
 end
 $$;
