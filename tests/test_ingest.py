@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from pgkb.chunking import ChunkingOptions
 from pgkb.embedding import OFFLINE_MODEL, ModelSpec
 from pgkb.ingest import IngestOptions, discover, ingest
