@@ -189,3 +189,26 @@ def test_switching_to_a_model_of_another_dimension_needs_no_drop(db):
     )
     with pytest.raises(psycopg.Error, match="has 384 dimensions"):
         db.execute("select * from kb.vector_search('x', 1, query_embedding => %s)", [Vector(old)])
+
+
+def test_concurrent_first_writes_create_the_knowledge_base_once(db):
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def write(i):
+        with psycopg.connect(db.info.dsn, autocommit=True) as conn:
+            barrier.wait()
+            try:
+                replace(conn, doc_key=f"doc{i}.md", kb="fresh-kb")
+            except psycopg.Error as e:
+                errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert db.execute(
+        "select count(*) from kb.documents d join kb.knowledge_bases k on k.id = d.kb_id where k.name = 'fresh-kb'"
+    ).fetchone()[0] == 4

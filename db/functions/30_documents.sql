@@ -158,7 +158,11 @@ begin
 
     select k.id into target_kb from kb.knowledge_bases as k where k.name = replace_document.kb;
     if target_kb is null then
-        target_kb := kb.create_knowledge_base(replace_document.kb);
+        begin
+            target_kb := kb.create_knowledge_base(replace_document.kb);
+        exception when unique_violation then    -- created concurrently by another writer
+            select k.id into target_kb from kb.knowledge_bases as k where k.name = replace_document.kb;
+        end;
     end if;
     if not kb.can_write_kb(target_kb) then
         -- same message as for a missing KB when the caller cannot even see it

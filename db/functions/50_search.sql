@@ -37,7 +37,8 @@ $$;
 
 -- Lexical leg: Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible knowledge bases'
 -- statistics. Candidates come from the GIN index on term_freqs, probing the rarest query terms until
--- their postings exceed probe_budget (common terms still count in the score of every candidate).
+-- their postings would exceed probe_budget (the rarest term is always probed; common terms still count
+-- in the score of every candidate). Each candidate's term_freqs is decompressed once.
 create or replace function kb.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer
@@ -73,7 +74,7 @@ begin
     )
     select array_agg(w.term order by w.term),
         array_agg(ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) order by w.term),
-        (select array_agg(p.term) from probed as p where p.before < probe_budget)
+        (select array_agg(p.term) from probed as p where p.before = 0 or p.before + p.df <= probe_budget)
     into terms, idfs, probe
     from weighted as w where w.df > 0;
 
@@ -82,8 +83,8 @@ begin
     end if;
 
     return query
-    with candidates as (
-        select c.id, c.term_freqs, c.term_count
+    with candidates as materialized (
+        select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
         from kb.chunks as c
         where c.kb_id = any(kb_ids) and c.term_freqs ?| probe
             and (doc_filter is null or exists (
@@ -107,7 +108,9 @@ end
 $$;
 
 -- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
--- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify.
+-- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify. kb.search runs it
+-- only for queries of at most kb.settings.fuzzy_max_query_chars (32) characters: typos and identifiers
+-- are short, and long queries make the trigram index return a large share of the table.
 create or replace function kb.fuzzy_leg(query text, kb_ids integer[], n integer, doc_filter jsonb)
 returns table (chunk_id bigint, rank integer, score double precision)
 language sql stable
@@ -154,7 +157,12 @@ declare
     kb_ids integer [];
     target kb.embedding_models;
     embedding vector := query_embedding;
-    probe_budget integer := 4000;
+    probe_budget integer := coalesce(
+        (select s.value::integer from kb.settings as s where s.key = 'lexical_probe_budget'), 2000
+    );
+    fuzzy_max_chars integer := coalesce(
+        (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_chars'), 32
+    );
 begin
     if query is null or btrim(query, E' \t\r\n\u3000') = '' then
         raise exception 'query must not be empty' using errcode = 'invalid_parameter_value';
@@ -213,7 +221,7 @@ begin
     ),
     fuzzy_hits as (
         select * from kb.fuzzy_leg(query, kb_ids, candidates, filter)
-        where fuzzy_weight > 0
+        where fuzzy_weight > 0 and length(query) <= fuzzy_max_chars
     ),
     fused as (
         select hits.chunk_id,
