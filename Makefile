@@ -34,7 +34,7 @@ test: setup lint pytest
 
 lint: venv
 	$(BIN)/ruff check python tests
-	$(BIN)/sqlfluff lint db
+	$(BIN)/sqlfluff lint db examples
 
 pytest: venv
 	@set +e; $(BIN)/pytest; rc=$$?; \

@@ -24,7 +24,6 @@ sentences repeat across chunks (the corpora hold only a few thousand passages).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
@@ -34,7 +33,6 @@ import re
 import sys
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,9 +52,7 @@ MIN_CHARS, MAX_CHARS = 300, 800  # chunk length range (characters)
 ZH_SHARE = 0.7  # share of Chinese documents / queries
 ZH_SETS = ("cmrc2018-trial", "drcd-dev-zh_hans")
 EN_SETS = ("covid-faq-en", "cisi")
-LOAD_THREADS = 2  # COPY connections
-API_DOCS = 2  # documents loaded through kb.replace_document
-COPY_BATCH_DOCS = 20  # documents per COPY transaction
+LOAD_THREADS = 2  # loading connections
 VECTOR_LEG_EF_SEARCH = 100  # kb.vector_leg's SET hnsw.ef_search
 MODES = ("hybrid", "vector_plain", "vector_plain_ef40", "vector", "lexical", "fuzzy")
 SETTINGS = (
@@ -202,179 +198,44 @@ def _kb_state(conn: psycopg.Connection, kb_name: str, model: _Model) -> tuple[in
     return kb_id, n_chunks, n_emb
 
 
-class _Terms:
-    """Python port of kb.lexical_terms / kb.term_freqs (the SQL version costs ~0.2 s per chunk).
-
-    The Traditional -> Simplified table is read from the database's own kb.fold_text, and
-    :func:`_validate_terms` compares the result with the SQL functions on a sample of loaded chunks.
-    """
-
-    _TOKEN = re.compile(r"([A-Za-z0-9_]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+)")
-    _WORD = re.compile(r"^[A-Za-z0-9_]+$")
-    _COMPOUND = re.compile(r"(_|[a-z][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z][0-9]|[0-9][A-Za-z])")
-    _PART = re.compile(r"([A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+)")
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        src = conn.execute(
-            "select p.prosrc from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace "
-            "where n.nspname = 'kb' and p.proname = 'fold_text'"
-        ).fetchone()[0]
-        literals = [x.replace("''", "'") for x in re.findall(r"'((?:[^']|'')*)'", src)]
-        frm, to = sorted(literals, key=len)[-2:]
-        if src.index(frm) > src.index(to):
-            frm, to = to, frm
-        self.table: dict[int, str] = {}
-        for a, b in zip(frm, to, strict=False):  # translate(): the first occurrence of a character wins
-            self.table.setdefault(ord(a), b)
-        for a in frm[len(to) :]:  # surplus "from" characters are deleted
-            self.table.setdefault(ord(a), "")
-
-    def terms(self, text: str) -> list[str]:
-        """kb.lexical_terms(text)."""
-        out: list[str] = []
-        for tok in self._TOKEN.findall(unicodedata.normalize("NFKC", text)):
-            if self._WORD.match(tok):
-                if len(tok) > 1:
-                    out.append(tok.lower())
-                if self._COMPOUND.search(tok):
-                    out.extend(p.lower() for p in self._PART.findall(tok) if len(p) > 1)
-            else:
-                folded = tok.translate(self.table).lower()
-                out.extend(folded[i : i + 2] for i in range(max(len(tok) - 1, 1)))
-        return out
-
-    def freqs(self, title: str, content: str) -> tuple[dict[str, int], int]:
-        """(term_freqs, term_count) of a chunk without heading path, as kb.replace_document stores them."""
-        terms = self.terms(f"{title}\n{content}" if title else content)
-        counts: dict[str, int] = {}
-        for t in terms:
-            counts[t] = counts.get(t, 0) + 1
-        return counts, len(terms)
-
-
-def _load_api(
-    conn: psycopg.Connection, kb_name: str, docs: range, sizes: list[int], pools: _Pools, model: _Model
-) -> float:
-    """Load documents through kb.replace_document (with embeddings); returns seconds per chunk."""
-    n = 0
-    t0 = time.perf_counter()
-    for i in docs:
-        doc_key, title, chunks_json = _make_document(i, pools, model.dimension, sizes[i])
-        conn.execute(
-            "select * from kb.replace_document(%s, %s, %s, %s::jsonb, model => %s)",
-            [kb_name, doc_key, title, chunks_json, model.name],
-        ).fetchall()
-        n += sizes[i]
-    return (time.perf_counter() - t0) / max(n, 1)
-
-
-def _copy_batch(
-    conn: psycopg.Connection,
-    kb_id: int,
-    docs: Sequence[int],
-    sizes: list[int],
-    pools: _Pools,
-    model: _Model,
-    terms: _Terms,
-    df: dict[str, int],
-) -> None:
-    """Write documents as kb.replace_document would (minus BM25 statistics), with COPY, in one transaction."""
-    made = [(i, *_make_document(i, pools, model.dimension, sizes[i])) for i in docs]
-    with conn.transaction():
-        rows = conn.execute(
-            "insert into kb.documents (kb_id, doc_key, title, content_hash, chunk_count, source_type) "
-            "select %s, k, t, h, n, 'text' from unnest(%s::text[], %s::text[], %s::text[], %s::int[]) "
-            "as x (k, t, h, n) returning id, doc_key",
-            [
-                kb_id,
-                [m[1] for m in made],
-                [m[2] for m in made],
-                [hashlib.sha256(m[3].encode()).hexdigest() for m in made],
-                [sizes[m[0]] for m in made],
-            ],
-        ).fetchall()
-        doc_ids = {k: d for d, k in rows}
-        vectors: dict[tuple[int, int], list[float]] = {}
-        with conn.cursor().copy(
-            "copy kb.chunks (document_id, kb_id, ordinal, content, char_count, term_freqs, term_count) from stdin"
-        ) as copy:
-            for _, doc_key, title, chunks_json in made:
-                doc_id = doc_ids[doc_key]
-                for j, chunk in enumerate(json.loads(chunks_json)):
-                    freqs, count = terms.freqs(title, chunk["content"])
-                    for t in freqs:
-                        df[t] = df.get(t, 0) + 1
-                    copy.write_row(
-                        (
-                            doc_id,
-                            kb_id,
-                            j,
-                            chunk["content"],
-                            len(chunk["content"]),
-                            json.dumps(freqs, ensure_ascii=False),
-                            count,
-                        )
-                    )
-                    vectors[(doc_id, j)] = chunk["embedding"]
-        ids = conn.execute(
-            "select id, document_id, ordinal from kb.chunks where document_id = any(%s)",
-            [list(doc_ids.values())],
-        ).fetchall()
-        with conn.cursor().copy("copy kb.embeddings (chunk_id, model_id, kb_id, embedding) from stdin") as copy:
-            for chunk_id, doc_id, ordinal in ids:
-                vec = "[" + ",".join(repr(x) for x in vectors[(doc_id, ordinal)]) + "]"
-                copy.write_row((chunk_id, model.id, kb_id, vec))
-
-
 def _load(
     url: str, conn: psycopg.Connection, kb_name: str, chunks: int, pools: _Pools, model: _Model
 ) -> tuple[int, str]:
-    """Create the knowledge base and fill it with ceil(chunks / DOC_CHUNKS) documents.
-
-    The first API_DOCS documents go through kb.replace_document (to time the real ingestion path); the
-    rest are written with COPY by LOAD_THREADS connections, with term_freqs from :class:`_Terms`, the
-    BM25 statistics (kb.term_stats, chunk_count, term_total) computed alike, and the HNSW index
-    maintained during the load. Returns (kb id, description of the load).
-    """
+    """Create the knowledge base and fill it with ceil(chunks / DOC_CHUNKS) documents through
+    kb.replace_document (the real write path: tokenising, BM25 statistics, HNSW maintenance), from
+    LOAD_THREADS connections. Returns (kb id, description of the load)."""
     sizes = [DOC_CHUNKS] * (chunks // DOC_CHUNKS) + ([chunks % DOC_CHUNKS] if chunks % DOC_CHUNKS else [])
     start = time.perf_counter()
-    # created up front: concurrent first writes through kb.replace_document race on creating it
     kb_id = conn.execute("select kb.create_knowledge_base(%s)", [kb_name]).fetchone()[0]
-    api_docs = min(API_DOCS, len(sizes))
-    _log(f"{api_docs} documents via kb.replace_document")
-    per_chunk = _load_api(conn, kb_name, range(api_docs), sizes, pools, model)
-    _log(f"kb.replace_document: {per_chunk * 1000:.0f} ms per chunk; COPY for the rest")
-    terms = _Terms(conn)
-    todo: queue.Queue[list[int]] = queue.Queue()
-    for b in range(api_docs, len(sizes), COPY_BATCH_DOCS):
-        todo.put(list(range(b, min(b + COPY_BATCH_DOCS, len(sizes)))))
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(sizes)):
+        todo.put(i)
     errors: list[BaseException] = []
-    dfs: list[dict[str, int]] = []
-    done = [sum(sizes[:api_docs])]
+    done = [0]
     lock = threading.Lock()
-    copy_start = time.perf_counter()
 
     def worker() -> None:
-        df: dict[str, int] = {}
-        dfs.append(df)
         try:
             with connect(url) as wconn:
                 while not errors:
                     try:
-                        batch = todo.get_nowait()
+                        i = todo.get_nowait()
                     except queue.Empty:
                         return
-                    _copy_batch(wconn, kb_id, batch, sizes, pools, model, terms, df)
+                    doc_key, title, chunks_json = _make_document(i, pools, model.dimension, sizes[i])
+                    wconn.execute(
+                        "select * from kb.replace_document(%s, %s, %s, %s::jsonb, model => %s)",
+                        [kb_name, doc_key, title, chunks_json, model.name],
+                    ).fetchall()
                     with lock:
-                        done[0] += sum(sizes[i] for i in batch)
+                        done[0] += sizes[i]
                         n = done[0]
-                    rate = (n - done_api) / (time.perf_counter() - copy_start)
-                    if n % 5000 < sum(sizes[i] for i in batch) or n == chunks:
+                    if n % 5000 < sizes[i] or n == chunks:
+                        rate = n / (time.perf_counter() - start)
                         _log(f"loaded {n}/{chunks} chunks ({rate:.0f}/s, ~{(chunks - n) / rate:.0f} s left)")
         except BaseException as e:  # re-raised in the main thread
             errors.append(e)
 
-    done_api = done[0]
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(LOAD_THREADS)]
     for t in threads:
         t.start()
@@ -382,49 +243,14 @@ def _load(
         t.join()
     if errors:
         raise errors[0]
-    total: dict[str, int] = {}
-    for df in dfs:
-        for t, n in df.items():
-            total[t] = total.get(t, 0) + n
-    with conn.transaction():
-        conn.execute("create temp table bench_df (term text, df integer) on commit drop")
-        with conn.cursor().copy("copy bench_df (term, df) from stdin") as copy:
-            for t, n in total.items():
-                copy.write_row((t, n))
-        conn.execute(
-            "insert into kb.term_stats as s (kb_id, term, df) select %s, term, df from bench_df "
-            "on conflict (kb_id, term) do update set df = s.df + excluded.df",
-            [kb_id],
-        )
-        conn.execute(
-            "update kb.knowledge_bases as k set chunk_count = x.n, term_total = x.t, updated_at = now() "
-            "from (select count(*) as n, coalesce(sum(term_count), 0) as t from kb.chunks where kb_id = %s) "
-            "as x where k.id = %s",
-            [kb_id, kb_id],
-        )
     seconds = time.perf_counter() - start
     _log(f"loaded in {seconds:.1f} s")
     how = (
-        f"loaded {chunks} chunks in {seconds:.0f} s ({chunks / seconds:.0f} chunks/s): the first "
-        f"{done_api} through `kb.replace_document` with embeddings ({per_chunk * 1000:.0f} ms per chunk), "
-        f"the rest with COPY ({LOAD_THREADS} connections, term_freqs computed in Python and checked "
-        "against kb.lexical_terms on a sample, HNSW index maintained during the load)"
+        f"loaded {chunks} chunks in {seconds:.0f} s ({chunks / seconds:.0f} chunks/s) through "
+        f"`kb.replace_document` with embeddings from {LOAD_THREADS} connections ({DOC_CHUNKS} chunks per "
+        "document; HNSW index and BM25 statistics maintained during the load)"
     )
     return kb_id, how
-
-
-def _validate_terms(conn: psycopg.Connection, kb_id: int, n: int = 30) -> None:
-    """Check stored term_freqs / term_count against the SQL tokeniser on n random chunks."""
-    bad = conn.execute(
-        "select count(*) from (select c.* from kb.chunks as c where c.kb_id = %s order by random() limit %s) "
-        "as c join kb.documents as d on d.id = c.document_id, "
-        "lateral (select kb.lexical_terms(kb.indexed_text(d.title, c.heading_path, c.content)) as l) as t "
-        "where c.term_freqs <> kb.term_freqs(t.l) or c.term_count <> cardinality(t.l)",
-        [kb_id, n],
-    ).fetchone()[0]
-    if bad:
-        raise RuntimeError(f"{bad} of {n} sampled chunks: term_freqs differ from kb.lexical_terms")
-    _log(f"term_freqs of {n} sampled chunks match kb.lexical_terms")
 
 
 def _prepare_kb(
@@ -447,7 +273,6 @@ def _prepare_kb(
         conn.execute(f"vacuum (analyze) {table}")
     vacuum = time.perf_counter() - t0
     _log(f"vacuum analyze {vacuum:.1f} s")
-    _validate_terms(conn, kb_id)
     _, n_chunks, n_emb = _kb_state(conn, kb_name, model)
     if n_chunks != chunks or n_emb != chunks:
         raise RuntimeError(f"load ended with {n_chunks} chunks / {n_emb} embeddings, expected {chunks}")
