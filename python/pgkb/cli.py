@@ -116,6 +116,12 @@ def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb import embed_server
+
+    return embed_server.run(args)
+
+
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb.bench import run_search_bench
 
@@ -154,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--passage-prefix", default="")
     model.add_argument("--force", action="store_true", help="use even if chunks still lack embeddings")
     model.set_defaults(func=_cmd_model)
+
+    from pgkb import embed_server
+
+    es = sub.add_parser("embed-server", help="OpenAI-compatible embedding/rerank HTTP server (127.0.0.1:8765)")
+    embed_server.add_arguments(es)
+    es.set_defaults(func=_cmd_embed_server)
 
     bench = sub.add_parser("bench", help="search latency benchmark: hybrid vs single legs")
     bench.add_argument("--chunks", type=int, default=100_000, help="synthetic chunks to load")

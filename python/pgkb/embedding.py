@@ -111,7 +111,10 @@ class SentenceTransformerEmbedder:
             raise EmbeddingError("the sentence-transformers provider needs `pip install sentence-transformers`") from e
         self.name = model
         self._model = SentenceTransformer(model, device=device or "cpu")
-        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        dimension_of = (
+            getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        )
+        self.dimension = int(dimension_of())
         self.batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
