@@ -81,6 +81,7 @@ TABLES = [
     "embedding_models",
     "settings",
     "schema_migrations",
+    "ingest_failures",
 ]
 
 # Everything pgkb users may call (kb/db/functions/90_grants.sql); all other kb functions are internal.
@@ -106,6 +107,9 @@ PUBLIC_API = {
     "replace_document",
     "delete_document",
     "store_embeddings",
+    "record_ingest_failure",
+    "claim_embedding_batch",
+    "fail_embedding_batch",
     "hybrid_search",
     "vector_search",
     "lexical_search",

@@ -34,6 +34,8 @@ declare
     target kb.embedding_models;
     admin boolean := kb.current_is_admin();
     writable integer [];
+    claimed bigint [];
+    n_lost bigint;
 begin
     if batch_size is null or batch_size not between 1 and 1000 then
         raise exception 'batch_size must be between 1 and 1000, got %', coalesce(batch_size::text, 'NULL')
@@ -53,39 +55,42 @@ begin
         from kb.knowledge_bases as k where kb.can_write_kb(k.id);
     end if;
 
-    with lost as (
-        select q.chunk_id from kb.embedding_queue as q
-        where q.model_id = target.id and not q.parked and q.next_attempt_at <= now()
-            and q.attempts >= max_attempts and (admin or q.kb_id = any(writable))
-        for update skip locked
-    )
-    update kb.embedding_queue as q
-    set parked = true,
-        last_error = left(format('claimed %s times without a result (did the worker crash?); last error: %s',
-            q.attempts, coalesce(q.last_error, 'none')), 2000)
-    from lost
-    where q.model_id = target.id and q.chunk_id = lost.chunk_id;
+    -- Claim in one statement. Picked entries already claimed max_attempts times are parked instead; if
+    -- that leaves nothing, pick again, so an empty result always means nothing is due.
+    loop
+        with picked as (
+            select q.chunk_id, q.attempts >= max_attempts as lost
+            from kb.embedding_queue as q
+            where q.model_id = target.id and not q.parked and q.next_attempt_at <= now()
+                and (admin or q.kb_id = any(writable))
+            order by q.next_attempt_at, q.chunk_id
+            limit batch_size
+            for update skip locked
+        ),
+        changed as (
+            update kb.embedding_queue as q
+            set attempts = q.attempts + (not picked.lost)::integer,
+                next_attempt_at = case when picked.lost then q.next_attempt_at else now() + lease end,
+                parked = picked.lost,
+                last_error = case when picked.lost then left(format(
+                    'claimed %s times without a result (did the worker crash?); last error: %s',
+                    q.attempts, coalesce(q.last_error, 'none')), 2000) else q.last_error end
+            from picked
+            where q.model_id = target.id and q.chunk_id = picked.chunk_id
+            returning q.chunk_id, q.parked
+        )
+        select coalesce(array_agg(changed.chunk_id) filter (where not changed.parked), '{}'),
+            count(*) filter (where changed.parked)
+        into claimed, n_lost
+        from changed;
+        exit when cardinality(claimed) > 0 or n_lost = 0;
+    end loop;
 
     return query
-    with picked as (
-        select q.chunk_id from kb.embedding_queue as q
-        where q.model_id = target.id and not q.parked and q.next_attempt_at <= now()
-            and (admin or q.kb_id = any(writable))
-        order by q.next_attempt_at, q.chunk_id
-        limit batch_size
-        for update skip locked
-    ),
-    claimed as (
-        update kb.embedding_queue as q
-        set attempts = q.attempts + 1, next_attempt_at = now() + lease
-        from picked
-        where q.model_id = target.id and q.chunk_id = picked.chunk_id
-        returning q.chunk_id
-    )
     select c.id, c.document_id, d.title, c.heading_path, c.content
-    from claimed
-    join kb.chunks as c on c.id = claimed.chunk_id
+    from kb.chunks as c
     join kb.documents as d on d.id = c.document_id
+    where c.id = any(claimed)
     order by c.id;
 end
 $$;

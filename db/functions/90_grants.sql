@@ -36,6 +36,8 @@ kb.replace_document(text, text, text, jsonb, text, jsonb, text, text, text),
 kb.delete_document(text, text),
 kb.record_ingest_failure(text, text, text),
 kb.store_embeddings(text, bigint[], vector[]),
+kb.claim_embedding_batch(text, integer, interval, integer),
+kb.fail_embedding_batch(text, bigint[], text, integer),
 kb.hybrid_search(
     text, integer, text, vector, text, double precision, double precision, double precision,
     double precision, integer, jsonb, double precision, double precision

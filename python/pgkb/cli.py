@@ -116,6 +116,12 @@ def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb.worker import run_cli
+
+    return run_cli(settings, once=args.once, batch=args.batch, model=args.model)
+
+
 def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb import embed_server
 
@@ -161,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--force", action="store_true", help="use even if chunks still lack embeddings")
     model.set_defaults(func=_cmd_model)
 
+    worker = sub.add_parser("worker", help="embed queued chunks (written without embeddings) until stopped")
+    worker.add_argument("--once", action="store_true", help="exit when nothing is due")
+    worker.add_argument("--batch", type=int, default=None, help="chunks per claim (default PGKB_EMBED_BATCH)")
+    worker.add_argument("--model", default=None, help="registry model (default PGKB_EMBED_MODEL, else the default)")
+    worker.set_defaults(func=_cmd_worker)
+
     from pgkb import embed_server
 
     es = sub.add_parser("embed-server", help="OpenAI-compatible embedding/rerank HTTP server (127.0.0.1:8765)")
@@ -185,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ClusterError, MigrationError, ConfigError, EmbeddingError, ChunkingError, FileNotFoundError) as e:
         print(f"pgkb: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("pgkb: interrupted", file=sys.stderr)
+        return 130
     except psycopg.OperationalError as e:
         print(f"pgkb: cannot reach the database: {e}", file=sys.stderr)
         return 1
