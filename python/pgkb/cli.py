@@ -129,6 +129,11 @@ def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.ingest:
+        from pgkb.bench_ingest import run_ingest_bench
+
+        run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
+        return 0
     from pgkb.bench import run_search_bench
 
     run_search_bench(chunks=args.chunks, queries=args.queries, datasets=args.datasets, out=args.out, kb_name=args.kb)
@@ -185,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--datasets", default="../shared/datasets", help="folder with the BEIR sets")
     bench.add_argument("--kb", default="bench", help="knowledge base to (re)load")
     bench.add_argument("--out", default=None, help="append a Markdown report to this file")
+    bench.add_argument("--ingest", metavar="DIR", help="instead: ingestion throughput vs raw encode on DIR")
     bench.set_defaults(func=_cmd_bench)
     return parser
 
