@@ -98,6 +98,16 @@ def test_rerun_is_incremental(db, docs, embedder):
     assert db.execute("select count(*) from kb.chunks where content like '%定制商品%'").fetchone()[0] == 1
 
 
+def test_files_without_text_are_skipped_not_failed(db, docs, embedder):
+    (docs / "components.md").write_text("---\ntitle: 组件\n---\n\n<script setup>\nimport X from './X.vue'\n</script>\n")
+    summary = run(db, docs, embedder)
+    assert (summary.added, summary.failed, summary.empty) == (3, 0, 1)
+    (docs / "policy.md").write_text("---\ntitle: 退款政策\n---\n")
+    again = run(db, docs, embedder)
+    assert (again.empty, again.removed) == (2, 1)
+    assert db.execute("select count(*) from kb.documents where doc_key = 'policy.md'").fetchone()[0] == 0
+
+
 def test_no_delete_keeps_documents_of_removed_files(db, docs, embedder):
     run(db, docs, embedder)
     (docs / "notes.txt").unlink()

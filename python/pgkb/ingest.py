@@ -42,6 +42,7 @@ class IngestSummary:
     unchanged: int = 0
     removed: int = 0
     failed: int = 0
+    empty: int = 0  # files with no indexable text (e.g. a page that is only front matter and components)
     chunks: int = 0
     seconds: float = 0.0
     failures: list[dict] = field(default_factory=list)
@@ -52,7 +53,7 @@ class IngestSummary:
     def line(self) -> str:
         return (
             f"{self.added} added, {self.changed} changed, {self.unchanged} unchanged, {self.removed} removed, "
-            f"{self.failed} failed; {self.chunks} chunks written in {self.seconds:.1f} s"
+            f"{self.failed} failed, {self.empty} without text; {self.chunks} chunks written in {self.seconds:.1f} s"
         )
 
 
@@ -262,10 +263,15 @@ def _prepare(
         return None
     try:
         doc = chunk_bytes(data, path.name, options.chunking)
-        if not doc.chunks:
-            raise ChunkingError("no text to index")
     except ChunkingError as e:
         _record_failure(conn, kb, doc_key, str(e), summary)
+        return None
+    if not doc.chunks:  # nothing to search: not a failure; an older indexed version goes away
+        with _summary_lock:
+            summary.empty += 1
+        if doc_key in known and conn.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+            with _summary_lock:
+                summary.removed += 1
         return None
     embeddings = None
     if not options.defer_embedding and embedder is not None:

@@ -1,0 +1,837 @@
+"""`pgkb mcp`: the knowledge base as an MCP server (official ``mcp`` SDK 2.x, ``MCPServer``).
+
+Tools (all read-only and idempotent; errors come back as tool errors the model can read):
+
+- ``search_knowledge(query, top_k=5, kb="")`` -- hybrid search (pgkb.search: client-side query embedding,
+  kb.hybrid_search, optional rerank). ``top_k`` is capped at MCP_MAX_TOP_K (20): larger values are
+  lowered and the response says so. Structured output (``SearchOutput``) plus a concise text rendering
+  ``[1] title > heading (score …, source)`` + content. The whole response stays under RESPONSE_BUDGET_CHARS
+  (60k characters, ~20k tokens): long contents are trimmed -- never whole results -- and the response
+  says which. An empty query is a tool error; no results is not (the text says so). When the embedding
+  endpoint fails the results are lexical-only and flagged ``degraded`` with the reason.
+- ``get_document(doc_id, kb="", chunk_index=-1, window=2)`` -- a whole document (chunk_index -1) or the
+  chunks ``chunk_index ± window`` around a hit. Reads kb.documents / kb.chunks as the acting user, so
+  row-level security decides visibility. A doc_id present in several visible knowledge bases without
+  ``kb`` is an error listing them.
+- ``list_knowledge_bases()`` -- the knowledge bases the caller can see, with document counts and the last
+  update.
+
+Resources: every document is ``kb://<kb>/<doc_key>`` (URI template ``kb://{kb}/{+doc_key}``; the
+``source`` of results without a source URL), so clients can open a citation.
+
+Identity: every call runs as a pgkb user -- ``set_config('pgkb.acting_user', user, true)`` in the call's
+transaction -- so the database decides what is visible. The server connects with PGKB_DATABASE_URL, a role
+that is a member of pgkb_service. stdio: the user is PGKB_USER (unset: no user, public knowledge bases
+only). HTTP: PGKB_MCP_TOKENS="token1:alice,token2:bob" maps bearer tokens to users (every request needs a
+valid token then); without tokens, PGKB_USER again.
+
+Transports: stdio (default; the SDK keeps stdout for the protocol, logs go to stderr) and
+``--transport http`` (``--host`` 127.0.0.1, ``--port`` 8766): streamable HTTP at ``/mcp``, which the SDK
+serves for both protocol generations (the ``initialize`` handshake revisions 2024-11-05 .. 2025-11-25 and
+the stateless 2026-07-28 per-request envelope), plus the deprecated HTTP+SSE transport at ``/sse`` and
+``/messages/`` for old clients. HTTP requests with an ``Origin`` other than localhost / 127.0.0.1 / [::1]
+are refused (403) unless listed in PGKB_MCP_ALLOWED_ORIGINS (comma-separated, ``*`` for any); when bound
+to a loopback address the ``Host`` header must be a loopback name too (DNS-rebinding protection).
+
+Robustness: a fresh database connection per call (a restarted database is simply reconnected to);
+statement_timeout PGKB_STATEMENT_TIMEOUT_MS (default 10000) per call, reported as a clear tool error;
+an unreachable embedding endpoint gives degraded lexical-only results, never an error.
+
+Logging: ``--verbose`` logs every stage to stderr. PGKB_QUERY_LOG=<path> appends one JSON line per search:
+timestamp, user, query, kb, top_k, each result's doc/chunk/score and leg ranks, per-stage milliseconds.
+
+Run as ``pgkb mcp`` or ``python -m pgkb.mcp_server``. Importing this module does not import the SDK
+(``build_server`` does), so `pgkb` stays quick to start.
+"""
+
+import argparse
+import contextlib
+import hmac
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import psycopg
+from pydantic import BaseModel, Field
+
+from pgkb.config import ConfigError, Settings
+from pgkb.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
+from pgkb.search import SearchOptions, SearchResponse, search, validate
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8766
+MCP_MAX_TOP_K = 20
+RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + structured content)
+RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
+MAX_WINDOW = 20
+EMBEDDER_RETRY_SECONDS = 60  # after a failed embedder load, searches run lexical-only this long before retrying
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+log = logging.getLogger("pgkb.mcp")
+
+
+# ------------------------------------------------------------------------------------------ configuration
+
+
+def parse_tokens(raw: str) -> dict[str, str]:
+    """``"token1:alice,token2:bob"`` -> {token: user}; ConfigError for malformed entries."""
+    tokens: dict[str, str] = {}
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        token, sep, user = entry.rpartition(":")
+        if not sep or not token.strip() or not user.strip():
+            raise ConfigError('PGKB_MCP_TOKENS must look like "token1:alice,token2:bob"')
+        tokens[token.strip()] = user.strip()
+    return tokens
+
+
+@dataclass
+class McpConfig:
+    settings: Settings
+    database_url: str
+    default_user: str | None = None
+    tokens: dict[str, str] = field(default_factory=dict)
+    allowed_origins: tuple[str, ...] = ()
+    options: SearchOptions = field(default_factory=SearchOptions)
+    query_log: Path | None = None
+    verbose: bool = False
+
+    @classmethod
+    def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> "McpConfig":
+        from pgkb.db import database_url
+
+        env = os.environ if env is None else env
+        log_path = env.get("PGKB_QUERY_LOG", "").strip()
+        return cls(
+            settings=settings,
+            database_url=database_url(settings),
+            default_user=env.get("PGKB_USER", "").strip() or None,
+            tokens=parse_tokens(env.get("PGKB_MCP_TOKENS", "")),
+            allowed_origins=tuple(o.strip() for o in env.get("PGKB_MCP_ALLOWED_ORIGINS", "").split(",") if o.strip()),
+            options=SearchOptions.from_env(env),
+            query_log=Path(log_path) if log_path else None,
+            verbose=verbose,
+        )
+
+
+# ------------------------------------------------------------------------------------------ output models
+
+
+class SearchResultItem(BaseModel):
+    rank: int = Field(description="1 = best")
+    content: str = Field(description="the chunk's text (may be trimmed, see content_trimmed)")
+    title: str
+    kb: str = Field(description="knowledge base")
+    doc_id: str = Field(description="the document key; pass it to get_document")
+    chunk_index: int
+    heading_path: list[str]
+    source: str = Field(description="source URL, else the kb://<kb>/<doc_key> resource URI")
+    uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
+    score: float = Field(description="the ranking score: rerank_score when reranked, else fused_score")
+    fused_score: float = Field(description="weighted reciprocal-rank-fusion score of the search legs")
+    vector_rank: int | None = Field(description="rank in the vector (semantic) leg; null: not found by it")
+    lexical_rank: int | None = Field(description="rank in the BM25 leg")
+    fuzzy_rank: int | None = Field(description="rank in the trigram (typo) leg")
+    rerank_score: float | None = Field(default=None, description="cross-encoder score (only when reranked)")
+    content_trimmed: bool = False
+
+
+class SearchOutput(BaseModel):
+    query: str
+    kb: str | None
+    top_k: int
+    result_count: int
+    results: list[SearchResultItem]
+    degraded: bool = Field(description="true when results are lexical-only or not reranked because of a failure")
+    degraded_reason: str | None
+    reranked: bool
+    trimmed: bool = Field(description="true when some contents were shortened to fit the size budget")
+    notes: list[str]
+    timings_ms: dict[str, float]
+
+
+class DocumentChunk(BaseModel):
+    chunk_index: int
+    heading_path: list[str]
+    chunk_type: str
+    content: str
+    content_trimmed: bool = False
+
+
+class DocumentOutput(BaseModel):
+    kb: str
+    doc_id: str
+    title: str
+    source: str
+    uri: str
+    chunk_count: int = Field(description="chunks in the whole document")
+    updated_at: str
+    chunks: list[DocumentChunk]
+    trimmed: bool = Field(description="true when chunks or contents were left out to fit the size budget")
+    notes: list[str]
+
+
+class KnowledgeBaseInfo(BaseModel):
+    name: str
+    visibility: str
+    description: str
+    document_count: int
+    chunk_count: int
+    last_updated: str | None
+
+
+class KnowledgeBasesOutput(BaseModel):
+    knowledge_bases: list[KnowledgeBaseInfo]
+
+
+# ----------------------------------------------------------------------------------------------- backend
+
+
+class ToolFailure(Exception):
+    """An error meant for the caller (becomes a tool error / resource error)."""
+
+
+class _BrokenEmbedder:
+    """Stands in for an embedder that could not be loaded: every embed raises the load error."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.name, self.dimension = error, "unavailable", 0
+
+    def embed(self, texts):
+        raise EmbeddingError(f"embedder unavailable: {self.error}")
+
+
+class Backend:
+    """Database access for the tools; thread-safe (tools run in worker threads). A fresh connection per
+    call, so a restarted database costs nothing but the failed call in flight."""
+
+    def __init__(self, config: McpConfig, *, reranker=None, embedder=None) -> None:
+        self.config = config
+        self.reranker = reranker
+        self._embedder = embedder
+        self._spec: ModelSpec | None = None
+        self._embedder_failed_at = 0.0
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        try:
+            conn = psycopg.connect(self.config.database_url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as e:
+            raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+        try:
+            if conn.execute("select 1 from pg_extension where extname = 'vector'").fetchone():
+                from pgvector.psycopg import register_vector
+
+                register_vector(conn)
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:
+        """A transaction acting as ``user`` with the statement timeout, both transaction-local."""
+        with conn.transaction():
+            if user is not None:
+                conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
+            conn.execute(
+                "select set_config('statement_timeout', %s, true)", [str(self.config.options.statement_timeout_ms)]
+            )
+            yield
+
+    def embedder(self, conn: psycopg.Connection):
+        with self._lock:
+            if self._spec is None:
+                self._spec = model_spec(conn, self.config.settings.embed_model)
+            if self._embedder is None or (
+                isinstance(self._embedder, _BrokenEmbedder)
+                and time.monotonic() - self._embedder_failed_at > EMBEDDER_RETRY_SECONDS
+            ):
+                started = time.perf_counter()
+                try:
+                    self._embedder = load_embedder(self.config.settings, self._spec)
+                    log.info("loaded embedder %s in %.1f s", self._spec.name, time.perf_counter() - started)
+                except Exception as e:  # degraded search, never a crash
+                    log.warning("cannot load the embedder: %s", e)
+                    self._embedder, self._embedder_failed_at = _BrokenEmbedder(e), time.monotonic()
+            return self._spec, self._embedder
+
+    def search(self, user: str | None, query: str, top_k: int, kb: str | None) -> SearchResponse:
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "search"):
+            spec, embedder = self.embedder(conn)
+            response = search(
+                conn,
+                self.config.settings,
+                query,
+                top_k,
+                kb,
+                embedder=embedder,
+                reranker=self.reranker,
+                user=user,
+                options=self.config.options,
+                spec=spec,
+                max_top_k=MCP_MAX_TOP_K,
+            )
+        t = response.timings_ms
+        log.info(
+            "search user=%s kb=%s top_k=%d: %d results, embed %.0f ms, search %.0f ms%s%s",
+            user,
+            kb,
+            top_k,
+            len(response.results),
+            t.get("embed", 0),
+            t.get("search", 0),
+            f", rerank {t['rerank']:.0f} ms" if "rerank" in t else "",
+            f" (degraded: {response.degraded_reason})" if response.degraded else "",
+        )
+        self.log_query(response)
+        return response
+
+    def document(self, user: str | None, doc_id: str, kb: str | None, chunk_index: int, window: int) -> dict:
+        if not doc_id or not doc_id.strip():
+            raise ToolFailure("doc_id must not be empty: pass the doc_id of a search result")
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "get_document"),
+            self.acting(conn, user),
+        ):
+            docs = conn.execute(
+                "select d.id, k.name, d.doc_key, d.title, d.source_url, d.chunk_count, d.updated_at"
+                " from kb.documents d join kb.knowledge_bases k on k.id = d.kb_id"
+                " where d.doc_key = %s and (%s::text is null or k.name = %s) order by k.name",
+                [doc_id, kb, kb],
+            ).fetchall()
+            if not docs:
+                if (
+                    kb is not None
+                    and not conn.execute("select 1 from kb.knowledge_bases where name = %s", [kb]).fetchone()
+                ):
+                    raise ToolFailure(f'unknown knowledge base "{kb}"; list_knowledge_bases shows the ones you can see')
+                where = f' in knowledge base "{kb}"' if kb else ""
+                raise ToolFailure(f'unknown document "{doc_id}"{where}; use the doc_id of a search result')
+            if len(docs) > 1:
+                names = ", ".join(d[1] for d in docs)
+                raise ToolFailure(f'document "{doc_id}" exists in several knowledge bases ({names}); pass kb')
+            did, kb_name, doc_key, title, source_url, chunk_count, updated = docs[0]
+            if chunk_index >= 0:
+                total = conn.execute("select count(*) from kb.chunks where document_id = %s", [did]).fetchone()[0]
+                if not conn.execute(
+                    "select 1 from kb.chunks where document_id = %s and ordinal = %s", [did, chunk_index]
+                ).fetchone():
+                    raise ToolFailure(
+                        f'document "{doc_id}" has no chunk {chunk_index} (it has {total} chunks; '
+                        "chunk_index -1 returns the whole document)"
+                    )
+                lo, hi = chunk_index - window, chunk_index + window
+            else:
+                total, lo, hi = None, None, None
+            chunks = conn.execute(
+                "select ordinal, heading_path, chunk_type, content from kb.chunks where document_id = %s"
+                " and (%s::int is null or ordinal between %s and %s) order by ordinal",
+                [did, lo, lo, hi],
+            ).fetchall()
+            if total is None:
+                total = len(chunks)
+        return {
+            "kb": kb_name,
+            "doc_id": doc_key,
+            "title": title,
+            "source": source_url or f"kb://{kb_name}/{doc_key}",
+            "uri": f"kb://{kb_name}/{doc_key}",
+            "chunk_count": total,
+            "updated_at": updated.isoformat(),
+            "chunks": [
+                {"chunk_index": o, "heading_path": list(h), "chunk_type": t, "content": c} for o, h, t, c in chunks
+            ],
+        }
+
+    def knowledge_bases(self, user: str | None) -> list[dict]:
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "list_knowledge_bases"),
+            self.acting(conn, user),
+        ):
+            rows = conn.execute(
+                "select k.name, k.visibility, k.description, count(d.id), coalesce(sum(d.chunk_count), 0),"
+                " greatest(k.updated_at, max(d.updated_at))"
+                " from kb.knowledge_bases k left join kb.documents d on d.kb_id = k.id"
+                " group by k.id order by k.name"
+            ).fetchall()
+        return [
+            {
+                "name": n,
+                "visibility": v,
+                "description": desc,
+                "document_count": int(docs),
+                "chunk_count": int(chunks),
+                "last_updated": last.isoformat() if last else None,
+            }
+            for n, v, desc, docs, chunks, last in rows
+        ]
+
+    def log_query(self, response: SearchResponse) -> None:
+        path = self.config.query_log
+        if path is None:
+            return
+        record = {
+            "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "user": response.user,
+            "query": response.query,
+            "kb": response.kb,
+            "top_k": response.top_k,
+            "degraded": response.degraded,
+            "degraded_reason": response.degraded_reason,
+            "reranked": response.reranked,
+            "results": [
+                {
+                    "kb": h.kb,
+                    "doc": h.doc_key,
+                    "chunk": h.chunk_index,
+                    "score": h.final_score,
+                    "fused_score": h.score,
+                    "rerank_score": h.rerank_score,
+                    "vector_rank": h.vector_rank,
+                    "lexical_rank": h.lexical_rank,
+                    "fuzzy_rank": h.fuzzy_rank,
+                }
+                for h in response.results
+            ],
+            "ms": response.timings_ms,
+        }
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        try:
+            with self._log_lock, path.open("a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as e:
+            log.warning("cannot write the query log %s: %s", path, e)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+@contextlib.contextmanager
+def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
+    """Database failures as ToolFailure messages a model (and a person) can act on."""
+    try:
+        yield
+    except psycopg.errors.QueryCanceled as e:
+        raise ToolFailure(
+            f"{what} timed out after {timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS); try a more specific query or a kb"
+        ) from e
+    except psycopg.OperationalError as e:
+        raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+    except psycopg.Error as e:
+        diag = getattr(e, "diag", None)
+        message = (diag.message_primary if diag else None) or _first_line(e)
+        hint = diag.message_hint if diag else None
+        if isinstance(e, psycopg.errors.NoDataFound) and "knowledge base" in message:
+            hint = "list_knowledge_bases shows the ones you can see"
+        raise ToolFailure(message + (f" ({hint})" if hint else "")) from e
+
+
+# -------------------------------------------------------------------------------------------- rendering
+
+
+def _trim(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[: max(0, limit - 12)].rstrip() + " …[trimmed]", True
+
+
+def render_search(response: SearchResponse, notes: list[str]):
+    """A CallToolResult: structured content + concise text, within RESPONSE_BUDGET_CHARS (contents trimmed,
+    never whole results)."""
+    from mcp.types import CallToolResult, TextContent
+
+    hits = response.results
+    # text and structured content both carry the contents: half the budget each, minus the fixed parts
+    overhead = 600 + sum(400 + len(h.title) * 2 + len(h.source) * 2 + 40 * len(h.heading_path) for h in hits)
+    budget = max(2000, (RESPONSE_BUDGET_CHARS - overhead) // 2)
+    trimmed_ranks: list[int] = []
+    contents: list[str] = []
+    remaining = budget
+    for i, hit in enumerate(hits):
+        share = remaining // (len(hits) - i)  # fair share; unused share goes to later results
+        content, cut = _trim(hit.content, max(200, share))
+        if cut:
+            trimmed_ranks.append(i + 1)
+        contents.append(content)
+        remaining -= len(content)
+    notes = list(notes)
+    if trimmed_ranks:
+        notes.append(
+            f"content of results {', '.join(map(str, trimmed_ranks))} was trimmed to fit the response size "
+            "budget; get_document(doc_id, kb, chunk_index) returns the full text"
+        )
+    items = []
+    for rank, (hit, content) in enumerate(zip(hits, contents, strict=True), 1):
+        item = SearchResultItem(
+            rank=rank,
+            content=content,
+            title=hit.title,
+            kb=hit.kb,
+            doc_id=hit.doc_key,
+            chunk_index=hit.chunk_index,
+            heading_path=list(hit.heading_path),
+            source=hit.source,
+            uri=f"kb://{hit.kb}/{hit.doc_key}",
+            score=hit.final_score,
+            fused_score=hit.score,
+            vector_rank=hit.vector_rank,
+            lexical_rank=hit.lexical_rank,
+            fuzzy_rank=hit.fuzzy_rank,
+            rerank_score=hit.rerank_score,
+            content_trimmed=rank in trimmed_ranks,
+        ).model_dump(mode="json")
+        if item["rerank_score"] is None:
+            del item["rerank_score"]
+        items.append(item)
+    if response.below_min_score:
+        notes.append(f"{response.below_min_score} results scored below PGKB_RERANK_MIN_SCORE and were dropped")
+    output = SearchOutput(
+        query=response.query,
+        kb=response.kb,
+        top_k=response.top_k,
+        result_count=len(items),
+        results=[],
+        degraded=response.degraded,
+        degraded_reason=response.degraded_reason,
+        reranked=response.reranked,
+        trimmed=bool(trimmed_ranks),
+        notes=notes,
+        timings_ms=response.timings_ms,
+    ).model_dump(mode="json")
+    output["results"] = items
+
+    lines: list[str] = []
+    if response.degraded:
+        lines.append(f"Note: degraded results — {response.degraded_reason}")
+    lines.extend(f"Note: {n}" for n in notes)
+    if not items:
+        where = f' in knowledge base "{response.kb}"' if response.kb else ""
+        lines.append(f'No results for "{response.query}"{where}. Try other words or list_knowledge_bases.')
+    for item in items:
+        location = " > ".join([item["title"] or item["doc_id"], *item["heading_path"]])
+        lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']})")
+        lines.append(item["content"])
+        lines.append("")
+    text = "\n".join(lines).rstrip() + "\n"
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=output)
+
+
+def render_document(doc: dict, budget: int) -> tuple[dict, str]:
+    """Fit a document's chunks into ``budget`` characters (text and structured both carry them: half each);
+    chunks left out are named in the notes."""
+    notes: list[str] = []
+    half = max(2000, budget // 2 - 2000)
+    chunks, used, omitted_from = [], 0, None
+    for chunk in doc["chunks"]:
+        room = half - used
+        if room < 200:
+            omitted_from = chunk["chunk_index"]
+            break
+        content, cut = _trim(chunk["content"], room)
+        chunks.append({**chunk, "content": content, "content_trimmed": cut})
+        used += len(content) + 40
+        if cut:
+            notes.append(f"chunk {chunk['chunk_index']} was trimmed to fit the size budget")
+    if omitted_from is not None:
+        last = doc["chunks"][-1]["chunk_index"]
+        notes.append(
+            f"chunks {omitted_from}..{last} were left out to fit the size budget; call get_document with "
+            f"chunk_index={omitted_from} (and a window) to read them"
+        )
+    out = {**doc, "chunks": chunks, "trimmed": bool(notes), "notes": notes}
+    lines = [f"# {doc['title'] or doc['doc_id']}", f"{doc['source']} ({doc['kb']}, {doc['chunk_count']} chunks)"]
+    lines.extend(f"Note: {n}" for n in notes)
+    for chunk in chunks:
+        heading = " > ".join(chunk["heading_path"])
+        lines.append("")
+        lines.append(f"[chunk {chunk['chunk_index']}]" + (f" {heading}" if heading else ""))
+        lines.append(chunk["content"])
+    return out, "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ server
+
+
+def build_server(backend: Backend):
+    """The MCPServer with pgkb's tools and document resources."""
+    from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
+    from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+    read_only = ToolAnnotations(
+        read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
+    )
+    config = backend.config
+    server = MCPServer(
+        "pgkb",
+        title="pgkb knowledge base",
+        instructions=(
+            "Search the team's private knowledge base (docs, runbooks, FAQs; mostly Chinese, some English). "
+            "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
+            "Cite sources by their source URL or kb:// URI."
+        ),
+        version=_version(),
+        log_level="INFO" if config.verbose else "WARNING",
+    )
+
+    def user_of(ctx: Context | None) -> str | None:
+        headers = None
+        if ctx is not None:
+            with contextlib.suppress(ValueError, AttributeError):
+                headers = ctx.headers
+        if config.tokens and headers is not None:
+            token = _bearer(headers.get("authorization"))
+            for known, user in config.tokens.items():
+                if token is not None and hmac.compare_digest(token.encode(), known.encode()):
+                    return user
+            raise ToolFailure("unauthorized: send Authorization: Bearer <token>")
+        return config.default_user
+
+    @server.tool(name="search_knowledge", title="Search the knowledge base", annotations=read_only)
+    def search_knowledge(
+        query: Annotated[str, Field(description="the question or keywords (Chinese or English)")],
+        ctx: Context,
+        top_k: Annotated[int, Field(description=f"results to return, 1-{MCP_MAX_TOP_K}")] = 5,
+        kb: Annotated[str, Field(description='one knowledge base to search; "" = all you can see')] = "",
+    ) -> Annotated[CallToolResult, SearchOutput]:
+        """Search the knowledge base (hybrid semantic + keyword + fuzzy search; Chinese and English).
+
+        query: the question or keywords. top_k: results to return (1-20; larger values are capped at 20).
+        kb: search only this knowledge base ("" = every knowledge base you can see).
+        Returns the best-matching passages with title, heading path, source, doc_id and chunk_index;
+        call get_document(doc_id, kb, chunk_index) to read around a passage.
+        """
+        notes = []
+        if not isinstance(top_k, int) or top_k < 1:
+            raise ToolError(f"top_k must be at least 1, got {top_k}")
+        if top_k > MCP_MAX_TOP_K:
+            notes.append(f"top_k {top_k} was capped at {MCP_MAX_TOP_K}")
+            top_k = MCP_MAX_TOP_K
+        try:
+            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)
+            user = user_of(ctx)
+            response = backend.search(user, query, top_k, kb.strip() or None)
+        except (ToolFailure, ValueError) as e:
+            raise ToolError(str(e)) from e
+        return render_search(response, notes)
+
+    @server.tool(name="get_document", title="Read a document", annotations=read_only)
+    def get_document(
+        doc_id: Annotated[str, Field(description="the doc_id of a search result (the document key)")],
+        ctx: Context,
+        kb: Annotated[str, Field(description="the result's knowledge base (needed when ambiguous)")] = "",
+        chunk_index: Annotated[int, Field(description="-1: whole document; else the chunk to centre on")] = -1,
+        window: Annotated[int, Field(description=f"chunks before and after chunk_index, 0-{MAX_WINDOW}")] = 2,
+    ) -> Annotated[CallToolResult, DocumentOutput]:
+        """Read a document of the knowledge base: all of it (chunk_index -1), or the chunks around one hit
+        (chunk_index ± window, window 0-20). doc_id is the doc_id of a search result; pass its kb too when the
+        same doc_id exists in several knowledge bases. Very long documents are cut to a size budget and the
+        result says which chunks were left out."""
+        if not 0 <= window <= MAX_WINDOW:
+            raise ToolError(f"window must be between 0 and {MAX_WINDOW}, got {window}")
+        try:
+            doc = backend.document(user_of(ctx), doc_id, kb.strip() or None, chunk_index, window)
+        except ToolFailure as e:
+            raise ToolError(str(e)) from e
+        out, text = render_document(doc, RESPONSE_BUDGET_CHARS)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
+
+    @server.tool(name="list_knowledge_bases", title="List knowledge bases", annotations=read_only)
+    def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, KnowledgeBasesOutput]:
+        """The knowledge bases you can search, with their document counts and when they last changed."""
+        try:
+            kbs = backend.knowledge_bases(user_of(ctx))
+        except ToolFailure as e:
+            raise ToolError(str(e)) from e
+        if kbs:
+            text = "\n".join(
+                f"- {k['name']} ({k['visibility']}): {k['document_count']} documents, last updated "
+                f"{k['last_updated']}" + (f" — {k['description']}" if k["description"] else "")
+                for k in kbs
+            )
+        else:
+            text = "No knowledge bases are visible to you."
+        return CallToolResult(
+            content=[TextContent(type="text", text=text + "\n")], structured_content={"knowledge_bases": kbs}
+        )
+
+    @server.resource(
+        "kb://{kb}/{+doc_key}",
+        name="document",
+        title="Knowledge base document",
+        description="A whole document of the knowledge base (Markdown), e.g. a search result's uri",
+        mime_type="text/markdown",
+        security=ResourceSecurity(exempt_params={"doc_key"}),  # a database key, not a file path
+    )
+    def read_document(kb: str, doc_key: str, ctx: Context) -> str:
+        try:
+            doc = backend.document(user_of(ctx), doc_key, kb, -1, 0)
+        except ToolFailure as e:
+            if str(e).startswith("unknown"):
+                raise ResourceNotFoundError(str(e)) from e
+            raise ResourceError(str(e)) from e
+        return render_document(doc, RESOURCE_BUDGET_CHARS)[1]
+
+    return server
+
+
+def _bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pgkb")
+    except Exception:
+        return "0"
+
+
+# --------------------------------------------------------------------------------------------- HTTP guard
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Localhost origins always; others only when listed (or ``*``)."""
+    if "*" in allowed or origin in allowed:
+        return True
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:
+        return False
+    return host in LOOPBACK
+
+
+class HttpGuard:
+    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, bearer tokens;
+    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP."""
+
+    def __init__(self, app, *, tokens: dict[str, str], allowed_origins: tuple[str, ...], loopback: bool, sse_app=None):
+        self.app, self.sse_app = app, sse_app
+        self.tokens, self.allowed_origins, self.loopback = tokens, allowed_origins, loopback
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import Headers
+
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin and not origin_allowed(origin, self.allowed_origins):
+            log.warning("refused Origin %s", origin)
+            await _reply(send, 403, f"Origin {origin} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)")
+            return
+        if self.loopback:
+            host = (headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
+            if host not in LOOPBACK:
+                await _reply(send, 421, "Host must be localhost, 127.0.0.1 or [::1]")
+                return
+        if self.tokens:
+            token = _bearer(headers.get("authorization"))
+            if token is None or not any(hmac.compare_digest(token.encode(), t.encode()) for t in self.tokens):
+                await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
+                return
+        path = scope.get("path", "")
+        if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
+            await self.sse_app(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _reply(send, status: int, message: str, extra: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def http_app(server, config: McpConfig, host: str):
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
+    app = server.streamable_http_app(transport_security=off, host=host)
+    sse = server.sse_app(transport_security=off, host=host)
+    return HttpGuard(
+        app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK, sse_app=sse
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `pgkb mcp` options (argparse)."""
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP address (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    parser.add_argument("--verbose", action="store_true", help="log every stage to stderr")
+    parser.add_argument("--no-rerank", action="store_true", help="ignore PGKB_RERANK_URL / PGKB_RERANK_MODEL")
+
+
+def run(args, settings: Settings) -> int:
+    """Serve until stopped. Configuration errors print to stderr and return 2."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    if args.verbose:
+        log.setLevel(logging.INFO)
+    from pgkb.rerank import RerankError, load_reranker
+
+    try:
+        config = McpConfig.from_env(settings, verbose=args.verbose)
+        reranker = None if args.no_rerank else load_reranker()
+    except (ConfigError, RerankError, EmbeddingError) as e:
+        print(f"pgkb: mcp: {e}", file=sys.stderr)
+        return 2
+    if args.transport == "http" and not config.tokens and args.host not in LOOPBACK:
+        log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", args.host, config.default_user)
+    server = build_server(Backend(config, reranker=reranker))
+    if args.transport == "stdio":
+        server.run("stdio")
+        return 0
+    import uvicorn
+
+    app = http_app(server, config, args.host)
+    log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
+    uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    ).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pgkb mcp", description="pgkb as an MCP server")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as e:
+        print(f"pgkb: mcp: {e}", file=sys.stderr)
+        return 2
+    return run(args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

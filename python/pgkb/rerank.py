@@ -1,0 +1,159 @@
+"""Rerankers: ``score(query, documents) -> one relevance score per document`` (higher is better).
+
+- ``LocalReranker``: a sentence-transformers ``CrossEncoder`` in-process (model name or local path; the
+  production recommendation is ``BAAI/bge-reranker-v2-m3``). Sigmoid scores in [0, 1].
+- ``HttpReranker``: a remote rerank endpoint, either the Cohere/Jina shape (``POST …/v1/rerank`` or
+  ``…/v2/rerank`` with ``{"model", "query", "documents"}`` -> ``{"results": [{"index",
+  "relevance_score"}]}``; `pgkb embed-server`, Jina, Cohere, vLLM) or the TEI shape (``POST …/rerank`` with
+  ``{"query", "texts"}`` -> ``[{"index", "score"}]``; text-embeddings-inference). Bounded retries with
+  exponential backoff on connection errors, timeouts, 429 and 5xx.
+
+Configuration (``load_reranker``):
+  PGKB_RERANK_URL      remote endpoint (full URL: …/v1/rerank, …/v2/rerank or …/rerank); wins over the model
+  PGKB_RERANK_API_KEY  bearer token for PGKB_RERANK_URL
+  PGKB_RERANK_MODEL    local CrossEncoder name/path; with PGKB_RERANK_URL, the model name sent to it
+  PGKB_RERANK_API      cohere | tei (default: guessed from the URL path)
+
+The tests use a CrossEncoder built locally from all-MiniLM-L6-v2's encoder with an untrained one-logit
+head: it exercises the real code paths but its scores mean nothing. Any statement about rerank quality
+needs the real model (BAAI/bge-reranker-v2-m3 or similar).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Protocol
+
+from pgkb.embed_server import CrossEncoderReranker
+
+RERANK_URL_ENV = "PGKB_RERANK_URL"
+RERANK_KEY_ENV = "PGKB_RERANK_API_KEY"
+RERANK_MODEL_ENV = "PGKB_RERANK_MODEL"
+RERANK_API_ENV = "PGKB_RERANK_API"
+APIS = ("cohere", "tei")
+
+
+class RerankError(RuntimeError):
+    """Reranking failed (endpoint down, bad answer, model not loadable)."""
+
+
+class Reranker(Protocol):
+    name: str
+
+    def score(self, query: str, documents: Sequence[str]) -> Sequence[float]: ...
+
+
+class LocalReranker(CrossEncoderReranker):
+    """A sentence-transformers CrossEncoder in this process, safe to share between threads.
+
+    Also usable as the ``reranker`` of ``pgkb.embed_server.start_in_thread`` (same interface)."""
+
+    def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
+        try:
+            super().__init__(model, device=device, batch_size=batch_size)
+        except Exception as e:
+            raise RerankError(f"cannot load rerank model {model!r}: {e}") from e
+        self._lock = threading.Lock()
+
+    def score(self, query: str, documents: Sequence[str], *, raw: bool = False):
+        if not documents:
+            return []
+        with self._lock:
+            return super().score(query, documents, raw=raw)
+
+
+def guess_api(url: str) -> str:
+    """``tei`` for a URL whose path ends in /rerank without a /v1 or /v2 before it, else ``cohere``."""
+    path = url.split("?", 1)[0].rstrip("/")
+    if path.endswith("/rerank") and not path.endswith(("/v1/rerank", "/v2/rerank")):
+        return "tei"
+    return "cohere"
+
+
+class HttpReranker:
+    """A remote rerank endpoint (Cohere/Jina or TEI shape), retried with exponential backoff."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        api_key: str = "",
+        *,
+        api: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise RerankError(f"rerank URL must be http(s), got {url!r}")
+        api = api or guess_api(url)
+        if api not in APIS:
+            raise RerankError(f"rerank API must be one of {APIS}, got {api!r}")
+        self.url, self.model, self.api_key, self.api = url, model, api_key, api
+        self.name = model or url
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+
+    def score(self, query: str, documents: Sequence[str]) -> list[float]:
+        documents = list(documents)
+        if not documents:
+            return []
+        if self.api == "tei":
+            body: dict = {"query": query, "texts": documents, "raw_scores": False}
+        else:
+            body = {"query": query, "documents": documents, "top_n": len(documents)}
+            if self.model:
+                body["model"] = self.model
+        answer = self._post(body)
+        items = answer.get("results") if isinstance(answer, dict) else answer
+        key = "score" if self.api == "tei" else "relevance_score"
+        scores: list[float | None] = [None] * len(documents)
+        try:
+            for item in items:
+                scores[int(item["index"])] = float(item[key])
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise RerankError(f"{self.url} returned no usable rerank results") from e
+        if any(s is None for s in scores):
+            raise RerankError(f"{self.url} scored {sum(s is not None for s in scores)} of {len(documents)} documents")
+        return scores  # type: ignore[return-value]
+
+    def _post(self, body: dict) -> object:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode("utf-8", "replace")
+                last = RerankError(f"{self.url} answered HTTP {e.code}: {detail}")
+                if e.code < 500 and e.code != 429:
+                    raise last from e
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                last = RerankError(f"{self.url} unreachable: {getattr(e, 'reason', e)}")
+            except ValueError as e:
+                raise RerankError(f"{self.url} did not answer JSON") from e
+        raise RerankError(f"{last} (after {self.retries + 1} attempts)")
+
+
+def load_reranker(env: dict[str, str] | None = None) -> Reranker | None:
+    """The reranker the environment configures, or None (see the module docstring)."""
+    env = os.environ if env is None else env
+    url = env.get(RERANK_URL_ENV, "").strip()
+    model = env.get(RERANK_MODEL_ENV, "").strip() or None
+    if url:
+        return HttpReranker(url, model, env.get(RERANK_KEY_ENV, ""), api=env.get(RERANK_API_ENV, "").strip() or None)
+    if model:
+        return LocalReranker(model)
+    return None

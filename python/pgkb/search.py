@@ -1,0 +1,422 @@
+"""Client-side search: embed the query, call ``kb.hybrid_search``, optionally rerank; and `pgkb search`.
+
+``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
+MCP server (pgkb.mcp_server) call:
+
+1. validates the input (empty or whitespace-only query, > 4000 characters, top_k outside 1..MAX_TOP_K:
+   ``ValueError`` with a message meant for people and models);
+2. embeds the query with the configured embedder (PGKB_EMBED_PROVIDER; the registry's query prefix, e.g.
+   ``query: ``). When that fails (HttpEmbedder gives up after its bounded retries, the model cannot be
+   loaded ...) the search runs the lexical legs only -- ``query_embedding => NULL, vector_weight => 0``, so
+   the database does not try its own HTTP embedding either -- and the response says ``degraded=True``
+   with the reason;
+3. calls ``kb.hybrid_search`` in one transaction that sets ``pgkb.acting_user`` (when ``user`` is given;
+   the connection must then belong to a member of pgkb_service) and ``statement_timeout``
+   (PGKB_STATEMENT_TIMEOUT_MS, default 10000) with ``set_config(..., true)``, i.e. transaction-local:
+   nothing leaks to the next use of the connection;
+4. with a reranker (pgkb.rerank), reranks the fused top ``rerank_depth`` (PGKB_RERANK_DEPTH, default 40)
+   and keeps the best ``top_k`` whose rerank score is at least PGKB_RERANK_MIN_SCORE (rerank scores only;
+   the fused RRF score is never thresholded). A failing reranker degrades to the fused order.
+
+Per-stage wall-clock milliseconds (embed, search, rerank, total) come back in ``SearchResponse.timings_ms``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pgkb.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
+
+MAX_TOP_K = 100  # kb.hybrid_search's own limit
+MAX_QUERY_CHARS = 4000
+DEFAULT_RERANK_DEPTH = 40
+DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+_BLANK = " \t\r\n\u3000"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Search settings from the environment (names shared by the CLI and the MCP server).
+
+    PGKB_STATEMENT_TIMEOUT_MS  per-search statement_timeout (default 10000; 0 = none)
+    PGKB_RERANK_DEPTH          fused candidates handed to the reranker (default 40, at most 100)
+    PGKB_RERANK_MIN_SCORE      drop reranked results scoring below this (rerank scores only; default none)
+    """
+
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS
+    rerank_depth: int = DEFAULT_RERANK_DEPTH
+    rerank_min_score: float | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> SearchOptions:
+        from pgkb.config import ConfigError
+
+        env = os.environ if env is None else env
+
+        def number(name: str, kind, default):
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                return kind(raw)
+            except ValueError as e:
+                raise ConfigError(f"{name} must be a number, got {raw!r}") from e
+
+        timeout = number("PGKB_STATEMENT_TIMEOUT_MS", int, DEFAULT_STATEMENT_TIMEOUT_MS)
+        depth = number("PGKB_RERANK_DEPTH", int, DEFAULT_RERANK_DEPTH)
+        if timeout < 0:
+            raise ConfigError("PGKB_STATEMENT_TIMEOUT_MS must be >= 0 (0 disables it)")
+        if not 1 <= depth <= MAX_TOP_K:
+            raise ConfigError(f"PGKB_RERANK_DEPTH must be between 1 and {MAX_TOP_K}")
+        return cls(timeout, depth, number("PGKB_RERANK_MIN_SCORE", float, None))
+
+
+@dataclass
+class SearchHit:
+    """One kb.search_result row, plus ``rerank_score`` when a reranker ordered the results."""
+
+    chunk_id: int
+    kb: str
+    doc_key: str
+    title: str
+    heading_path: list[str]
+    chunk_index: int
+    content: str
+    source_url: str | None
+    chunk_type: str
+    metadata: dict
+    score: float  # fused RRF score from kb.hybrid_search
+    vector_rank: int | None
+    lexical_rank: int | None
+    fuzzy_rank: int | None
+    vector_score: float | None
+    lexical_score: float | None
+    fuzzy_score: float | None
+    rerank_score: float | None = None
+
+    @property
+    def source(self) -> str:
+        """Where the chunk came from: its source URL, else the ``kb://<kb>/<doc_key>`` resource URI."""
+        return self.source_url or f"kb://{self.kb}/{self.doc_key}"
+
+    @property
+    def final_score(self) -> float:
+        """The score the results are ordered by: the rerank score when reranked, else the fused score."""
+        return self.rerank_score if self.rerank_score is not None else self.score
+
+    def location(self) -> str:
+        """``title > heading > path`` (the title alone when there is no heading path)."""
+        return " > ".join([self.title or self.doc_key, *self.heading_path])
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    top_k: int
+    kb: str | None
+    user: str | None
+    results: list[SearchHit]
+    degraded: bool = False
+    degraded_reasons: list[str] = field(default_factory=list)
+    vector_used: bool = False
+    reranked: bool = False
+    below_min_score: int = 0  # reranked results dropped by PGKB_RERANK_MIN_SCORE
+    model: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def degraded_reason(self) -> str | None:
+        return "; ".join(self.degraded_reasons) or None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["degraded_reason"] = self.degraded_reason
+        for hit, row in zip(self.results, out["results"], strict=True):
+            row["source"] = hit.source
+        return out
+
+
+def validate(query: object, top_k: object, max_top_k: int = MAX_TOP_K) -> tuple[str, int]:
+    """The query (stripped) and top_k, or ValueError saying what is wrong."""
+    if not isinstance(query, str) or not query.strip(_BLANK):
+        raise ValueError("query must not be empty: pass the question or keywords to search for")
+    query = query.strip(_BLANK)
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are accepted")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
+        raise ValueError(f"top_k must be an integer between 1 and {max_top_k}, got {top_k!r}")
+    return query, top_k
+
+
+def rerank_text(hit: SearchHit) -> str:
+    """What a reranker reads for a hit: the location (title > headings) and the content."""
+    return f"{hit.location()}\n{hit.content}"
+
+
+_COLUMNS = (
+    "chunk_id, kb, doc_key, title, heading_path, chunk_index, content, source_url, chunk_type, metadata, score,"
+    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, vector_used"
+)
+
+
+def _acting(conn, user: str | None, timeout_ms: int) -> None:
+    """Transaction-local identity and timeout (call inside ``conn.transaction()``)."""
+    if user is not None:
+        conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
+    conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+
+
+def search(
+    conn,
+    settings,
+    query: str,
+    top_k: int = 5,
+    kb: str | None = None,
+    *,
+    embedder: Embedder | None = None,
+    reranker=None,
+    user: str | None = None,
+    options: SearchOptions | None = None,
+    spec: ModelSpec | None = None,
+    max_top_k: int = MAX_TOP_K,
+) -> SearchResponse:
+    """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring.
+
+    ``embedder`` None loads the one ``settings`` configure (slow for the offline model: pass one in when
+    searching repeatedly). Raises ValueError for bad input and psycopg errors from the database (unknown
+    knowledge base: ``psycopg.errors.NoDataFound``; timeout: ``psycopg.errors.QueryCanceled``).
+    """
+    options = options or SearchOptions.from_env()
+    query, top_k = validate(query, top_k, max_top_k)
+    kb = kb or None
+    started = time.perf_counter()
+    response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
+
+    embedding = None
+    try:
+        spec = spec or model_spec(conn, settings.embed_model)
+        response.model = spec.name
+        embedder = embedder or load_embedder(settings, spec)
+        embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
+    except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
+        response.degraded = True
+        response.degraded_reasons.append(f"query embedding failed, lexical-only results ({e})")
+    t_embed = time.perf_counter()
+    response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
+
+    depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
+    params: dict[str, Any] = {
+        "query": query,
+        "top_k": depth,
+        "kb": kb,
+        "emb": None if embedding is None else _vector(embedding),
+        "model": response.model,
+        "vw": 1.0 if embedding is not None else 0.0,
+        "cand": max(40, depth),
+    }
+    with conn.transaction():
+        _acting(conn, user, options.statement_timeout_ms)
+        cur = conn.execute(
+            f"select {_COLUMNS} from kb.hybrid_search(%(query)s, top_k => %(top_k)s, kb => %(kb)s,"
+            " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s, candidates => %(cand)s)",
+            params,
+        )
+        rows = cur.fetchall()
+    t_search = time.perf_counter()
+    response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
+    hits = []
+    for row in rows:
+        *values, vector_used = row
+        hits.append(SearchHit(*values))
+        response.vector_used = response.vector_used or bool(vector_used)
+
+    if reranker is not None and hits:
+        try:
+            scores = list(reranker.score(query, [rerank_text(h) for h in hits]))
+            if len(scores) != len(hits):
+                raise RuntimeError(f"reranker returned {len(scores)} scores for {len(hits)} documents")
+            for hit, s in zip(hits, scores, strict=True):
+                hit.rerank_score = float(s)
+            hits.sort(key=lambda h: -h.rerank_score)
+            response.reranked = True
+            if options.rerank_min_score is not None:
+                kept = [h for h in hits if h.rerank_score >= options.rerank_min_score]
+                response.below_min_score = len(hits) - len(kept)
+                hits = kept
+        except Exception as e:  # a reranker is an optional refinement: never fail the search for it
+            for hit in hits:
+                hit.rerank_score = None
+            response.degraded = True
+            response.degraded_reasons.append(f"rerank failed, fused order kept ({e})")
+        response.timings_ms["rerank"] = round((time.perf_counter() - t_search) * 1000, 2)
+    response.results = hits[:top_k]
+    response.timings_ms["total"] = round((time.perf_counter() - started) * 1000, 2)
+    return response
+
+
+def _vector(values):
+    from pgvector import Vector
+
+    return Vector(values)
+
+
+# ------------------------------------------------------------------------------------------- highlighting
+
+
+_TERM = re.compile(r"[A-Za-z0-9_]{2,}|[\u3400-\u9fff\uf900-\ufaff]+")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def query_terms(query: str) -> list[str]:
+    """Terms to highlight: ASCII words (2+ characters) and CJK bigrams (a single CJK character alone)."""
+    terms: set[str] = set()
+    for m in _TERM.finditer(query):
+        word = m.group()
+        if _CJK.match(word):
+            terms.update(word[i : i + 2] for i in range(max(1, len(word) - 1)))
+        else:
+            terms.add(word)
+            terms.update(p for p in re.split(r"_+", word) if len(p) >= 2)
+    return sorted(terms, key=lambda t: (-len(t), t))
+
+
+def match_spans(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
+    """Merged (start, end) spans of the terms in text, case-insensitive."""
+    if not terms:
+        return []
+    pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE)
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while pos < len(text):  # overlapping matches (CJK bigrams) are found by restarting one char later
+        m = pattern.search(text, pos)
+        if not m:
+            break
+        start, end = m.span()
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+        pos = start + 1
+    return spans
+
+
+def snippet(text: str, query: str, width: int = 160, *, bold: bool = False, mark: tuple[str, str] | None = None):
+    """A one-line window of ``text`` around the first match of the query's terms, matches highlighted
+    (ANSI bold with ``bold``, or ``mark = (open, close)``)."""
+    text = " ".join(text.split())
+    spans = match_spans(text, query_terms(query))
+    start = max(0, spans[0][0] - width // 4) if spans else 0
+    end = min(len(text), start + width)
+    start = max(0, min(start, end - width))
+    if mark is None and bold:
+        mark = ("\033[1m", "\033[0m")
+    out, pos = [], start
+    for s, e in spans:
+        if e <= start or s >= end or mark is None:
+            continue
+        s, e = max(s, start), min(e, end)
+        out.append(text[pos:s] + mark[0] + text[s:e] + mark[1])
+        pos = e
+    out.append(text[pos:end])
+    return ("…" if start > 0 else "") + "".join(out) + ("…" if end < len(text) else "")
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    """The `pgkb search` options (argparse)."""
+    parser.add_argument("query", help="what to search for (question or keywords)")
+    parser.add_argument("--kb", default=None, help="search one knowledge base (default: all you can see)")
+    parser.add_argument("--top-k", type=int, default=5, help=f"results to show (1..{MAX_TOP_K}, default 5)")
+    parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
+    parser.add_argument(
+        "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
+    )
+    parser.add_argument(
+        "--no-rerank", action="store_true", help="do not rerank even if PGKB_RERANK_URL / PGKB_RERANK_MODEL is set"
+    )
+
+
+def run(args, settings) -> int:
+    """`pgkb search`: prints rank, score, title > heading path, source and a highlighted snippet."""
+    from pgkb.db import connect, database_url
+    from pgkb.rerank import RerankError, load_reranker
+
+    try:
+        options = SearchOptions.from_env()
+        reranker = None if args.no_rerank else load_reranker()
+    except (ValueError, RerankError, EmbeddingError) as e:
+        print(f"pgkb: search: {e}", file=sys.stderr)
+        return 2
+    import psycopg
+
+    with connect(database_url(settings)) as conn:
+        try:
+            response = search(
+                conn,
+                settings,
+                args.query,
+                args.top_k,
+                args.kb,
+                reranker=reranker,
+                user=args.user,
+                options=options,
+            )
+        except ValueError as e:
+            print(f"pgkb: search: {e}", file=sys.stderr)
+            return 2
+        except psycopg.errors.QueryCanceled:
+            print(
+                f"pgkb: search: timed out after {options.statement_timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS)",
+                file=sys.stderr,
+            )
+            return 1
+    if args.json:
+        print(json.dumps(response.as_dict(), ensure_ascii=False, default=str))
+        return 0
+    tty = sys.stdout.isatty()
+    if response.degraded:
+        print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
+    if not response.results:
+        print("no results" + (f" in {response.kb}" if response.kb else ""))
+        return 0
+    for rank, hit in enumerate(response.results, 1):
+        score = f"{hit.final_score:.4f}" + (" (rerank)" if hit.rerank_score is not None else "")
+        print(f"{rank:>2}. [{score}] {hit.location()}")
+        print(f"    {hit.source}  ({hit.kb})")
+        print(f"    {snippet(hit.content, response.query, bold=tty)}")
+    t = response.timings_ms
+    print(
+        f"-- {len(response.results)} results in {t.get('total', 0):.0f} ms (embed {t.get('embed', 0):.0f}, "
+        f"search {t.get('search', 0):.0f}" + (f", rerank {t['rerank']:.0f}" if "rerank" in t else "") + ")",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pgkb.search`` (the same as `pgkb search`)."""
+    import argparse
+
+    from pgkb.config import ConfigError, Settings
+
+    parser = argparse.ArgumentParser(prog="pgkb search", description="search the knowledge base")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args, Settings.from_env())
+    except ConfigError as e:
+        print(f"pgkb: search: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

