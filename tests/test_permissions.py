@@ -417,6 +417,7 @@ UPDATABLE_COLUMN = {
     "embedding_models": "name",
     "settings": "value",
     "schema_migrations": "name",
+    "ingest_failures": "error",
 }
 
 

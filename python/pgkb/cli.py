@@ -122,6 +122,18 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return run_cli(settings, once=args.once, batch=args.batch, model=args.model)
 
 
+def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb import search
+
+    return search.run(args, settings)
+
+
+def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb import mcp_server
+
+    return mcp_server.run(args, settings)
+
+
 def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb import embed_server
 
@@ -177,6 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--batch", type=int, default=None, help="chunks per claim (default PGKB_EMBED_BATCH)")
     worker.add_argument("--model", default=None, help="registry model (default PGKB_EMBED_MODEL, else the default)")
     worker.set_defaults(func=_cmd_worker)
+
+    from pgkb import mcp_server
+    from pgkb import search as search_cmd
+
+    se = sub.add_parser("search", help="hybrid search: rank, score, title > headings, source, snippet")
+    search_cmd.add_arguments(se)
+    se.set_defaults(func=_cmd_search)
+
+    mcp = sub.add_parser("mcp", help="MCP server for IDE agents (stdio; --transport http on 127.0.0.1:8766)")
+    mcp_server.add_arguments(mcp)
+    mcp.set_defaults(func=_cmd_mcp)
 
     from pgkb import embed_server
 
