@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup venv run test lint pytest bench db-stop clean
+.PHONY: setup venv run stop test lint pytest bench clean
 
 ## setup: install PostgreSQL, plpython3u, pg_trgm, pgvector (scripts/setup.sh) and the Python venv
 setup: venv
@@ -20,14 +20,13 @@ $(STAMP): pyproject.toml
 	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-## run: start the embedded database, apply migrations and print how to connect
+## run: setup, then start the database, embed-server and MCP server, ingest examples/kb (or DOCS=...),
+## run a sample search and print psql + IDE (MCP) configuration. `make stop` stops it all.
 run: setup
-	@$(BIN)/pgkb db start
-	@$(BIN)/pgkb db migrate
-	@echo
-	@echo "pgkb is ready. Connect with:"
-	@echo "  psql \"$$($(BIN)/pgkb db url)\""
-	@echo "and try:  SELECT * FROM kb.hybrid_search('登录态失效怎么排查');"
+	@$(BIN)/pgkb up $(if $(DOCS),--docs "$(DOCS)")
+
+stop: venv
+	@$(BIN)/pgkb down
 
 ## test: setup, then ruff + sqlfluff + pytest (exit code 5 = no tests collected is a failure)
 test: setup lint pytest
@@ -44,9 +43,6 @@ pytest: venv
 ## bench: search latency at 100k chunks (hybrid vs single legs), appended to docs/benchmarks.md
 bench: setup
 	$(BIN)/pgkb bench --chunks 100000 --queries 200 --out docs/benchmarks.md
-
-db-stop: venv
-	$(BIN)/pgkb db stop
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache python/*.egg-info

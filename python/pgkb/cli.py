@@ -122,6 +122,18 @@ def _cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return run_cli(settings, once=args.once, batch=args.batch, model=args.model)
 
 
+def _cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb.launcher import up
+
+    return up(Path(args.docs) if args.docs else None, args.kb, args.user, args.embed_port, args.mcp_port)
+
+
+def _cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb.launcher import down
+
+    return down()
+
+
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb import search
 
@@ -159,6 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="manage the database (embedded cluster, migrations)")
     db.add_argument("action", choices=["start", "stop", "status", "url", "migrate"])
     db.set_defaults(func=_cmd_db)
+
+    up = sub.add_parser("up", help="start database, embed-server and MCP server, ingest docs (make run)")
+    up.add_argument("--docs", help="folder to ingest (default: examples/kb)")
+    up.add_argument("--kb", default="team-docs", help="knowledge base (public) to ingest into")
+    up.add_argument("--user", default="dev", help="pgkb user the MCP server acts for")
+    up.add_argument("--embed-port", type=int, default=8765)
+    up.add_argument("--mcp-port", type=int, default=8766)
+    up.set_defaults(func=_cmd_up)
+    down = sub.add_parser("down", help="stop the MCP server, embed-server and embedded database")
+    down.set_defaults(func=_cmd_down)
 
     ing = sub.add_parser("ingest", help="sync a folder of documents into a knowledge base")
     ing.add_argument("path", help="folder to ingest (document keys are paths relative to it)")

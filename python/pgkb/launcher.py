@@ -1,0 +1,209 @@
+"""`pgkb up` / `pgkb down`: the whole local knowledge base in one command (what `make run` calls).
+
+`up`: start the database (embedded unless PGKB_DATABASE_URL), migrate, create the MCP service role
+(`pgkb_mcp`, member of pgkb_service) and the pgkb user the IDE acts as, start `pgkb embed-server` (so
+`kb.hybrid_search('…')` from psql gets its vector leg) and `pgkb mcp --transport http` in the background,
+ingest the docs (examples/kb unless --docs) into a public knowledge base, run one sample search, and print
+how to connect with psql and ready-to-paste MCP configuration for TRAE, Cursor, Claude Code and VS Code.
+`down`: stop both servers and the embedded database. Pid and log files live in PGKB_STATE_DIR
+(default ${XDG_STATE_HOME:-~/.local/state}/pgkb).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from pgkb.config import Settings
+from pgkb.db import connect, database_url
+from pgkb.embedding import load_embedder, model_spec
+from pgkb.ingest import IngestOptions, ingest
+from pgkb.migrate import migrate
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_ROLE = "pgkb_mcp"
+SAMPLE_QUERY = "登录态失效怎么排查"
+
+
+def state_dir() -> Path:
+    base = (
+        os.environ.get("PGKB_STATE_DIR")
+        or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "pgkb"
+    )
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _say(message: str) -> None:
+    print(f"pgkb: {message}", flush=True)
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _service_url(url: str, user: str) -> str:
+    """The same server as ``url`` but logging in as ``user`` (libpq URL or key=value string)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(url)
+    params["user"] = user
+    params.pop("password", None)
+    return make_conninfo(**params)
+
+
+def _start_background(
+    name: str, argv: list[str], env: dict[str, str], ready: Callable[[], bool], timeout: float
+) -> int:
+    """Start a detached process (pid and log in the state dir) unless one is already serving."""
+    pid_file, log_file = state_dir() / f"{name}.pid", state_dir() / f"{name}.log"
+    if ready():
+        _say(f"{name} already running")
+        return int(pid_file.read_text()) if pid_file.exists() else 0
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}; see {log_file}")
+        if ready():
+            _say(f"{name} started (pid {proc.pid}, log {log_file})")
+            return proc.pid
+        time.sleep(0.2)
+    raise RuntimeError(f"{name} did not become ready in {timeout:.0f} s; see {log_file}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _prepare_identity(conn, user: str) -> None:
+    """The MCP service login role and the pgkb user it acts for."""
+    if not conn.execute("select 1 from pg_roles where rolname = %s", [SERVICE_ROLE]).fetchone():
+        conn.execute(f"create role {SERVICE_ROLE} login")
+    conn.execute(f"grant pgkb_service to {SERVICE_ROLE}")
+    conn.execute("select kb.create_user(%s)", [user])
+
+
+def mcp_configs(pgkb: str, env: dict[str, str], http_url: str) -> str:
+    """Ready-to-paste MCP client configuration (absolute paths, env vars) for the supported IDEs."""
+    stdio = {"command": pgkb, "args": ["mcp"], "env": env}
+    cursor = json.dumps({"mcpServers": {"pgkb": stdio}}, ensure_ascii=False, indent=2)
+    vscode = json.dumps({"servers": {"pgkb": {"type": "stdio", **stdio}}}, ensure_ascii=False, indent=2)
+    vscode_http = json.dumps({"servers": {"pgkb": {"type": "http", "url": http_url}}}, indent=2)
+    claude_env = " ".join(f"-e {k}={v}" for k, v in env.items())
+    return f"""
+== MCP: stdio (the IDE starts `pgkb mcp`; the database and embed-server must already run: `make run`) ==
+
+TRAE (Settings > MCP > Add > Manual) and Cursor (~/.cursor/mcp.json):
+{cursor}
+
+VS Code (.vscode/mcp.json):
+{vscode}
+
+Claude Code:
+  claude mcp add pgkb {claude_env} -- {pgkb} mcp
+
+== MCP: streamable HTTP (already running at {http_url}) ==
+
+Cursor / TRAE: {{"mcpServers": {{"pgkb": {{"url": "{http_url}"}}}}}}
+VS Code:
+{vscode_http}
+Claude Code:
+  claude mcp add --transport http pgkb {http_url}
+"""
+
+
+def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) -> int:
+    settings = Settings.from_env()
+    url = database_url(settings)
+    _say("database ready")
+    with connect(url, vector=False) as conn:
+        for line in migrate(conn, settings.db_dir).lines():
+            _say(line)
+    with connect(url) as conn:
+        _prepare_identity(conn, user)
+        embed_url = f"http://127.0.0.1:{embed_port}/v1/embeddings"
+        conn.execute("update kb.settings set value = %s where key = 'embedding_url'", [embed_url])
+        env = dict(os.environ)
+        _start_background(
+            "embed-server",
+            [sys.executable, "-m", "pgkb.cli", "embed-server", "--port", str(embed_port)],
+            env,
+            lambda: _healthy(f"http://127.0.0.1:{embed_port}/health"),
+            timeout=120,
+        )
+        docs = (docs or REPO / "examples" / "kb").resolve()
+        conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb])
+        spec = model_spec(conn, settings.embed_model)
+        summary = ingest(conn, url, docs, kb, spec, load_embedder(settings, spec), IngestOptions())
+        _say(f"ingested {docs} into {kb!r}: {summary.line()}")
+        for failure in summary.failures:
+            _say(f"  failed {failure['doc_key']}: {failure['error']}")
+        mcp_env = {
+            "PGKB_DATABASE_URL": _service_url(url, SERVICE_ROLE),
+            "PGKB_USER": user,
+            "PGKB_EMBED_PROVIDER": "http",
+            "PGKB_EMBED_URL": embed_url,
+        }
+        _start_background(
+            "mcp",
+            [sys.executable, "-m", "pgkb.cli", "mcp", "--transport", "http", "--port", str(mcp_port)],
+            {**os.environ, **mcp_env},
+            lambda: _port_open("127.0.0.1", mcp_port),
+            timeout=60,
+        )
+        rows = conn.execute(
+            "select doc_key, array_to_string(heading_path, ' > '), round(score::numeric, 4), vector_used"
+            " from kb.hybrid_search(%s, 3)",
+            [SAMPLE_QUERY],
+        ).fetchall()
+    print(f"\nSample search, as psql runs it: SELECT * FROM kb.hybrid_search('{SAMPLE_QUERY}');")
+    for i, (doc_key, path, score, vector_used) in enumerate(rows, 1):
+        print(f"  {i}. {doc_key}  [{path}]  score {score}  {'hybrid' if vector_used else 'lexical only'}")
+    if not rows:
+        print("  (no results)")
+    print(f'\npsql:\n  psql "{url}"')
+    print(mcp_configs(str(Path(sys.executable).parent / "pgkb"), mcp_env, f"http://127.0.0.1:{mcp_port}/mcp"))
+    print("Stop everything with `make stop` (pgkb down).")
+    return 0
+
+
+def down() -> int:
+    for name in ("mcp", "embed-server"):
+        pid_file = state_dir() / f"{name}.pid"
+        if not pid_file.exists():
+            continue
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+        except ProcessLookupError:
+            pass
+        pid_file.unlink(missing_ok=True)
+        _say(f"stopped {name}")
+    settings = Settings.from_env()
+    if not settings.database_url:
+        from pgkb.cluster import embedded_cluster_from_env
+
+        embedded_cluster_from_env().stop()
+        _say("database stopped")
+    return 0

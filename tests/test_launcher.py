@@ -1,0 +1,126 @@
+"""`make run` end to end (pgkb up / pgkb down): database, embed-server, MCP over HTTP, sample search, stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def sandbox():
+    """A private embedded cluster, state dir and ports (data dir reachable by the postgres OS user)."""
+    root = Path(tempfile.mkdtemp(prefix="pgkb-up-", dir="/tmp"))
+    root.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGKB_", "PG")) or k == "PGKB_PG_BINDIR"}
+    env.update(
+        PGKB_DATA_DIR=str(root / "data"),
+        PGKB_PORT=str(free_port()),
+        PGKB_STATE_DIR=str(root / "state"),
+    )
+    yield root, env
+    subprocess.run([sys.executable, "-m", "pgkb.cli", "down"], env=env, capture_output=True, timeout=120)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
+    root, env = sandbox
+    docs = root / "docs"
+    (docs / "runbooks").mkdir(parents=True)
+    (docs / "runbooks" / "login.md").write_text(
+        "# 登录态失效排查手册\n\n## 排查步骤\n\n用户登录后 token 过期会导致登录态失效。先检查 Redis 缓存击穿，"
+        "再确认 session 的过期时间配置。\n",
+        encoding="utf-8",
+    )
+    (docs / "faq.md").write_text("# 常见问题\n\n## 退款多久到账\n\n退款会在 3 个工作日内原路退回。\n", encoding="utf-8")
+    embed_port, mcp_port = free_port(), free_port()
+    up = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgkb.cli",
+            "up",
+            "--docs",
+            str(docs),
+            "--embed-port",
+            str(embed_port),
+            "--mcp-port",
+            str(mcp_port),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    out = up.stdout
+    assert "1. runbooks/login.md" in out and "hybrid" in out  # the sample search used the vector leg too
+    assert 'psql "' in out and '"mcpServers"' in out and "claude mcp add" in out and '"servers"' in out
+    assert port_open(embed_port) and port_open(mcp_port)
+
+    async def ask():
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        transport = streamable_http_client(
+            f"http://127.0.0.1:{mcp_port}/mcp", http_client=httpx2.AsyncClient(timeout=60)
+        )
+        async with Client(transport, read_timeout_seconds=60) as client:
+            result = await client.call_tool("search_knowledge", {"query": "退款多久到账", "top_k": 3})
+            assert not result.is_error
+            hits = result.structured_content["results"]
+            assert hits[0]["doc_id"] == "faq.md" and hits[0]["vector_rank"] is not None
+
+    anyio.run(ask)
+
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgkb.cli",
+            "up",
+            "--docs",
+            str(docs),
+            "--embed-port",
+            str(embed_port),
+            "--mcp-port",
+            str(mcp_port),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0 and "already running" in again.stdout and "2 unchanged" in again.stdout
+
+    down = subprocess.run(
+        [sys.executable, "-m", "pgkb.cli", "down"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert down.returncode == 0, down.stderr
+    assert not port_open(embed_port) and not port_open(mcp_port)
+    status = subprocess.run(
+        [sys.executable, "-m", "pgkb.cli", "db", "status"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "state: stopped" in status.stdout
