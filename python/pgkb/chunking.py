@@ -72,6 +72,7 @@ from markdown_it import MarkdownIt
 
 __all__ = [
     "Chunk",
+    "breadcrumb",
     "ChunkedDocument",
     "ChunkingError",
     "ChunkingOptions",
@@ -109,6 +110,15 @@ class ChunkingOptions:
             raise ValueError("heading_levels must be between 1 and 6")
 
 
+def breadcrumb(title: str, heading_path: tuple[str, ...] | list[str]) -> str:
+    """``"title > h1 > h2"``, skipping empty parts and a heading that repeats the part before it."""
+    parts: list[str] = []
+    for p in (title, *heading_path):
+        if p and (not parts or parts[-1] != p):
+            parts.append(p)
+    return " > ".join(parts)
+
+
 @dataclass(frozen=True)
 class Chunk:
     content: str
@@ -117,11 +127,7 @@ class Chunk:
     metadata: dict = field(default_factory=dict)
 
     def breadcrumb(self, title: str = "") -> str:
-        parts: list[str] = []
-        for p in (title, *self.heading_path):
-            if p and (not parts or parts[-1] != p):
-                parts.append(p)
-        return " > ".join(parts)
+        return breadcrumb(title, self.heading_path)
 
     def embedding_text(self, title: str = "") -> str:
         """The text to embed: ``"title > h1 > h2"`` breadcrumb line, then the content."""

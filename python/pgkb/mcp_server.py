@@ -63,6 +63,7 @@ from urllib.parse import urlsplit
 import psycopg
 from pydantic import BaseModel, Field
 
+from pgkb.chunking import breadcrumb
 from pgkb.config import ConfigError, Settings
 from pgkb.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
 from pgkb.search import SearchOptions, SearchResponse, search, validate
@@ -523,7 +524,7 @@ def render_search(response: SearchResponse, notes: list[str]):
         where = f' in knowledge base "{response.kb}"' if response.kb else ""
         lines.append(f'No results for "{response.query}"{where}. Try other words or list_knowledge_bases.')
     for item in items:
-        location = " > ".join([item["title"] or item["doc_id"], *item["heading_path"]])
+        location = breadcrumb(item["title"] or item["doc_id"], item["heading_path"])
         lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']})")
         lines.append(item["content"])
         lines.append("")

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pgkb.chunking import breadcrumb
 from pgkb.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
 MAX_TOP_K = 100  # kb.hybrid_search's own limit
@@ -113,7 +114,7 @@ class SearchHit:
 
     def location(self) -> str:
         """``title > heading > path`` (the title alone when there is no heading path)."""
-        return " > ".join([self.title or self.doc_key, *self.heading_path])
+        return breadcrumb(self.title or self.doc_key, self.heading_path)
 
 
 @dataclass
