@@ -231,3 +231,15 @@ def test_no_embedding_url_degrades_to_lexical(kbdb):
     kbdb.execute("update kb.settings set value = '' where key = 'embedding_url'")
     rows = search(kbdb, "select * from kb.hybrid_search('createUser')")
     assert rows[0]["doc_key"] == "security/audit.md" and rows[0]["vector_used"] is False
+
+
+def test_fuzzy_leg_only_runs_for_short_queries(kbdb):
+    def fuzzy_ranks(query):
+        return [r[0] for r in kbdb.execute("select fuzzy_rank from kb.hybrid_search(%s)", [query]).fetchall()]
+
+    assert any(r is not None for r in fuzzy_ranks("tidb_mem_qouta_query SQL"))  # two words: runs
+    kbdb.execute("update kb.settings set value = '1' where key = 'fuzzy_max_query_words'")
+    assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query SQL"))
+    assert any(r is not None for r in fuzzy_ranks("tidb_mem_qouta_query"))
+    kbdb.execute("update kb.settings set value = '10' where key = 'fuzzy_max_query_chars'")
+    assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query"))

@@ -109,8 +109,9 @@ $$;
 
 -- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
 -- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify. kb.search runs it
--- only for queries of at most kb.settings.fuzzy_max_query_chars (32) characters: typos and identifiers
--- are short, and long queries make the trigram index return a large share of the table.
+-- only for queries of at most kb.settings.fuzzy_max_query_chars (32) characters and fuzzy_max_query_words
+-- (2) words: typos and identifiers are short, and sentence-like queries make the trigram index return a
+-- large share of the table.
 create or replace function kb.fuzzy_leg(query text, kb_ids integer[], n integer, doc_filter jsonb)
 returns table (chunk_id bigint, rank integer, score double precision)
 language sql stable
@@ -162,6 +163,9 @@ declare
     );
     fuzzy_max_chars integer := coalesce(
         (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_chars'), 32
+    );
+    fuzzy_max_words integer := coalesce(
+        (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_words'), 2
     );
 begin
     if query is null or btrim(query, E' \t\r\n\u3000') = '' then
@@ -222,6 +226,7 @@ begin
     fuzzy_hits as (
         select * from kb.fuzzy_leg(query, kb_ids, candidates, filter)
         where fuzzy_weight > 0 and length(query) <= fuzzy_max_chars
+            and cardinality(regexp_split_to_array(btrim(query), '\s+')) <= fuzzy_max_words
     ),
     fused as (
         select hits.chunk_id,
