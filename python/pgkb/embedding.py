@@ -14,17 +14,15 @@ registry is rejected before anything is written (``check_dimension``).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from pgkb.http_json import post_json
 
 OFFLINE_MODEL = "multilingual-e5-small"
 OFFLINE_DIMENSION = 384
@@ -149,26 +147,16 @@ class HttpEmbedder:
         return np.concatenate(batches) if batches else np.empty((0, self.dimension), dtype=np.float32)
 
     def _post(self, batch: list[str]) -> np.ndarray:
-        body = json.dumps({"model": self.name, "input": batch}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return self._parse(json.loads(response.read()), len(batch))
-            except urllib.error.HTTPError as e:
-                detail = e.read()[:300].decode("utf-8", "replace")
-                last = EmbeddingError(f"{self.url} answered HTTP {e.code}: {detail}")
-                if e.code < 500 and e.code != 429:
-                    raise last from e
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                last = EmbeddingError(f"{self.url} unreachable: {getattr(e, 'reason', e)}")
-        raise EmbeddingError(f"{last} (after {self.retries + 1} attempts)")
+        answer = post_json(
+            self.url,
+            {"model": self.name, "input": batch},
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            error=EmbeddingError,
+        )
+        return self._parse(answer, len(batch))
 
     def _parse(self, answer: object, expected: int) -> np.ndarray:
         try:

@@ -21,16 +21,13 @@ needs the real model (BAAI/bge-reranker-v2-m3 or similar).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Protocol
 
 from pgkb.embed_server import CrossEncoderReranker
+from pgkb.http_json import post_json
 
 RERANK_URL_ENV = "PGKB_RERANK_URL"
 RERANK_KEY_ENV = "PGKB_RERANK_API_KEY"
@@ -123,28 +120,15 @@ class HttpReranker:
         return scores  # type: ignore[return-value]
 
     def _post(self, body: dict) -> object:
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as e:
-                detail = e.read()[:300].decode("utf-8", "replace")
-                last = RerankError(f"{self.url} answered HTTP {e.code}: {detail}")
-                if e.code < 500 and e.code != 429:
-                    raise last from e
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                last = RerankError(f"{self.url} unreachable: {getattr(e, 'reason', e)}")
-            except ValueError as e:
-                raise RerankError(f"{self.url} did not answer JSON") from e
-        raise RerankError(f"{last} (after {self.retries + 1} attempts)")
+        return post_json(
+            self.url,
+            body,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            error=RerankError,
+        )
 
 
 def load_reranker(env: dict[str, str] | None = None) -> Reranker | None:

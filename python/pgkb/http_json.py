@@ -1,0 +1,47 @@
+"""One JSON POST with bounded retries and exponential backoff, shared by the HTTP embedder and reranker.
+
+Retried: connection errors, timeouts, HTTP 5xx and 429. Not retried: other 4xx (the request is wrong).
+Failures raise the caller's error class with the endpoint's message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+
+def post_json(
+    url: str,
+    body: object,
+    *,
+    api_key: str = "",
+    timeout: float,
+    retries: int,
+    backoff: float,
+    error: type[Exception],
+) -> object:
+    """POST ``body`` as JSON to ``url`` and return the decoded JSON answer; raise ``error`` on failure."""
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    last: Exception | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:300].decode("utf-8", "replace")
+            last = error(f"{url} answered HTTP {e.code}: {detail}")
+            if e.code < 500 and e.code != 429:
+                raise last from e
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            last = error(f"{url} unreachable: {getattr(e, 'reason', e)}")
+        except ValueError as e:
+            raise error(f"{url} did not answer JSON") from e
+    raise error(f"{last} (after {retries + 1} attempts)")
