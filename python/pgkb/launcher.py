@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -107,7 +108,7 @@ def mcp_configs(pgkb: str, env: dict[str, str], http_url: str) -> str:
     cursor = json.dumps({"mcpServers": {"pgkb": stdio}}, ensure_ascii=False, indent=2)
     vscode = json.dumps({"servers": {"pgkb": {"type": "stdio", **stdio}}}, ensure_ascii=False, indent=2)
     vscode_http = json.dumps({"servers": {"pgkb": {"type": "http", "url": http_url}}}, indent=2)
-    claude_env = " ".join(f"-e {k}={v}" for k, v in env.items())
+    claude_env = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
     return f"""
 == MCP: stdio (the IDE starts `pgkb mcp`; the database and embed-server must already run: `make run`) ==
 
