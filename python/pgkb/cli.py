@@ -146,6 +146,12 @@ def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     return mcp_server.run(args, settings)
 
 
+def _cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb import evaluate
+
+    return evaluate.run(args, settings)
+
+
 def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb import embed_server
 
@@ -222,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp", help="MCP server for IDE agents (stdio; --transport http on 127.0.0.1:8766)")
     mcp_server.add_arguments(mcp)
     mcp.set_defaults(func=_cmd_mcp)
+
+    from pgkb import evaluate
+
+    ev = sub.add_parser("eval", help="retrieval quality: Recall@k, MRR, nDCG per search mode (BEIR or doc questions)")
+    evaluate.add_arguments(ev)
+    ev.set_defaults(func=_cmd_eval)
 
     from pgkb import embed_server
 
