@@ -70,3 +70,16 @@ def test_default_model_and_its_hnsw_index_exist(db):
     ).fetchone()[0]
     assert "hnsw" in indexdef and "vector(384)" in indexdef and "vector_cosine_ops" in indexdef
     assert "m='16'" in indexdef.replace(" ", "") and "ef_construction='64'" in indexdef.replace(" ", "")
+
+
+def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason(db, tmp_path: Path):
+    """What a managed PostgreSQL without plpython3u sees: the file is skipped, the reason is reported."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(Settings.from_env().db_dir, db_dir)
+    (db_dir / "functions" / "41_needs_extension.sql").write_text(
+        "-- requires: no_such_extension\ncreate function kb.never_created() returns int language sql as 'select 1';\n"
+    )
+    report = migrate(db, db_dir)
+    assert ("41_needs_extension.sql", "extension no_such_extension is not available on this server") in report.skipped
+    assert any("skipped 41_needs_extension.sql" in line for line in report.lines())
+    assert db.execute("select to_regproc('kb.never_created')").fetchone()[0] is None
