@@ -1,7 +1,9 @@
 """pgkb: a private knowledge base inside PostgreSQL.
 
-The pipeline, one module per step: config -> cluster (embedded PostgreSQL) -> migrate (schema + SQL API)
--> db (connections) -> cli.
+The pipeline, one module per step: chunking -> embedding -> ingest / worker -> (database: db/migrations,
+db/functions) -> search (+ rerank) -> mcp_server. Around it: config (environment), cluster (embedded
+PostgreSQL), migrate, db (connections), embed_server (HTTP embeddings/rerank), launcher (`pgkb up/down`),
+evaluate and bench / bench_ingest (measurements), cli.
 """
 
 __version__ = "0.1.0"
