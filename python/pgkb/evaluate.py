@@ -18,8 +18,8 @@ Everything goes into a knowledge base of its own (``--kb``, default ``eval-<data
 the BEIR folder's name or the folder holding the questions file).
 
 Modes: ``vector`` (kb.vector_search), ``lexical`` (kb.lexical_search, --bm25-k1/--bm25-b), ``fuzzy``
-(kb.fuzzy_search; the database runs the trigram leg only for queries of at most
-kb.settings.fuzzy_max_query_chars characters, so long queries get no fuzzy results), ``hybrid``
+(kb.fuzzy_search; the database runs the trigram leg only for short queries --
+kb.settings.fuzzy_max_query_chars / fuzzy_max_query_words -- so other queries get no fuzzy results), ``hybrid``
 (kb.hybrid_search with the weights, rrf_k, candidates and BM25 settings given) and ``hybrid+rerank`` (the
 fused top --rerank-depth reordered by the configured reranker, PGKB_RERANK_URL / PGKB_RERANK_MODEL; only
 offered when one is configured). Each query is embedded once (registry query prefix) and the embedding is
