@@ -29,6 +29,12 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def pgkb(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pgkb.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.fixture
 def sandbox():
     """A private embedded cluster, state dir and ports (data dir reachable by the postgres OS user)."""
@@ -41,7 +47,7 @@ def sandbox():
         PGKB_STATE_DIR=str(root / "state"),
     )
     yield root, env
-    subprocess.run([sys.executable, "-m", "pgkb.cli", "down"], env=env, capture_output=True, timeout=120)
+    pgkb(env, "down", timeout=120)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -56,24 +62,8 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
     )
     (docs / "faq.md").write_text("# 常见问题\n\n## 退款多久到账\n\n退款会在 3 个工作日内原路退回。\n", encoding="utf-8")
     embed_port, mcp_port = free_port(), free_port()
-    up = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pgkb.cli",
-            "up",
-            "--docs",
-            str(docs),
-            "--embed-port",
-            str(embed_port),
-            "--mcp-port",
-            str(mcp_port),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    ports = ["--embed-port", str(embed_port), "--mcp-port", str(mcp_port)]
+    up = pgkb(env, "up", "--docs", str(docs), *ports)
     assert up.returncode == 0, up.stdout + up.stderr
     out = up.stdout
     assert "1. runbooks/login.md" in out and "hybrid" in out  # the sample search used the vector leg too
@@ -95,32 +85,11 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
 
     anyio.run(ask)
 
-    again = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pgkb.cli",
-            "up",
-            "--docs",
-            str(docs),
-            "--embed-port",
-            str(embed_port),
-            "--mcp-port",
-            str(mcp_port),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    again = pgkb(env, "up", "--docs", str(docs), *ports)
     assert again.returncode == 0 and "already running" in again.stdout and "2 unchanged" in again.stdout
 
-    down = subprocess.run(
-        [sys.executable, "-m", "pgkb.cli", "down"], env=env, capture_output=True, text=True, timeout=120
-    )
+    down = pgkb(env, "down", timeout=120)
     assert down.returncode == 0, down.stderr
     assert not port_open(embed_port) and not port_open(mcp_port)
-    status = subprocess.run(
-        [sys.executable, "-m", "pgkb.cli", "db", "status"], env=env, capture_output=True, text=True, timeout=60
-    )
+    status = pgkb(env, "db", "status", timeout=60)
     assert "state: stopped" in status.stdout
