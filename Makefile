@@ -40,9 +40,11 @@ pytest: venv
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure" >&2; exit 1; fi; \
 	exit $$rc
 
-## bench: search latency at 100k chunks (hybrid vs single legs), appended to docs/benchmarks.md
+## bench: search benchmark at CHUNKS synthetic chunks (default 100000): latency by mode, HNSW recall, index
+## builds and sizes, concurrency sweep, MCP overhead; the report is appended to docs/benchmarks.md
+CHUNKS ?= 100000
 bench: setup
-	$(BIN)/pgkb bench --chunks 100000 --queries 200 --out docs/benchmarks.md
+	$(BIN)/pgkb bench --chunks $(CHUNKS) --queries 200 --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache python/*.egg-info

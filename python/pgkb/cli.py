@@ -164,10 +164,55 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
         run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
         return 0
-    from pgkb.bench import run_search_bench
+    from pgkb.bench import BenchOptions, run_search_bench
 
-    run_search_bench(chunks=args.chunks, queries=args.queries, datasets=args.datasets, out=args.out, kb_name=args.kb)
+    options = BenchOptions(
+        chunks=args.chunks,
+        queries=args.queries,
+        datasets=args.datasets,
+        kb_name=args.kb,
+        out=args.out,
+        load=args.load,
+        recall_queries=args.recall_queries,
+        clients=args.clients,
+        client_queries=args.client_queries,
+        mcp_calls=args.mcp_calls,
+        maintenance_work_mem=args.maintenance_work_mem,
+    )
+    try:
+        options.check()
+    except ValueError as e:
+        print(f"pgkb bench: error: {e}", file=sys.stderr)
+        return 2
+    run_search_bench(options)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
+def _client_counts(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated client counts like 1,4,16, got {text!r}")
+    return tuple(_positive_int(p) for p in parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,12 +286,31 @@ def build_parser() -> argparse.ArgumentParser:
     embed_server.add_arguments(es)
     es.set_defaults(func=_cmd_embed_server)
 
-    bench = sub.add_parser("bench", help="search latency benchmark: hybrid vs single legs")
-    bench.add_argument("--chunks", type=int, default=100_000, help="synthetic chunks to load")
-    bench.add_argument("--queries", type=int, default=200, help="queries to time per mode")
+    bench = sub.add_parser(
+        "bench", help="search benchmark: latency by mode, HNSW recall, index builds, concurrency, MCP overhead"
+    )
+    bench.add_argument("--chunks", type=_positive_int, default=100_000, help="synthetic chunks to load")
+    bench.add_argument("--queries", type=_positive_int, default=200, help="queries to time per mode")
     bench.add_argument("--datasets", default="../shared/datasets", help="folder with the BEIR sets")
     bench.add_argument("--kb", default="bench", help="knowledge base to (re)load")
     bench.add_argument("--out", default=None, help="append a Markdown report to this file")
+    bench.add_argument(
+        "--load",
+        choices=["bulk", "replace"],
+        default="bulk",
+        help="bulk: SQL + COPY, indexes built after the load (timed); replace: through kb.replace_document",
+    )
+    bench.add_argument("--recall-queries", type=_positive_int, default=200, help="queries for HNSW recall@10")
+    bench.add_argument(
+        "--clients", type=_client_counts, default=(1, 4, 16), help="concurrency sweep client counts (default 1,4,16)"
+    )
+    bench.add_argument("--client-queries", type=_positive_int, default=50, help="queries per client in the sweep")
+    bench.add_argument(
+        "--mcp-calls", type=_non_negative_int, default=200, help="timed MCP search_knowledge calls (0: skip)"
+    )
+    bench.add_argument(
+        "--maintenance-work-mem", default="4GB", help="maintenance_work_mem for the index builds of a bulk load"
+    )
     bench.add_argument("--ingest", metavar="DIR", help="instead: ingestion throughput vs raw encode on DIR")
     bench.set_defaults(func=_cmd_bench)
     return parser

@@ -1,0 +1,353 @@
+"""Loading the synthetic knowledge base for ``pgkb bench``, in one of two ways:
+
+* ``replace`` -- every document through ``kb.replace_document`` (the real write path: tokenising, BM25
+  statistics and all indexes maintained per document). About 70 chunks/s on 2 cores.
+* ``bulk`` -- the same rows written directly as the superuser: documents with one INSERT per batch,
+  chunk texts by COPY into a temporary table and then one INSERT ... SELECT that computes ``term_freqs`` /
+  ``term_count`` with the SQL tokenizer exactly as ``kb.replace_document`` does
+  (``kb.term_freqs(kb.lexical_terms(kb.indexed_text(title, heading_path, content)))``), embeddings by
+  binary COPY. ``kb.term_stats`` and the knowledge base's ``chunk_count`` / ``term_total`` are computed from
+  the loaded chunks at the end (per-batch document frequencies summed in an unlogged staging table). The
+  GIN term index, the GIN trigram index and the model's HNSW index are dropped before the load and
+  recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
+  ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
+  ``kb.embeddings`` tables, so use the bulk path on a database of its own (the bench cluster).
+
+Both paths run on LOAD_THREADS connections and leave a knowledge base that ``kb.replace_document`` would
+have produced from the same documents, except ``content_hash`` (a hash of the bulk rows) -- a test
+compares them. The load report is kept as JSON in the knowledge base's description, so a rerun that
+reuses the knowledge base still reports how it was loaded and how long the indexes took to build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+from pgkb.bench_data import Document, Model, Pools, document_sizes, log, make_document
+from pgkb.db import connect
+
+__all__ = ["LOAD_METHODS", "LoadReport", "prepare_kb"]
+
+LOAD_METHODS = ("bulk", "replace")
+LOAD_THREADS = 2  # loading connections
+BATCH_DOCUMENTS = 20  # documents per bulk transaction
+GIN_INDEXES = ("chunks_terms_idx", "chunks_trgm_idx")
+STAGING_TABLE = "public.pgkb_bench_df"
+
+
+@dataclass
+class LoadReport:
+    """How the knowledge base got its rows: method, seconds, and (bulk) index build seconds by index."""
+
+    method: str
+    chunks: int
+    seconds: float
+    vacuum_seconds: float
+    index_builds: dict[str, float] = field(default_factory=dict)
+    maintenance_work_mem: str = ""
+    reused: bool = False
+
+    def describe(self) -> str:
+        rate = self.chunks / self.seconds if self.seconds else 0.0
+        if self.method == "replace":
+            how = (
+                f"through `kb.replace_document` from {LOAD_THREADS} connections (HNSW, GIN indexes and BM25 "
+                "statistics maintained per document)"
+            )
+        else:
+            how = (
+                f"in bulk from {LOAD_THREADS} connections (SQL tokenizer + COPY, BM25 statistics computed "
+                f"after the load, indexes built afterwards with maintenance_work_mem = {self.maintenance_work_mem})"
+            )
+        text = f"{self.chunks} chunks loaded {how} in {self.seconds:.0f} s ({rate:.0f} chunks/s); "
+        text += f"vacuum analyze {self.vacuum_seconds:.0f} s"
+        return ("reused the knowledge base: " if self.reused else "") + text
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared
+
+
+def _kb_state(conn: psycopg.Connection, kb_name: str, model: Model) -> tuple[int | None, int, int, str]:
+    """(kb id or None, chunks, embeddings of the model, description) of the knowledge base."""
+    row = conn.execute("select id, description from kb.knowledge_bases where name = %s", [kb_name]).fetchone()
+    if row is None:
+        return None, 0, 0, ""
+    kb_id, description = row
+    n_chunks = conn.execute("select count(*) from kb.chunks where kb_id = %s", [kb_id]).fetchone()[0]
+    n_emb = conn.execute(
+        "select count(*) from kb.embeddings where kb_id = %s and model_id = %s", [kb_id, model.id]
+    ).fetchone()[0]
+    return kb_id, n_chunks, n_emb, description
+
+
+def _run_workers(
+    n_items: int, sizes: list[int], url: str, work: Callable[[psycopg.Connection, int], None], total: int
+) -> None:
+    """Run work(conn, item) for items 0..n_items-1 on LOAD_THREADS connections; progress by chunk count."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(n_items):
+        todo.put(i)
+    errors: list[BaseException] = []
+    done = [0]
+    lock = threading.Lock()
+    start = time.perf_counter()
+
+    def worker() -> None:
+        try:
+            with connect(url) as wconn:
+                while not errors:
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    work(wconn, i)
+                    with lock:
+                        done[0] += sizes[i]
+                        n = done[0]
+                    if n % 10000 < sizes[i] or n == total:
+                        rate = n / (time.perf_counter() - start)
+                        log(f"loaded {n}/{total} chunks ({rate:.0f}/s, ~{(total - n) / rate:.0f} s left)")
+        except BaseException as e:  # re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(LOAD_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Through kb.replace_document
+
+
+def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Model) -> None:
+    sizes = document_sizes(chunks)
+
+    def work(conn: psycopg.Connection, i: int) -> None:
+        doc = make_document(i, pools, model.dimension, sizes[i])
+        payload = [{"content": c, "embedding": e} for c, e in zip(doc.contents, doc.embeddings.tolist(), strict=True)]
+        conn.execute(
+            "select * from kb.replace_document(%s, %s, %s, %s::jsonb, model => %s)",
+            [kb_name, doc.doc_key, doc.title, json.dumps(payload, ensure_ascii=False), model.name],
+        ).fetchall()
+
+    _run_workers(len(sizes), sizes, url, work, chunks)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bulk
+
+
+def _index_definitions(conn: psycopg.Connection, model: Model) -> dict[str, str]:
+    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds."""
+    hnsw = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    defs = {}
+    for name in (*GIN_INDEXES, hnsw):
+        row = conn.execute(
+            "select pg_get_indexdef(c.oid) from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = 'kb' and c.relname = %s",
+            [name],
+        ).fetchone()
+        if row is None:
+            raise RuntimeError(
+                f"index kb.{name} is missing; recreate it (see db/migrations, kb.register_embedding_model)"
+            )
+        defs[name] = row[0]
+    return defs
+
+
+def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[Document]) -> int:
+    """Write one batch of documents in one transaction; returns the batch's total term count."""
+    with conn.transaction():
+        rows = conn.execute(
+            "insert into kb.documents (kb_id, doc_key, title, content_hash, chunk_count)"
+            " select %s, k, t, h, n from unnest(%s::text[], %s::text[], %s::text[], %s::int[]) as x (k, t, h, n)"
+            " returning id, doc_key",
+            [
+                kb_id,
+                [d.doc_key for d in docs],
+                [d.title for d in docs],
+                [hashlib.sha256(json.dumps([d.title, d.contents]).encode()).hexdigest() for d in docs],
+                [len(d.contents) for d in docs],
+            ],
+        ).fetchall()
+        doc_ids = {key: did for did, key in rows}
+        with conn.cursor().copy("copy pg_temp.bench_stage (document_id, ordinal, title, content) from stdin") as cp:
+            for d in docs:
+                for j, content in enumerate(d.contents):
+                    cp.write_row((doc_ids[d.doc_key], j, d.title, content))
+        inserted = conn.execute(
+            f"""
+            with ins as (
+                insert into kb.chunks as c (
+                    document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
+                    term_freqs, term_count
+                )
+                select s.document_id, %(kb)s, s.ordinal, s.content, '{{}}', 'text', length(s.content), '{{}}',
+                    kb.term_freqs(terms.list), cardinality(terms.list)
+                from pg_temp.bench_stage as s,
+                    lateral (select kb.lexical_terms(kb.indexed_text(s.title, '{{}}', s.content)) as list) as terms
+                returning c.id, c.document_id, c.ordinal, c.term_freqs, c.term_count
+            ),
+            df as (
+                insert into {STAGING_TABLE} (term, n)
+                select t.term, count(*) from ins, jsonb_object_keys(ins.term_freqs) as t (term) group by t.term
+            )
+            select id, document_id, ordinal, term_count from ins
+            """,
+            {"kb": kb_id},
+        ).fetchall()
+        by_doc = {did: d for d in docs for did in [doc_ids[d.doc_key]]}
+        with conn.cursor().copy(
+            "copy kb.embeddings (chunk_id, model_id, kb_id, embedding) from stdin (format binary)"
+        ) as cp:
+            cp.set_types(["int8", "int4", "int4", "vector"])
+            for chunk_id, document_id, ordinal, _ in inserted:
+                cp.write_row((chunk_id, model.id, kb_id, by_doc[document_id].embeddings[ordinal]))
+        conn.execute("truncate pg_temp.bench_stage")
+    return sum(r[3] for r in inserted)
+
+
+def _vacuum(conn: psycopg.Connection) -> float:
+    """VACUUM (ANALYZE) the tables the benchmark wrote; returns seconds."""
+    t0 = time.perf_counter()
+    for table in ("kb.knowledge_bases", "kb.documents", "kb.chunks", "kb.embeddings", "kb.term_stats"):
+        conn.execute(f"vacuum (analyze) {table}")
+    return time.perf_counter() - t0
+
+
+def _load_bulk(
+    conn: psycopg.Connection, url: str, kb_id: int, chunks: int, pools: Pools, model: Model, maintenance_work_mem: str
+) -> tuple[float, float, dict[str, float]]:
+    """Bulk-load into knowledge base kb_id (see the module docstring); returns (load seconds, vacuum
+    seconds, index build seconds by index)."""
+    sizes = document_sizes(chunks)
+    batches = [list(range(b, min(b + BATCH_DOCUMENTS, len(sizes)))) for b in range(0, len(sizes), BATCH_DOCUMENTS)]
+    batch_chunks = [sum(sizes[i] for i in batch) for batch in batches]
+    defs = _index_definitions(conn, model)
+    term_total = [0]
+    lock = threading.Lock()
+    builds: dict[str, float] = {}
+
+    def work(wconn: psycopg.Connection, b: int) -> None:
+        if not wconn.execute("select to_regclass('pg_temp.bench_stage')").fetchone()[0]:
+            wconn.execute(
+                "create temp table bench_stage (document_id bigint, ordinal integer, title text, content text)"
+            )
+        docs = [make_document(i, pools, model.dimension, sizes[i]) for i in batches[b]]
+        n = _bulk_batch(wconn, kb_id, model, docs)
+        with lock:
+            term_total[0] += n
+
+    conn.execute(f"drop table if exists {STAGING_TABLE}")
+    conn.execute(f"create unlogged table {STAGING_TABLE} (term text not null, n integer not null)")
+    for name in defs:
+        conn.execute(f"drop index kb.{name}")
+    start = time.perf_counter()
+    try:
+        _run_workers(len(batches), batch_chunks, url, work, chunks)
+        t0 = time.perf_counter()
+        with conn.transaction():
+            conn.execute(
+                f"insert into kb.term_stats (kb_id, term, df) select %s, term, sum(n) from {STAGING_TABLE}"
+                " group by term",
+                [kb_id],
+            )
+            conn.execute(
+                "update kb.knowledge_bases set chunk_count = %s, term_total = %s, updated_at = now() where id = %s",
+                [chunks, term_total[0], kb_id],
+            )
+            conn.execute(
+                "insert into kb.embedding_queue (chunk_id, model_id, kb_id)"
+                " select c.id, m.id, c.kb_id from kb.chunks c cross join kb.embedding_models m"
+                " where c.kb_id = %s and m.id <> %s on conflict do nothing",
+                [kb_id, model.id],
+            )
+        log(f"BM25 statistics in {time.perf_counter() - t0:.1f} s")
+        conn.execute(f"drop table {STAGING_TABLE}")
+        seconds = time.perf_counter() - start
+        vacuum = _vacuum(conn)
+        conn.execute(f"set maintenance_work_mem = '{maintenance_work_mem}'")
+        for name, ddl in defs.items():
+            log(f"building {name}")
+            t0 = time.perf_counter()
+            conn.execute(ddl)
+            builds[name] = time.perf_counter() - t0
+            log(f"built {name} in {builds[name]:.1f} s")
+    finally:
+        for name, ddl in defs.items():  # after a failure: never leave the database without its indexes
+            if name not in builds:
+                conn.execute(ddl.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        conn.execute("reset maintenance_work_mem")
+    return seconds, vacuum, builds
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def prepare_kb(
+    conn: psycopg.Connection,
+    url: str,
+    kb_name: str,
+    chunks: int,
+    pools: Pools,
+    model: Model,
+    method: str = "bulk",
+    maintenance_work_mem: str = "4GB",
+) -> tuple[int, LoadReport]:
+    """Make the (public) knowledge base hold exactly `chunks` bench chunks; returns (kb id, load report).
+
+    A knowledge base that already holds exactly that many chunks and embeddings is reused; otherwise it is
+    deleted outright and reloaded with `method` ("bulk" or "replace")."""
+    if method not in LOAD_METHODS:
+        raise ValueError(f"unknown load method {method!r}: expected one of {', '.join(LOAD_METHODS)}")
+    kb_id, n_chunks, n_emb, description = _kb_state(conn, kb_name, model)
+    if kb_id is not None and n_chunks == chunks and n_emb == chunks:
+        log(f"reusing knowledge base {kb_name!r} ({chunks} chunks)")
+        try:
+            report = LoadReport(**json.loads(description))
+        except (ValueError, TypeError):
+            report = LoadReport(method="unknown", chunks=chunks, seconds=0.0, vacuum_seconds=0.0)
+        report.reused = True
+        return kb_id, report
+    if kb_id is not None:
+        log(f"dropping knowledge base {kb_name!r} ({n_chunks} chunks, {n_emb} embeddings)")
+        conn.execute("delete from kb.knowledge_bases where id = %s", [kb_id])
+    log(f"loading {chunks} chunks into {kb_name!r} ({method})")
+    kb_id = conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb_name]).fetchone()[0]
+    builds: dict[str, float] = {}
+    if method == "replace":
+        start = time.perf_counter()
+        _load_replace(url, kb_name, chunks, pools, model)
+        seconds = time.perf_counter() - start
+        vacuum = _vacuum(conn)
+    else:
+        seconds, vacuum, builds = _load_bulk(conn, url, kb_id, chunks, pools, model, maintenance_work_mem)
+    report = LoadReport(
+        method=method,
+        chunks=chunks,
+        seconds=seconds,
+        vacuum_seconds=vacuum,
+        index_builds=builds,
+        maintenance_work_mem=maintenance_work_mem if method == "bulk" else "",
+    )
+    log(report.describe())
+    _, n_chunks, n_emb, _ = _kb_state(conn, kb_name, model)
+    if n_chunks != chunks or n_emb != chunks:
+        raise RuntimeError(f"load ended with {n_chunks} chunks / {n_emb} embeddings, expected {chunks}")
+    stored = {k: v for k, v in asdict(report).items() if k != "reused"}
+    conn.execute("update kb.knowledge_bases set description = %s where id = %s", [json.dumps(stored), kb_id])
+    return kb_id, report

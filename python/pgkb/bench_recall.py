@@ -1,0 +1,85 @@
+"""HNSW recall@10 for ``pgkb bench``: the model's HNSW index against exact search on the same data.
+
+For each random unit query vector, the exact top 10 is the plain vector query run with index scans
+disabled (``set local enable_indexscan = off`` / ``enable_bitmapscan = off`` in a transaction, so
+PostgreSQL computes every distance and sorts), on the same model and knowledge base. Compared with it:
+
+* ``vector_plain`` -- the same query through the HNSW index at ``hnsw.ef_search`` 100 (kb.vector_leg's
+  setting) and at pgvector's default 40;
+* ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search 100,
+  iterative scan ``relaxed_order``).
+
+recall@10 = |approximate top 10 ∩ exact top 10| / 10, averaged over the queries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from pgkb.bench_data import SEED, Model, log, unit_vectors
+
+__all__ = ["RecallResult", "measure_recall", "plain_vector_sql"]
+
+TOP_K = 10
+
+
+@dataclass
+class RecallResult:
+    """Mean recall@10 per method over `queries` queries; exact_ms = mean time of one exact query."""
+
+    queries: int
+    recall: dict[str, float]
+    min_recall: dict[str, float]
+    exact_ms: float
+
+
+def plain_vector_sql(model: Model, kb_id: int) -> str:
+    """The plain pgvector top-10 query on the model's partial HNSW index (parameter %(e)s)."""
+    dim = model.dimension
+    return (
+        f"select chunk_id from kb.embeddings where model_id = {model.id} and kb_id = {kb_id} "
+        f"order by embedding::vector({dim}) <=> %(e)s::vector({dim}) limit {TOP_K}"
+    )
+
+
+def measure_recall(conn: psycopg.Connection, model: Model, kb_id: int, kb_name: str, queries: int) -> RecallResult:
+    """recall@10 of the HNSW paths against exact search, over `queries` random query vectors."""
+    plain = plain_vector_sql(model, kb_id)
+    search = (  # the query text is not used by the vector leg
+        f"select chunk_id from kb.vector_search('recall', {TOP_K}, kb => %(kb)s::text,"
+        " query_embedding => %(e)s::vector)"
+    )
+    vectors = unit_vectors(np.random.default_rng([SEED, 7]), queries, model.dimension)
+    hits: dict[str, list[float]] = {
+        "vector_plain (ef_search 100)": [],
+        "vector_plain (ef_search 40)": [],
+        "vector_search": [],
+    }
+    exact_seconds = 0.0
+    log(f"recall@{TOP_K}: {queries} queries against exact search")
+    for i, e in enumerate(vectors):
+        with conn.transaction():
+            conn.execute("set local enable_indexscan = off")
+            conn.execute("set local enable_bitmapscan = off")
+            t0 = time.perf_counter()
+            exact = {r[0] for r in conn.execute(plain, {"e": e}).fetchall()}
+            exact_seconds += time.perf_counter() - t0
+        with conn.transaction():
+            for label, ef in (("vector_plain (ef_search 100)", 100), ("vector_plain (ef_search 40)", 40)):
+                conn.execute(f"set local hnsw.ef_search = {ef}")
+                got = {r[0] for r in conn.execute(plain, {"e": e}).fetchall()}
+                hits[label].append(len(got & exact) / TOP_K)
+        got = {r[0] for r in conn.execute(search, {"kb": kb_name, "e": e}).fetchall()}
+        hits["vector_search"].append(len(got & exact) / TOP_K)
+        if (i + 1) % 50 == 0:
+            log(f"recall: {i + 1}/{queries} queries")
+    return RecallResult(
+        queries=queries,
+        recall={k: float(np.mean(v)) for k, v in hits.items()},
+        min_recall={k: float(np.min(v)) for k, v in hits.items()},
+        exact_ms=exact_seconds / queries * 1000,
+    )

@@ -1,0 +1,176 @@
+"""`pgkb bench` on a tiny synthetic knowledge base against the session's real PostgreSQL: the report has
+every mode with p50/p95/p99, recall@10, the concurrency rows, sizes and index build times, the goals and
+the MCP overhead (a real stdio MCP server and client); the bulk load writes what kb.replace_document
+writes; bad CLI input is refused. The sentence pools come from a tiny BEIR-layout dataset written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pgkb.bench import MODES, BenchOptions, run_search_bench
+from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools
+from pgkb.bench_load import prepare_kb
+from pgkb.cli import main
+
+ZH_TEXT = (
+    "数据库连接池满了以后，新的请求会排队等待。排查时先看活跃连接数和慢查询日志。"
+    "登录态失效通常是令牌过期或者时钟不同步造成的。退款在审核通过后七个工作日内原路退回。"
+    "部署新版本之前需要在预发布环境完成回归测试。监控告警的阈值应该根据历史数据调整。"
+)
+EN_TEXT = (
+    "Masks reduce the spread of respiratory droplets in crowded places. Children under two should not wear "
+    "masks. The retrieval system indexes documents by their terms and ranks them by relevance. "
+    "Information retrieval evaluates ranking quality with recall and precision measures."
+)
+ZH_QUERIES = ["连接池满了怎么办", "登录态失效", "退款多久到账", "回归测试"]
+EN_QUERIES = ["Should children wear masks?", "ranking quality", "retrieval system"]
+
+
+@pytest.fixture
+def datasets(tmp_path: Path) -> Path:
+    """The four sets pgkb bench reads, a few passages and queries each, in BEIR layout."""
+    root = tmp_path / "datasets"
+    for names, text, queries in ((ZH_SETS, ZH_TEXT, ZH_QUERIES), (EN_SETS, EN_TEXT, EN_QUERIES)):
+        for name in names:
+            folder = root / name
+            folder.mkdir(parents=True)
+            corpus = [{"_id": f"d{i}", "title": f"{name} {i}", "text": text} for i in range(3)]
+            (folder / "corpus.jsonl").write_text("\n".join(json.dumps(d, ensure_ascii=False) for d in corpus))
+            (folder / "queries.jsonl").write_text(
+                "\n".join(json.dumps({"_id": f"q{i}", "text": q}, ensure_ascii=False) for i, q in enumerate(queries))
+            )
+    return root
+
+
+def dsn(db) -> str:
+    info = db.info
+    return f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
+
+
+def test_bench_reports_everything(db, datasets, tmp_path):
+    out = tmp_path / "report.md"
+    options = BenchOptions(
+        chunks=230,
+        queries=6,
+        datasets=str(datasets),
+        out=str(out),
+        recall_queries=5,
+        clients=(1, 3),
+        client_queries=2,
+        mcp_calls=3,
+        url=dsn(db),
+    )
+    r = run_search_bench(options)
+
+    assert set(r.stats) == set(MODES)
+    for m in r.stats.values():
+        assert len(m.samples) == 6 and all(x > 0 for x in m.samples)
+        assert m.pct(50) <= m.pct(95) <= m.pct(99)
+    assert set(r.recall.recall) == {"vector_plain (ef_search 100)", "vector_plain (ef_search 40)", "vector_search"}
+    assert all(0 <= v <= 1 for v in r.recall.recall.values()) and r.recall.queries == 5
+    assert [(c.mode, c.clients, c.queries) for c in r.concurrency] == [
+        ("hybrid", 1, 2),
+        ("hybrid", 3, 6),
+        ("vector_plain", 1, 2),
+        ("vector_plain", 3, 6),
+    ]
+    assert all(c.qps > 0 for c in r.concurrency)
+    assert len(r.sizes) == 6 and all(size for _, size in r.sizes.values())
+    assert r.load.method == "bulk" and not r.load.reused
+    assert set(r.load.index_builds) == {"chunks_terms_idx", "chunks_trgm_idx", "embeddings_hnsw_model_1"}
+    assert r.mcp is not None and len(r.mcp.overhead_ms) == 3
+    for k in range(3):  # overhead is what the client saw minus the server's embed and SQL stages
+        assert r.mcp.overhead_ms[k] == pytest.approx(r.mcp.client_ms[k] - r.mcp.embed_ms[k] - r.mcp.search_ms[k])
+        assert r.mcp.search_ms[k] > 0
+    names = [g.name for g in r.goals]
+    assert any(n.startswith("hybrid p95 <= 1.5") for n in names) and any(n.startswith("MCP overhead") for n in names)
+    assert sum(n.startswith("HNSW recall@10") for n in names) == 2
+
+    report = out.read_text()
+    for heading in ("p99 ms", "recall@10", "| QPS |", "MCP `search_knowledge`", "build s", "| goal |"):
+        assert heading in report
+
+    # a second run reuses the knowledge base and still knows how it was loaded
+    again = run_search_bench(
+        BenchOptions(
+            chunks=230,
+            queries=2,
+            datasets=str(datasets),
+            recall_queries=1,
+            clients=(1,),
+            client_queries=1,
+            mcp_calls=0,
+            url=dsn(db),
+        )
+    )
+    assert again.load.reused and again.load.index_builds == r.load.index_builds and again.mcp is None
+
+
+def test_bulk_load_matches_replace_document(db, datasets):
+    pools = load_pools(datasets)
+    model = default_model(db)
+    prepare_kb(db, dsn(db), "via-bulk", 120, pools, model, "bulk")
+    prepare_kb(db, dsn(db), "via-replace", 120, pools, model, "replace")
+
+    def kb(name: str):
+        return db.execute(
+            "select chunk_count, term_total, visibility from kb.knowledge_bases where name = %s", [name]
+        ).fetchone()
+
+    assert kb("via-bulk") == kb("via-replace") and kb("via-bulk")[0] == 120
+
+    def term_stats(name: str):
+        return db.execute(
+            "select term, df from kb.term_stats s join kb.knowledge_bases k on k.id = s.kb_id where k.name = %s"
+            " order by term",
+            [name],
+        ).fetchall()
+
+    assert term_stats("via-bulk") == term_stats("via-replace") != []
+
+    def chunks(name: str):
+        return db.execute(
+            "select d.doc_key, d.title, d.chunk_count, d.status, c.ordinal, c.content, c.heading_path, c.chunk_type,"
+            " c.char_count, c.metadata, c.term_freqs, c.term_count, e.embedding"
+            " from kb.chunks c join kb.documents d on d.id = c.document_id"
+            " join kb.knowledge_bases k on k.id = c.kb_id join kb.embeddings e on e.chunk_id = c.id"
+            " where k.name = %s order by d.doc_key, c.ordinal",
+            [name],
+        ).fetchall()
+
+    bulk, replaced = chunks("via-bulk"), chunks("via-replace")
+    assert len(bulk) == 120 and [r[:-1] for r in bulk] == [r[:-1] for r in replaced]
+    # the same float32 values (binary COPY vs JSON text; -0.0 == 0.0)
+    assert all(np.array_equal(a[-1], b[-1]) for a, b in zip(bulk, replaced, strict=True))
+    assert db.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 0
+    # the dropped indexes are back, defined as before
+    indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
+    assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--chunks", "0"],
+        ["--queries", "-1"],
+        ["--clients", "0"],
+        ["--clients", "1,,4"],
+        ["--client-queries", "x"],
+        ["--recall-queries", "0"],
+        ["--mcp-calls", "-1"],
+        ["--load", "copy"],
+    ],
+)
+def test_bench_cli_refuses_bad_numbers(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *args])
+    assert exc.value.code == 2
+    assert "error: argument" in capsys.readouterr().err
+
+
+def test_bench_cli_refuses_bad_memory_setting(capsys):
+    assert main(["bench", "--maintenance-work-mem", "4G"]) == 2
+    assert "maintenance-work-mem must look like 4GB" in capsys.readouterr().err
