@@ -312,7 +312,7 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "array[1, 2, 3, 4], 10, null)",
         "select * from kb.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
         "select * from kb.fuzzy_leg('sharedword', array[1, 2, 3, 4], 10, null)",
-        "select * from kb.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75)",
+        "select * from kb.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75, 'dbsf')",
         "select kb.adjust_term_stats(1, array[1::bigint], 1)",
         "select * from kb.parse_chunks('[]')",
         "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",

@@ -66,17 +66,65 @@ def test_vector_only_query_has_no_lexical_match(kbdb, embedder):
     assert top["lexical_rank"] is None and top["fuzzy_rank"] is None
 
 
-def test_result_columns_and_rrf_score(kbdb, embedder):
-    top = hybrid(kbdb, embedder, "退款")[0]
+def leg_scores(conn, embedder, query):
+    """Every hit of every leg at the default 40 candidates: {leg: {chunk_id: (rank, score)}}."""
+    vec = Vector(embedder.embed(["query: " + query])[0])
+    out = {}
+    for leg, sql, params in [
+        ("vector", "select * from kb.vector_search(%s, 40, query_embedding => %s)", [query, vec]),
+        ("lexical", "select * from kb.lexical_search(%s, 40)", [query]),
+        ("fuzzy", "select * from kb.fuzzy_search(%s, 40)", [query]),
+    ]:
+        out[leg] = {r["chunk_id"]: (r[f"{leg}_rank"], r[f"{leg}_score"]) for r in search(conn, sql, *params)}
+    return out
+
+
+def test_result_columns_and_dbsf_score(kbdb, embedder):
+    rows = hybrid(kbdb, embedder, "退款")
+    top = rows[0]
     assert top["kb"] == "team-docs" and top["title"] == "退款政策"
     assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0 and top["chunk_type"] == "text"
-    expected = sum(
-        w / (60 + r)
-        for w, r in [(1.0, top["vector_rank"]), (1.0, top["lexical_rank"]), (0.5, top["fuzzy_rank"])]
-        if r is not None
-    )
-    assert top["score"] == pytest.approx(expected)
     assert top["lexical_score"] > 0 and -1 <= top["vector_score"] <= 1
+    legs = leg_scores(kbdb, embedder, "退款")
+    assert all(legs.values()), "every leg must contribute for this check"
+    weights = {"vector": 1.0, "lexical": 0.7, "fuzzy": 0.5}  # the documented defaults
+
+    def normalised(leg, score):
+        scores = np.array([s for _, s in legs[leg].values()])
+        mean, sd = scores.mean(), scores.std()
+        return (score - (mean - 3 * sd)) / (6 * sd) if sd > 0 else 1.0
+
+    for row in rows:
+        expected = sum(
+            weights[leg] * normalised(leg, legs[leg][row["chunk_id"]][1])
+            for leg in legs
+            if row["chunk_id"] in legs[leg]
+        )
+        assert row["score"] == pytest.approx(expected), row["doc_key"]
+        for leg in legs:
+            rank = legs[leg].get(row["chunk_id"], (None, None))[0]
+            assert row[f"{leg}_rank"] == rank
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
+def test_rrf_fusion_score(kbdb, embedder):
+    rows = hybrid(kbdb, embedder, "退款", fusion="rrf", rrf_k=30, lexical_weight=2.0)
+    for row in rows:
+        expected = sum(
+            w / (30 + r)
+            for w, r in [(1.0, row["vector_rank"]), (2.0, row["lexical_rank"]), (0.5, row["fuzzy_rank"])]
+            if r is not None
+        )
+        assert row["score"] == pytest.approx(expected)
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
+def test_fusion_changes_the_order_only_through_the_scores(kbdb, embedder):
+    """Both fusions rank the same candidate set; a leg given all the weight reproduces that leg."""
+    for fusion in ("dbsf", "rrf"):
+        only_lexical = hybrid(kbdb, embedder, "缓存击穿", fusion=fusion, vector_weight=0.0, fuzzy_weight=0.0)
+        lexical = search(kbdb, "select * from kb.lexical_search('缓存击穿', 5)")
+        assert [r["chunk_id"] for r in only_lexical] == [r["chunk_id"] for r in lexical]
 
 
 def test_single_leg_functions_return_same_columns(kbdb, embedder):
@@ -145,6 +193,8 @@ def test_bm25_statistics_follow_replacements(kbdb):
         ("select * from kb.hybrid_search('退款', candidates => 0)", [], "candidates"),
         ("select * from kb.hybrid_search('退款', filter => '[1]')", [], "filter must be a JSON object"),
         ("select * from kb.lexical_search('退款', bm25_b => 2)", [], "bm25_b"),
+        ("select * from kb.hybrid_search('退款', fusion => 'borda')", [], "fusion must be 'dbsf' or 'rrf'"),
+        ("select * from kb.hybrid_search('退款', fusion => null)", [], "fusion must be 'dbsf' or 'rrf'"),
     ],
 )
 def test_bad_search_input_is_a_clear_error(kbdb, sql, params, message):

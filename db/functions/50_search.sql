@@ -1,6 +1,7 @@
 -- Searching: three legs, each its own ORDER BY ... LIMIT over its index (HNSW, GIN term index, GIN
--- trigram index), fused by weighted Reciprocal Rank Fusion in kb.search. The public functions
--- kb.hybrid_search / vector_search / lexical_search / fuzzy_search are thin wrappers with the same columns.
+-- trigram index), fused in kb.search (distribution-based score fusion, or weighted Reciprocal Rank
+-- Fusion). The public functions kb.hybrid_search / vector_search / lexical_search / fuzzy_search are
+-- thin wrappers with the same columns.
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users.
 
@@ -132,9 +133,11 @@ as $$
 $$;
 
 -- The one search implementation: validate, resolve visibility and model, embed the query if needed,
--- run each leg whose weight is > 0 and fuse by weighted RRF: score = sum(weight / (rrf_k + rank)).
--- Raises on bad input (empty or oversized query, top_k outside 1..100, unknown kb or model, wrong
--- embedding dimension). vector_used is false when no query embedding could be had (lexical legs only).
+-- run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
+-- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
+-- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
+-- (empty or oversized query, top_k outside 1..100, unknown kb, model or fusion, wrong embedding
+-- dimension). vector_used is false when no query embedding could be had (lexical legs only).
 create or replace function kb.search(
     query text,
     top_k integer,
@@ -148,7 +151,8 @@ create or replace function kb.search(
     candidates integer,
     filter jsonb,
     bm25_k1 double precision,
-    bm25_b double precision
+    bm25_b double precision,
+    fusion text
 )
 returns setof kb.search_result
 language plpgsql volatile
@@ -192,6 +196,10 @@ begin
         raise exception 'rrf_k must be > 0, bm25_k1 >= 0 and bm25_b in [0, 1]'
             using errcode = 'invalid_parameter_value';
     end if;
+    if fusion is null or fusion not in ('dbsf', 'rrf') then
+        raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
     if filter is not null and jsonb_typeof(filter) <> 'object' then
         raise exception 'filter must be a JSON object (matched with @> against document metadata)'
             using errcode = 'invalid_parameter_value';
@@ -228,37 +236,46 @@ begin
         where fuzzy_weight > 0 and length(query) <= fuzzy_max_chars
             and cardinality(regexp_split_to_array(btrim(query), '\s+')) <= fuzzy_max_words
     ),
+    hits as (
+        select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
+        union all
+        select 'lexical', lexical_weight, l.* from lexical_hits as l
+        union all
+        select 'fuzzy', fuzzy_weight, f.* from fuzzy_hits as f
+    ),
+    leg_stats as (
+        select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg
+    ),
     fused as (
-        select hits.chunk_id,
-            sum(hits.weight / (rrf_k + hits.rank)) as rrf_score,
-            min(hits.rank) filter (where hits.leg = 'vector') as v_rank,
-            min(hits.rank) filter (where hits.leg = 'lexical') as l_rank,
-            min(hits.rank) filter (where hits.leg = 'fuzzy') as f_rank,
-            min(hits.score) filter (where hits.leg = 'vector') as v_score,
-            min(hits.score) filter (where hits.leg = 'lexical') as l_score,
-            min(hits.score) filter (where hits.leg = 'fuzzy') as f_score
-        from (
-            select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
-            union all
-            select 'lexical', lexical_weight, l.* from lexical_hits as l
-            union all
-            select 'fuzzy', fuzzy_weight, f.* from fuzzy_hits as f
-        ) as hits
-        group by hits.chunk_id
+        select h.chunk_id,
+            sum(case
+                when fusion = 'rrf' then h.weight / (rrf_k + h.rank)
+                when s.sd > 0 then h.weight * (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
+                else h.weight       -- a leg whose hits all score alike: each counts as its best
+            end) as fused_score,
+            min(h.rank) filter (where h.leg = 'vector') as v_rank,
+            min(h.rank) filter (where h.leg = 'lexical') as l_rank,
+            min(h.rank) filter (where h.leg = 'fuzzy') as f_rank,
+            min(h.score) filter (where h.leg = 'vector') as v_score,
+            min(h.score) filter (where h.leg = 'lexical') as l_score,
+            min(h.score) filter (where h.leg = 'fuzzy') as f_score
+        from hits as h join leg_stats as s on s.leg = h.leg
+        group by h.chunk_id
     )
     select c.id, k.name, d.doc_key, d.title, c.heading_path, c.ordinal, c.content, d.source_url,
-        c.chunk_type, c.metadata, fused.rrf_score, fused.v_rank, fused.l_rank, fused.f_rank,
+        c.chunk_type, c.metadata, fused.fused_score, fused.v_rank, fused.l_rank, fused.f_rank,
         fused.v_score, fused.l_score, fused.f_score, embedding is not null
     from fused
     join kb.chunks as c on c.id = fused.chunk_id
     join kb.documents as d on d.id = c.document_id
     join kb.knowledge_bases as k on k.id = c.kb_id
-    order by fused.rrf_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
+    order by fused.fused_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
     limit top_k;
 end
 $$;
 
--- Hybrid search: vector + BM25 + fuzzy legs fused by weighted RRF; higher score is better.
+-- Hybrid search: vector + BM25 + fuzzy legs fused (see kb.search: distribution-based score fusion by
+-- default, fusion => 'rrf' for weighted RRF); higher score is better.
 -- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE).
 create or replace function kb.hybrid_search(
@@ -268,13 +285,14 @@ create or replace function kb.hybrid_search(
     query_embedding vector default null,
     model text default null,
     vector_weight double precision default 1.0,
-    lexical_weight double precision default 1.0,
+    lexical_weight double precision default 0.7,
     fuzzy_weight double precision default 0.5,
     rrf_k double precision default 60,
     candidates integer default 40,
     filter jsonb default null,
     bm25_k1 double precision default 1.2,
-    bm25_b double precision default 0.75
+    bm25_b double precision default 0.75,
+    fusion text default 'dbsf'
 )
 returns setof kb.search_result
 language sql volatile security definer
@@ -282,7 +300,7 @@ set search_path = pg_catalog, public, pg_temp
 as $$
     select * from kb.search(
         query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
-        rrf_k, candidates, filter, bm25_k1, bm25_b
+        rrf_k, candidates, filter, bm25_k1, bm25_b, fusion
     )
 $$;
 
@@ -300,7 +318,7 @@ language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
     select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, 60, greatest(top_k, 40),
-        filter, 1.2, 0.75)
+        filter, 1.2, 0.75, 'rrf')
 $$;
 
 -- BM25 leg alone (same columns; lexical_score is the BM25 score).
@@ -317,7 +335,7 @@ language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
     select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, 60, greatest(top_k, 40),
-        filter, bm25_k1, bm25_b)
+        filter, bm25_k1, bm25_b, 'rrf')
 $$;
 
 -- Trigram leg alone (same columns; fuzzy_score is pg_trgm word_similarity).
@@ -332,5 +350,5 @@ language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
     select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, 60, greatest(top_k, 40),
-        filter, 1.2, 0.75)
+        filter, 1.2, 0.75, 'rrf')
 $$;

@@ -40,7 +40,7 @@ kb.claim_embedding_batch(text, integer, interval, integer),
 kb.fail_embedding_batch(text, bigint[], text, integer),
 kb.hybrid_search(
     text, integer, text, vector, text, double precision, double precision, double precision,
-    double precision, integer, jsonb, double precision, double precision
+    double precision, integer, jsonb, double precision, double precision, text
 ),
 kb.vector_search(text, integer, text, vector, text, jsonb),
 kb.lexical_search(text, integer, text, jsonb, double precision, double precision),

@@ -152,6 +152,12 @@ def _cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     return evaluate.run(args, settings)
 
 
+def _cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    from pgkb import sweep
+
+    return sweep.run(args, settings)
+
+
 def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb import embed_server
 
@@ -279,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="retrieval quality: Recall@k, MRR, nDCG per search mode (BEIR or doc questions)")
     evaluate.add_arguments(ev)
     ev.set_defaults(func=_cmd_eval)
+
+    from pgkb import sweep
+
+    sw = sub.add_parser("sweep", help="compare search settings on datasets `pgkb eval` has loaded (nDCG@10 grid)")
+    sweep.add_arguments(sw)
+    sw.set_defaults(func=_cmd_sweep)
 
     from pgkb import embed_server
 

@@ -68,6 +68,7 @@ from pgkb.embedding import Embedder, ModelSpec, prefixed
 MODES = ("vector", "lexical", "fuzzy", "hybrid", "hybrid+rerank")
 DEFAULT_DEPTH = 50
 MAX_TOP_K = 100  # kb.search's own limit
+FUSIONS = ("dbsf", "rrf")  # kb.search's fusion methods
 EVAL_CHUNKER_VERSION = "1"  # part of the BEIR content hash: bump when the document layout changes
 EVAL_DESCRIPTION = "pgkb eval"  # description prefix of the knowledge bases pgkb eval creates
 
@@ -454,13 +455,14 @@ def missing_embeddings(conn, kb: str, spec: ModelSpec) -> int:
 class SearchSettings:
     rrf_k: float = 60.0
     vector_weight: float = 1.0
-    lexical_weight: float = 1.0
+    lexical_weight: float = 0.7
     fuzzy_weight: float = 0.5
     candidates: int = 40
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     rerank_depth: int = 40
     depth: int = DEFAULT_DEPTH  # chunks fetched per query (deduplicated to documents afterwards)
+    fusion: str = "dbsf"
 
     def validate(self) -> None:
         if not 1 <= self.depth <= MAX_TOP_K:
@@ -471,6 +473,8 @@ class SearchSettings:
             raise EvalError("--candidates must be between 1 and 1000")
         if self.rrf_k <= 0 or self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
             raise EvalError("--rrf-k must be > 0, --bm25-k1 >= 0 and --bm25-b in [0, 1]")
+        if self.fusion not in FUSIONS:
+            raise EvalError(f"--fusion must be one of {', '.join(FUSIONS)}")
         weights = (self.vector_weight, self.lexical_weight, self.fuzzy_weight)
         if min(weights) < 0 or sum(weights) <= 0:
             raise EvalError("leg weights must be >= 0 and not all 0")
@@ -495,7 +499,8 @@ def _sql(mode: str) -> str:
     return (
         f"select {_COLS} from kb.hybrid_search(%(q)s, top_k => %(top_k)s, kb => %(kb)s,"
         " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s, lexical_weight => %(lw)s,"
-        " fuzzy_weight => %(fw)s, rrf_k => %(rrf_k)s, candidates => %(cand)s, bm25_k1 => %(k1)s, bm25_b => %(b)s)"
+        " fuzzy_weight => %(fw)s, rrf_k => %(rrf_k)s, candidates => %(cand)s, bm25_k1 => %(k1)s, bm25_b => %(b)s,"
+        " fusion => %(fusion)s)"
     )
 
 
@@ -505,7 +510,7 @@ def search_mode(conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec
     params: dict[str, Any] = {
         "q": query, "top_k": top_k, "kb": kb, "emb": embedding, "model": spec.name,
         "vw": s.vector_weight, "lw": s.lexical_weight, "fw": s.fuzzy_weight, "rrf_k": s.rrf_k,
-        "cand": s.candidates, "k1": s.bm25_k1, "b": s.bm25_b,
+        "cand": s.candidates, "k1": s.bm25_k1, "b": s.bm25_b, "fusion": s.fusion,
     }  # fmt: skip
     started = time.perf_counter()
     rows = conn.execute(_sql(mode), params).fetchall()
@@ -642,6 +647,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate a seeded sample of N queries")
     parser.add_argument("--seed", type=int, default=0, help="sample seed for --max-queries (default 0)")
     d = SearchSettings()
+    parser.add_argument(
+        "--fusion", default=d.fusion, choices=FUSIONS, help=f"how hybrid fuses the legs (default {d.fusion})"
+    )
     parser.add_argument("--rrf-k", type=float, default=d.rrf_k, help=f"RRF k (default {d.rrf_k:g})")
     parser.add_argument("--vector-weight", type=float, default=d.vector_weight)
     parser.add_argument("--lexical-weight", type=float, default=d.lexical_weight)
@@ -710,7 +718,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         rerank_depth = args.rerank_depth or SearchOptions.from_env().rerank_depth
         search_settings = SearchSettings(
             args.rrf_k, args.vector_weight, args.lexical_weight, args.fuzzy_weight, args.candidates,
-            args.bm25_k1, args.bm25_b, rerank_depth, args.depth,
+            args.bm25_k1, args.bm25_b, rerank_depth, args.depth, args.fusion,
         )  # fmt: skip
         search_settings.validate()
         kb = args.kb or default_kb(dataset.name)

@@ -139,7 +139,7 @@ class SearchResultItem(BaseModel):
     source: str = Field(description="source URL, else the kb://<kb>/<doc_key> resource URI")
     uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
     score: float = Field(description="the ranking score: rerank_score when reranked, else fused_score")
-    fused_score: float = Field(description="weighted reciprocal-rank-fusion score of the search legs")
+    fused_score: float = Field(description="fused score of the search legs (kb.hybrid_search score; higher is better)")
     vector_rank: int | None = Field(description="rank in the vector (semantic) leg; null: not found by it")
     lexical_rank: int | None = Field(description="rank in the BM25 leg")
     fuzzy_rank: int | None = Field(description="rank in the trigram (typo) leg")

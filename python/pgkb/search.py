@@ -16,7 +16,7 @@ MCP server (pgkb.mcp_server) call:
    nothing leaks to the next use of the connection;
 4. with a reranker (pgkb.rerank), reranks the fused top ``rerank_depth`` (PGKB_RERANK_DEPTH, default 40)
    and keeps the best ``top_k`` whose rerank score is at least PGKB_RERANK_MIN_SCORE (rerank scores only;
-   the fused RRF score is never thresholded). A failing reranker degrades to the fused order.
+   the fused score is never thresholded). A failing reranker degrades to the fused order.
 
 Per-stage wall-clock milliseconds (embed, search, rerank, total) come back in ``SearchResponse.timings_ms``.
 """
@@ -93,7 +93,7 @@ class SearchHit:
     source_url: str | None
     chunk_type: str
     metadata: dict
-    score: float  # fused RRF score from kb.hybrid_search
+    score: float  # fused score from kb.hybrid_search
     vector_rank: int | None
     lexical_rank: int | None
     fuzzy_rank: int | None
