@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pgkb.bench import MODES, BenchOptions, run_search_bench
-from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools
+from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools, unit_vectors
 from pgkb.bench_load import prepare_kb
+from pgkb.bench_recall import exact_vector_sql
 from pgkb.cli import main
 
 ZH_TEXT = (
@@ -69,7 +70,7 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     for m in r.stats.values():
         assert len(m.samples) == 6 and all(x > 0 for x in m.samples)
         assert m.pct(50) <= m.pct(95) <= m.pct(99)
-    assert set(r.recall.recall) == {"vector_plain (ef_search 100)", "vector_plain (ef_search 40)", "vector_search"}
+    assert set(r.recall.recall) == {f"vector_plain (ef_search {ef})" for ef in (40, 100, 200, 400)} | {"vector_search"}
     assert all(0 <= v <= 1 for v in r.recall.recall.values()) and r.recall.queries == 5
     assert [(c.mode, c.clients, c.queries) for c in r.concurrency] == [
         ("hybrid", 1, 2),
@@ -146,6 +147,16 @@ def test_bulk_load_matches_replace_document(db, datasets):
     # the same float32 values (binary COPY vs JSON text; -0.0 == 0.0)
     assert all(np.array_equal(a[-1], b[-1]) for a, b in zip(bulk, replaced, strict=True))
     assert db.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 0
+    # the recall benchmark's exact search is the true top 10 by cosine distance
+    kb_id = db.execute("select id from kb.knowledge_bases where name = 'via-bulk'").fetchone()[0]
+    ids, vectors = zip(
+        *db.execute("select chunk_id, embedding from kb.embeddings where kb_id = %s", [kb_id]).fetchall(), strict=True
+    )
+    matrix = np.array([v.to_numpy() if hasattr(v, "to_numpy") else v for v in vectors], dtype=np.float64)
+    e = unit_vectors(np.random.default_rng(3), 1, model.dimension)[0]
+    distance = 1 - matrix @ e / np.linalg.norm(matrix, axis=1) / np.linalg.norm(e)
+    expected = {ids[k] for k in np.argsort(distance)[:10]}
+    assert {r[0] for r in db.execute(exact_vector_sql(model, kb_id), {"e": e}).fetchall()} == expected
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
     assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
