@@ -423,6 +423,7 @@ def _report(r: BenchResult) -> str:
             ("embed (server, timings_ms.embed)", m.embed_ms),
             ("SQL (server, timings_ms.search)", m.search_ms),
             ("**overhead** = call - embed - SQL", m.overhead_ms),
+            ("of which outside pgkb.search (connect, MCP, rendering)", m.outside_search_ms),
         ):
             lines.append(
                 f"| {label} | {_fmt(m.pct(values, 50))} | {_fmt(m.pct(values, 95))} | {_fmt(m.pct(values, 99))} |"

@@ -6,7 +6,9 @@ searches the public bench knowledge base. The client is the ``mcp`` SDK's ``Clie
 client-observed wall time of ``call_tool`` is compared with the stages the server reports in
 ``timings_ms``: ``embed`` (query embedding) and ``search`` (the SQL: identity/timeout settings, the
 ``kb.hybrid_search`` call and fetching its rows). overhead = client time - embed - search: the MCP
-protocol, JSON, the per-call database connection, result shaping and rendering.
+protocol, JSON, the per-call database connection, result shaping and rendering. It is split into the part
+inside pgkb.search's own ``total`` (building the hits) and the part outside it (connecting, the MCP
+round trip, structured output and text rendering, the client's validation).
 
 A few warm-up calls run first (the first one loads the embedding model).
 """
@@ -43,6 +45,7 @@ class McpResult:
     embed_ms: list[float]
     search_ms: list[float]
     overhead_ms: list[float]
+    outside_search_ms: list[float]  # client time - the server's timings_ms.total
 
     @staticmethod
     def pct(values: list[float], p: float) -> float:
@@ -61,7 +64,7 @@ async def _calls(env: dict[str, str], kb_name: str, queries: Sequence[str], call
     from mcp import Client, StdioServerParameters
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "pgkb.mcp_server"], env=env)
-    result = McpResult(calls, "stdio", [], [], [], [])
+    result = McpResult(calls, "stdio", [], [], [], [], [])
     async with Client(params, read_timeout_seconds=120) as client:
         for k in range(WARMUP_CALLS + calls):
             args = {"query": queries[k % len(queries)], "top_k": TOP_K, "kb": kb_name}
@@ -79,6 +82,7 @@ async def _calls(env: dict[str, str], kb_name: str, queries: Sequence[str], call
             result.embed_ms.append(timings["embed"])
             result.search_ms.append(timings["search"])
             result.overhead_ms.append(client_ms - timings["embed"] - timings["search"])
+            result.outside_search_ms.append(client_ms - timings["total"])
             if (k - WARMUP_CALLS + 1) % 50 == 0:
                 log(f"mcp: {k - WARMUP_CALLS + 1}/{calls} calls")
     return result
