@@ -198,7 +198,7 @@ def vector_plan(notices):
 
 
 def lexical_plan(notices):
-    return plan_of(notices, "c.term_freqs ?| probe")
+    return plan_of(notices, "c.terms && probe")
 
 
 def fuzzy_plan(notices):
@@ -319,13 +319,13 @@ def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):
 
 
 def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
-    """No index assertion: RLS keeps non-leakproof ?| from becoming an index condition (pitfall 1),
+    """No index assertion: RLS keeps non-leakproof && from becoming an index condition (pitfall 1),
     which is why search goes through the SECURITY DEFINER functions. The result is still right."""
     alice = connect("alice")
-    assert alice.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0] == 3
+    assert alice.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3
     assert (
-        admin.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0]
+        admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0]
         == 3 * N_KBS
     )
     bob = connect("bob")
-    assert bob.execute("select count(*) from kb.chunks where term_freqs ?| array[%s]", [NEEDLE]).fetchone()[0] == 3 * 20
+    assert bob.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * 20

@@ -37,9 +37,10 @@ end
 $$;
 
 -- Lexical leg: Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible knowledge bases'
--- statistics. Candidates come from the GIN index on term_freqs, probing the rarest query terms until
--- their postings would exceed probe_budget (the rarest term is always probed; common terms still count
--- in the score of every candidate). Each candidate's term_freqs is decompressed once.
+-- statistics. Candidates come from the GIN index on chunks.terms (&&, answered by the index alone),
+-- probing the rarest query terms until their postings would exceed probe_budget (the rarest term is
+-- always probed; common terms still count in the score of every candidate). Each candidate's
+-- term_freqs is decompressed once.
 create or replace function kb.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer
@@ -87,7 +88,7 @@ begin
     with candidates as materialized (
         select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
         from kb.chunks as c
-        where c.kb_id = any(kb_ids) and c.term_freqs ?| probe
+        where c.kb_id = any(kb_ids) and c.terms && probe
             and (doc_filter is null or exists (
                 select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
             ))
