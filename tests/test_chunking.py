@@ -215,6 +215,7 @@ def test_heading_path_content_and_embedding_text() -> None:
     assert c.embedding_text(doc.title) == "部署指南 > 配置 TLS\n把证书放到 `/etc/pgkb/tls` 目录。"
     assert c.embedding_text("运维手册") == "运维手册 > 部署指南 > 配置 TLS\n把证书放到 `/etc/pgkb/tls` 目录。"
     assert doc.embedding_texts()[0] == "部署指南\n简介段落。"
+    assert doc.embedding_texts(heading_prefix=False) == ["简介段落。", "把证书放到 `/etc/pgkb/tls` 目录。"]
     assert c.to_json() == {
         "content": "把证书放到 `/etc/pgkb/tls` 目录。",
         "heading_path": ["部署指南", "配置 TLS"],
@@ -685,3 +686,13 @@ def test_chunk_is_frozen() -> None:
     c = Chunk("x")
     with pytest.raises(AttributeError):
         c.content = "y"  # type: ignore[misc]
+
+
+def test_options_fingerprint_is_stable_across_versions() -> None:
+    """Content hashes include the fingerprint: the defaults must keep the text they had before
+    heading_prefix existed, or every stored document would be re-embedded after an upgrade."""
+    assert (
+        ChunkingOptions().fingerprint() == "ChunkingOptions(max_chars=800, overlap=0, min_chars=80, heading_levels=3)"
+    )
+    assert ChunkingOptions(max_chars=400).fingerprint() != ChunkingOptions().fingerprint()
+    assert ChunkingOptions(heading_prefix=False).fingerprint() != ChunkingOptions().fingerprint()

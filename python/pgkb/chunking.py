@@ -98,6 +98,9 @@ class ChunkingOptions:
     overlap: int = 0
     min_chars: int = 80
     heading_levels: int = 3
+    # Embed the "title > h1 > h2" breadcrumb line before the content. Only `pgkb eval` turns it off (to
+    # measure it); `pgkb ingest` and the worker always embed it.
+    heading_prefix: bool = True
 
     def __post_init__(self) -> None:
         if self.max_chars < 20:
@@ -108,6 +111,15 @@ class ChunkingOptions:
             raise ValueError("min_chars must be between 0 and max_chars - 1")
         if not 1 <= self.heading_levels <= 6:
             raise ValueError("heading_levels must be between 1 and 6")
+
+    def fingerprint(self) -> str:
+        """The options as they enter content hashes; the same text as before heading_prefix existed, so
+        adding it did not make every stored document look changed."""
+        base = (
+            f"ChunkingOptions(max_chars={self.max_chars}, overlap={self.overlap}, min_chars={self.min_chars}, "
+            f"heading_levels={self.heading_levels})"
+        )
+        return base if self.heading_prefix else base + "+no-heading-prefix"
 
 
 def breadcrumb(title: str, heading_path: tuple[str, ...] | list[str]) -> str:
@@ -154,7 +166,9 @@ class ChunkedDocument:
     def chunks_json(self) -> list[dict]:
         return [c.to_json() for c in self.chunks]
 
-    def embedding_texts(self) -> list[str]:
+    def embedding_texts(self, heading_prefix: bool = True) -> list[str]:
+        if not heading_prefix:
+            return [c.content for c in self.chunks]
         return [c.embedding_text(self.title) for c in self.chunks]
 
 

@@ -314,7 +314,9 @@ class LoadSummary:
 
 def beir_hash(doc: dict, spec: ModelSpec, options: ChunkingOptions) -> str:
     h = hashlib.sha256()
-    h.update(f"pgkb-eval-beir-{EVAL_CHUNKER_VERSION}|{options}|{spec.name}|{spec.passage_prefix}|".encode())
+    h.update(
+        f"pgkb-eval-beir-{EVAL_CHUNKER_VERSION}|{options.fingerprint()}|{spec.name}|{spec.passage_prefix}|".encode()
+    )
     h.update(json.dumps([doc.get("title") or "", doc.get("text") or ""], ensure_ascii=False).encode())
     return h.hexdigest()
 
@@ -372,7 +374,9 @@ def load_beir_corpus(
 
     def flush() -> None:
         nonlocal group, n_texts
-        texts = [t for _key, d, _h in group for t in prefixed(spec, d.embedding_texts(), query=False)]
+        texts = [
+            t for _key, d, _h in group for t in prefixed(spec, d.embedding_texts(options.heading_prefix), query=False)
+        ]
         vectors = []
         for i in range(0, len(texts), batch):
             vectors.extend(embedder.embed(texts[i : i + batch]))
@@ -663,6 +667,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--depth", type=int, default=d.depth, help=f"chunks fetched per query (default {d.depth}; max 100)"
     )
+    c = ChunkingOptions()
+    parser.add_argument("--chunk-chars", type=int, default=c.max_chars, help="chunk size in characters")
+    parser.add_argument("--chunk-overlap", type=int, default=c.overlap, help="characters repeated between chunks")
+    parser.add_argument(
+        "--no-heading-prefix", dest="heading_prefix", action="store_false",
+        help="embed chunk content without the 'title > heading' breadcrumb line (experiment)",
+    )  # fmt: skip
 
 
 def _modes(raw: str | None, rerank_available: bool) -> list[str]:
@@ -721,6 +732,9 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             args.bm25_k1, args.bm25_b, rerank_depth, args.depth, args.fusion,
         )  # fmt: skip
         search_settings.validate()
+        chunking = ChunkingOptions(
+            max_chars=args.chunk_chars, overlap=args.chunk_overlap, heading_prefix=args.heading_prefix
+        )
         kb = args.kb or default_kb(dataset.name)
     except (EvalError, RerankError, ValueError) as e:
         return fail(str(e))
@@ -741,12 +755,20 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         _stderr(f"pgkb: eval: {dataset.name} -> kb {kb} (model {spec.name}, modes {', '.join(modes)})")
         if dataset.docs_dir is None:
             summary = load_beir_corpus(
-                conn, kb, dataset.corpus, spec, embedder, batch=settings.embed_batch, progress=progress
-            )
+                conn, kb, dataset.corpus, spec, embedder, batch=settings.embed_batch, options=chunking,
+                progress=progress,
+            )  # fmt: skip
             _stderr(f"pgkb: eval: {summary.line()}")
         else:
             isummary = ingest(
-                conn, url, dataset.docs_dir, kb, spec, embedder, IngestOptions(), progress=sys.stderr.isatty()
+                conn,
+                url,
+                dataset.docs_dir,
+                kb,
+                spec,
+                embedder,
+                IngestOptions(chunking=chunking),
+                progress=sys.stderr.isatty(),
             )
             _stderr(f"pgkb: eval: ingest: {isummary.line()}")
             for failure in isummary.failures:

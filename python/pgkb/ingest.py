@@ -88,7 +88,7 @@ def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> 
 
 def content_hash(data: bytes, options: ChunkingOptions) -> str:
     h = hashlib.sha256()
-    h.update(f"pgkb-chunker-{CHUNKER_VERSION}|{options}|".encode())
+    h.update(f"pgkb-chunker-{CHUNKER_VERSION}|{options.fingerprint()}|".encode())
     h.update(data)
     return h.hexdigest()
 
@@ -275,7 +275,7 @@ def _prepare(
         return None
     embeddings = None
     if not options.defer_embedding and embedder is not None:
-        vectors = embedder.embed(prefixed(spec, doc.embedding_texts(), query=False))
+        vectors = embedder.embed(prefixed(spec, doc.embedding_texts(options.chunking.heading_prefix), query=False))
         embeddings = [[float(x) for x in v] for v in vectors]
     source = options.base_url.rstrip("/") + "/" + doc_key if options.base_url else str(path)
     return _Prepared(doc_key, doc, digest, source, embeddings)
