@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pgkb.bench import MODES, BenchOptions, run_search_bench
-from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools, unit_vectors
+from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools, make_document, query_vectors, unit_vectors
 from pgkb.bench_load import prepare_kb
 from pgkb.bench_recall import exact_vector_sql
 from pgkb.cli import main
@@ -160,6 +160,15 @@ def test_bulk_load_matches_replace_document(db, datasets):
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
     assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
+
+
+def test_query_vectors_are_not_stored_vectors(datasets):
+    pools = load_pools(datasets)
+    stored = np.vstack([make_document(i, pools, 384, 50).embeddings for i in range(10)])
+    for stream in (2, 5, 7):
+        queries = query_vectors(stream, 50, 384)
+        nearest = (stored @ queries.T).max(axis=0)  # cosine similarity of each query to its nearest
+        assert nearest.max() < 0.5
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ import numpy as np
 import psycopg
 
 from pgkb.bench_concurrency import ConcurrencyRow, sweep
-from pgkb.bench_data import SEED, Model, default_model, load_pools, log, sample_queries, unit_vectors
+from pgkb.bench_data import SEED, Model, default_model, load_pools, log, query_vectors, sample_queries
 from pgkb.bench_load import LOAD_METHODS, LoadReport, prepare_kb
 from pgkb.bench_mcp import McpResult, measure_mcp_overhead
 from pgkb.bench_recall import RecallResult, measure_recall, plain_vector_sql
@@ -160,7 +160,7 @@ def _ef_setter(conn: psycopg.Connection) -> Callable[[int], None]:
 
 def _query_params(kb_name: str, query_texts: list[str], dim: int) -> list[dict]:
     """Per query: text, knowledge base and its own random query embedding."""
-    embeddings = unit_vectors(np.random.default_rng([SEED, 2]), len(query_texts), dim)
+    embeddings = query_vectors(2, len(query_texts), dim)
     return [{"q": q, "kb": kb_name, "e": e} for q, e in zip(query_texts, embeddings, strict=True)]
 
 
@@ -199,7 +199,7 @@ def _time_modes(conn: psycopg.Connection, sql: dict[str, str], params: list[dict
 
 def _explain_plain(conn: psycopg.Connection, model: Model, kb_id: int) -> tuple[str, bool]:
     """EXPLAIN (ANALYZE) of the plain vector query; whether it scans the model's HNSW index."""
-    e = unit_vectors(np.random.default_rng([SEED, 5]), 1, model.dimension)[0]
+    e = query_vectors(5, 1, model.dimension)[0]
     conn.execute(f"set hnsw.ef_search = {VECTOR_LEG_EF_SEARCH}")
     plan = conn.execute(
         "explain (analyze, costs off, timing off, summary off) " + plain_vector_sql(model, kb_id), {"e": e}

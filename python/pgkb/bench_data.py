@@ -19,6 +19,8 @@ import numpy as np
 import psycopg
 
 SEED = 20240611
+QUERY_SEED = SEED + 1  # query vectors: default_rng([QUERY_SEED, k]); document i's are default_rng([SEED, i]),
+# so no query vector is a stored vector (the first benchmark runs drew queries from documents 2 and 7)
 DOC_CHUNKS = 50  # chunks per synthetic document
 MIN_CHARS, MAX_CHARS = 300, 800  # chunk length range (characters)
 ZH_SHARE = 0.7  # share of Chinese documents / queries
@@ -135,6 +137,11 @@ def make_document(i: int, pools: Pools, dim: int, n_chunks: int) -> Document:
 def document_sizes(chunks: int) -> list[int]:
     """Chunks per document: DOC_CHUNKS each, the last one holding the remainder."""
     return [DOC_CHUNKS] * (chunks // DOC_CHUNKS) + ([chunks % DOC_CHUNKS] if chunks % DOC_CHUNKS else [])
+
+
+def query_vectors(stream: int, n: int, dim: int) -> np.ndarray:
+    """n random unit query vectors of one stream (distinct streams for distinct purposes)."""
+    return unit_vectors(np.random.default_rng([QUERY_SEED, stream]), n, dim)
 
 
 def sample_queries(pools: Pools, n: int, seed: int = SEED + 1) -> list[str]:

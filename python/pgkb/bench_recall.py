@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from pgkb.bench_data import SEED, Model, log, unit_vectors
+from pgkb.bench_data import Model, log, query_vectors
 
 __all__ = ["RecallResult", "exact_vector_sql", "measure_recall", "plain_vector_sql"]
 
@@ -66,7 +66,7 @@ def measure_recall(conn: psycopg.Connection, model: Model, kb_id: int, kb_name: 
         f"select chunk_id from kb.vector_search('recall', {TOP_K}, kb => %(kb)s::text,"
         " query_embedding => %(e)s::vector)"
     )
-    vectors = unit_vectors(np.random.default_rng([SEED, 7]), queries, model.dimension)
+    vectors = query_vectors(7, queries, model.dimension)
     hits: dict[str, list[float]] = {f"vector_plain (ef_search {ef})": [] for ef in EF_SEARCH}
     hits["vector_search"] = []
     exact_seconds = 0.0
