@@ -39,8 +39,8 @@ $$;
 -- Lexical leg: Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible knowledge bases'
 -- statistics. Candidates come from the GIN index on chunks.terms (&&, answered by the index alone),
 -- probing the rarest query terms until their postings would exceed probe_budget (the rarest term is
--- always probed; common terms still count in the score of every candidate). Each candidate's
--- term_freqs is decompressed once.
+-- always probed; common terms still count in the score of every candidate). Candidates stream through
+-- a top-n sort; each one's term_freqs is decompressed once.
 create or replace function kb.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer
@@ -85,27 +85,27 @@ begin
     end if;
 
     return query
-    with candidates as materialized (
-        select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
-        from kb.chunks as c
-        where c.kb_id = any(kb_ids) and c.terms && probe
-            and (doc_filter is null or exists (
-                select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
-            ))
-    ),
-    scored as (
-        select c.id, sum(
-            w.idf * tf.f * (k1 + 1) / (tf.f + k1 * (1 - b + b * c.term_count / avgdl))
+    select scored.id, (row_number() over (order by scored.bm25 desc, scored.id))::integer, scored.bm25
+    from (
+        select c.id, (
+            select sum(w.idf * tf.f * (k1 + 1) / (tf.f + k1 * (1 - b + b * c.term_count / avgdl)))
+            from unnest(terms, idfs) as w (term, idf)
+            cross join lateral (select (c.term_freqs ->> w.term)::double precision as f) as tf
         ) as bm25
-        from candidates as c
-        cross join unnest(terms, idfs) as w (term, idf)
-        cross join lateral (select (c.term_freqs ->> w.term)::double precision as f) as tf
-        where tf.f is not null
-        group by c.id
+        from (
+            -- one decompression per candidate (|| copies it out of TOAST); OFFSET 0 keeps the planner
+            -- from re-reading the column for every term; candidates stream, nothing is materialised
+            select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
+            from kb.chunks as c
+            where c.kb_id = any(kb_ids) and c.terms && probe
+                and (doc_filter is null or exists (
+                    select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
+                ))
+            offset 0
+        ) as c
         order by bm25 desc, c.id
         limit n
-    )
-    select s.id, (row_number() over (order by s.bm25 desc, s.id))::integer, s.bm25 from scored as s;
+    ) as scored;
 end
 $$;
 
