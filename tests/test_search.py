@@ -10,6 +10,8 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
+from pgkb.evaluate import SearchSettings
+from pgkb.search import DEFAULT_CANDIDATES
 from pgvector import Vector
 
 
@@ -66,14 +68,14 @@ def test_vector_only_query_has_no_lexical_match(kbdb, embedder):
     assert top["lexical_rank"] is None and top["fuzzy_rank"] is None
 
 
-def leg_scores(conn, embedder, query):
-    """Every hit of every leg at the default 40 candidates: {leg: {chunk_id: (rank, score)}}."""
+def leg_scores(conn, embedder, query, candidates):
+    """Every hit of every leg: {leg: {chunk_id: (rank, score)}}."""
     vec = Vector(embedder.embed(["query: " + query])[0])
     out = {}
     for leg, sql, params in [
-        ("vector", "select * from kb.vector_search(%s, 40, query_embedding => %s)", [query, vec]),
-        ("lexical", "select * from kb.lexical_search(%s, 40)", [query]),
-        ("fuzzy", "select * from kb.fuzzy_search(%s, 40)", [query]),
+        ("vector", "select * from kb.vector_search(%s, %s, query_embedding => %s)", [query, candidates, vec]),
+        ("lexical", "select * from kb.lexical_search(%s, %s)", [query, candidates]),
+        ("fuzzy", "select * from kb.fuzzy_search(%s, %s)", [query, candidates]),
     ]:
         out[leg] = {r["chunk_id"]: (r[f"{leg}_rank"], r[f"{leg}_score"]) for r in search(conn, sql, *params)}
     return out
@@ -85,9 +87,10 @@ def test_result_columns_and_dbsf_score(kbdb, embedder):
     assert top["kb"] == "team-docs" and top["title"] == "退款政策"
     assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0 and top["chunk_type"] == "text"
     assert top["lexical_score"] > 0 and -1 <= top["vector_score"] <= 1
-    legs = leg_scores(kbdb, embedder, "退款")
+    defaults = SearchSettings()  # = the SQL defaults (test_python_defaults_are_the_sql_defaults)
+    legs = leg_scores(kbdb, embedder, "退款", defaults.candidates)
     assert all(legs.values()), "every leg must contribute for this check"
-    weights = {"vector": 1.0, "lexical": 0.7, "fuzzy": 0.5}  # the documented defaults
+    weights = {"vector": defaults.vector_weight, "lexical": defaults.lexical_weight, "fuzzy": defaults.fuzzy_weight}
 
     def normalised(leg, score):
         scores = np.array([s for _, s in legs[leg].values()])
@@ -293,3 +296,19 @@ def test_fuzzy_leg_only_runs_for_short_queries(kbdb):
     assert any(r is not None for r in fuzzy_ranks("tidb_mem_qouta_query"))
     kbdb.execute("update kb.settings set value = '10' where key = 'fuzzy_max_query_chars'")
     assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query"))
+
+
+def test_python_defaults_are_the_sql_defaults(db):
+    """pgkb eval / sweep / search restate kb.hybrid_search's defaults; they must not drift apart."""
+
+    args = db.execute("select pg_get_function_arguments('kb.hybrid_search'::regproc)").fetchone()[0]
+    sql = {}
+    for arg in args.split(", "):
+        name, _, default = arg.partition(" DEFAULT ")
+        if default:
+            sql[name.split()[0]] = default.split("::")[0].strip("'")
+    settings = SearchSettings()
+    for field in ("rrf_k", "vector_weight", "lexical_weight", "fuzzy_weight", "candidates", "bm25_k1", "bm25_b"):
+        assert float(sql[field]) == float(getattr(settings, field)), field
+    assert sql["fusion"] == settings.fusion
+    assert int(sql["candidates"]) == DEFAULT_CANDIDATES

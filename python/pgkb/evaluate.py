@@ -64,6 +64,7 @@ from typing import Any
 
 from pgkb.chunking import ChunkedDocument, ChunkingOptions, breadcrumb, chunk_text
 from pgkb.embedding import Embedder, ModelSpec, prefixed
+from pgkb.search import DEFAULT_CANDIDATES
 
 MODES = ("vector", "lexical", "fuzzy", "hybrid", "hybrid+rerank")
 DEFAULT_DEPTH = 50
@@ -457,11 +458,13 @@ def missing_embeddings(conn, kb: str, spec: ModelSpec) -> int:
 
 @dataclass(frozen=True)
 class SearchSettings:
+    """kb.hybrid_search's parameters, defaulting to its SQL defaults (tests/test_search.py checks)."""
+
     rrf_k: float = 60.0
     vector_weight: float = 1.0
-    lexical_weight: float = 0.7
+    lexical_weight: float = 0.6
     fuzzy_weight: float = 0.5
-    candidates: int = 40
+    candidates: int = DEFAULT_CANDIDATES
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     rerank_depth: int = 40

@@ -38,6 +38,7 @@ from pgkb.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, m
 MAX_TOP_K = 100  # kb.hybrid_search's own limit
 MAX_QUERY_CHARS = 4000
 DEFAULT_RERANK_DEPTH = 40
+DEFAULT_CANDIDATES = 80  # rows per leg before fusion: kb.hybrid_search's default (tests keep them equal)
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 _BLANK = " \t\r\n\u3000"
 
@@ -220,7 +221,7 @@ def search(
         "emb": None if embedding is None else _vector(embedding),
         "model": response.model,
         "vw": 1.0 if embedding is not None else 0.0,
-        "cand": max(40, depth),
+        "cand": max(DEFAULT_CANDIDATES, depth),
     }
     with conn.transaction():
         _acting(conn, user, options.statement_timeout_ms)
