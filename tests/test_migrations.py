@@ -124,3 +124,23 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
             ]
     finally:
         db.execute("drop database if exists pgkb_upgrade with (force)")
+
+
+def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
+    """A transaction holding a kb table (a long search) makes a pending migration retry its NOWAIT
+    locks and then fail cleanly, changing nothing; once the table is free it applies."""
+    import psycopg
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(Settings.from_env().db_dir, db_dir)
+    (db_dir / "migrations" / "998_extra.sql").write_text("create table kb.extra_table (id int);\n")
+    info = db.info
+    with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=info.dbname) as reader:
+        reader.execute("select count(*) from kb.chunks").fetchone()  # holds ACCESS SHARE until rollback
+        with pytest.raises(MigrationError, match="could not lock the kb tables within 0.5 s"):
+            migrate(db, db_dir, lock_wait_s=0.5)
+        assert db.execute("select to_regclass('kb.extra_table')").fetchone()[0] is None
+        reader.rollback()
+        assert migrate(db, db_dir, lock_wait_s=0.5).applied == ["998_extra.sql"]
+    db.execute("drop table kb.extra_table")
+    db.execute("delete from kb.schema_migrations where version = '998'")

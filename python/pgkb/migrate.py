@@ -1,5 +1,7 @@
 """Apply db/migrations (numbered, each exactly once, checksummed) and db/functions (re-applied when
-changed) in one transaction under an advisory lock. Running it twice changes nothing.
+changed) in one transaction under an advisory lock. Running it twice changes nothing. When there is
+something to apply, every kb table is locked first without queueing (see _lock_tables), so migrating
+while searches run neither deadlocks with them nor stalls them for long.
 
 A function file whose first line is ``-- requires: <extension>`` is skipped, with the reason reported,
 when that extension cannot be installed (e.g. plpython3u on managed PostgreSQL).
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
 LOCK_KEY = 0x70676B62  # "pgkb"
+LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _REQUIRES = re.compile(r"^--\s*requires:\s*([a-z0-9_]+)\s*$")
 
@@ -66,7 +70,7 @@ def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
     return None
 
 
-def migrate(conn: psycopg.Connection, db_dir: Path) -> MigrateReport:
+def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WAIT_S) -> MigrateReport:
     """Bring the database up to date. Raises MigrationError, leaving the database unchanged."""
     report = MigrateReport()
     try:
@@ -80,22 +84,17 @@ def migrate(conn: psycopg.Connection, db_dir: Path) -> MigrateReport:
                 " applied_at timestamptz not null default now())"
             )
             applied = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
+            pending = []
             for version, path in _migrations(db_dir):
                 text = path.read_text(encoding="utf-8")
                 checksum = _checksum(text)
-                if version in applied:
-                    if applied[version] != checksum:
-                        raise MigrationError(
-                            f"migration {path.name} was changed after it was applied; add a new "
-                            "migration instead of editing an applied one"
-                        )
-                    continue
-                _execute(conn, path, text)
-                conn.execute(
-                    "insert into kb.schema_migrations (version, name, checksum) values (%s, %s, %s)",
-                    [version, path.name, checksum],
-                )
-                report.applied.append(path.name)
+                if version not in applied:
+                    pending.append((version, path, text, checksum))
+                elif applied[version] != checksum:
+                    raise MigrationError(
+                        f"migration {path.name} was changed after it was applied; add a new "
+                        "migration instead of editing an applied one"
+                    )
 
             files = []
             for path in sorted((db_dir / "functions").glob("*.sql")):
@@ -107,19 +106,60 @@ def migrate(conn: psycopg.Connection, db_dir: Path) -> MigrateReport:
                     report.skipped.append((path.name, reason))
                 else:
                     files.append((path, text))
-            checksum = _checksum("".join(p.name + t for p, t in files))
-            if applied.get("functions") != checksum:
-                for path, text in files:
-                    _execute(conn, path, text)
+            functions_checksum = _checksum("".join(p.name + t for p, t in files))
+            functions_changed = applied.get("functions") != functions_checksum
+            if not pending and not functions_changed:
+                return report
+
+            _lock_tables(conn, lock_wait_s)
+            for version, path, text, checksum in pending:
+                _execute(conn, path, text)
                 conn.execute(
-                    "insert into kb.schema_migrations (version, name, checksum) values ('functions', %s, %s)"
-                    " on conflict (version) do update set checksum = excluded.checksum, applied_at = now()",
-                    ["db/functions", checksum],
+                    "insert into kb.schema_migrations (version, name, checksum) values (%s, %s, %s)",
+                    [version, path.name, checksum],
                 )
-                report.functions_applied = True
+                report.applied.append(path.name)
+            for path, text in files:
+                _execute(conn, path, text)
+            conn.execute(
+                "insert into kb.schema_migrations (version, name, checksum) values ('functions', %s, %s)"
+                " on conflict (version) do update set checksum = excluded.checksum, applied_at = now()",
+                ["db/functions", functions_checksum],
+            )
+            report.functions_applied = True
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report
+
+
+def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:
+    """Lock every kb table exclusively before changing anything, without ever waiting in a lock queue.
+
+    Searches lock kb.users before kb.chunks while migrations alter them in another order, so waiting
+    could deadlock with a running search (or stall every search behind the migration). Instead all
+    locks are tried at once with NOWAIT; when one is taken the attempt is rolled back (releasing the
+    rest) and retried until ``wait_s`` has passed."""
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "select format('%I.%I', schemaname, tablename) from pg_tables where schemaname = 'kb' order by 1"
+        ).fetchall()
+    ]
+    if not tables:
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with conn.transaction():  # a savepoint: a refused lock releases the ones already taken
+                conn.execute(f"lock table {', '.join(tables)} in access exclusive mode nowait")
+            return
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() >= deadline:
+                raise MigrationError(
+                    f"could not lock the kb tables within {wait_s:g} s: long-running transactions are using "
+                    "them (see pg_stat_activity); nothing was changed, run it again"
+                ) from None
+            time.sleep(0.05)
 
 
 def _execute(conn: psycopg.Connection, path: Path, text: str) -> None:
