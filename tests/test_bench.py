@@ -11,10 +11,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pgkb.bench import MODES, BenchOptions, run_search_bench
-from pgkb.bench_data import EN_SETS, ZH_SETS, default_model, load_pools, make_document, query_vectors, unit_vectors
+from pgkb.bench_data import (
+    ANCHOR_COSINE,
+    EN_SETS,
+    SEED,
+    ZH_SETS,
+    VectorSource,
+    anchor_sigma,
+    anchored_source,
+    default_model,
+    load_pools,
+    make_document,
+    query_vectors,
+    unit_vectors,
+)
 from pgkb.bench_load import prepare_kb
 from pgkb.bench_recall import exact_vector_sql
 from pgkb.cli import main
+from pgkb.embedding import ModelSpec
 
 ZH_TEXT = (
     "数据库连接池满了以后，新的请求会排队等待。排查时先看活跃连接数和慢查询日志。"
@@ -171,6 +185,38 @@ def test_query_vectors_are_not_stored_vectors(datasets):
         assert nearest.max() < 0.5
 
 
+def test_anchored_vectors_are_deterministic_unit_and_near_their_anchors(datasets, embedder):
+    pools = load_pools(datasets)
+    spec = ModelSpec("multilingual-e5-small", 384, query_prefix="query: ", passage_prefix="passage: ")
+    queries = ["连接池满了怎么办", "ranking quality"]
+    source = anchored_source(pools, embedder, spec, queries, n_anchors=6)
+    anchors = source.anchors
+    assert anchors.shape == (6, 384)
+    assert np.allclose(np.linalg.norm(anchors, axis=1), 1, atol=1e-4)
+    assert source.sigma == pytest.approx(anchor_sigma(384)) == pytest.approx(0.02472, abs=1e-5)
+
+    v = source.chunk_vectors(3, 200, 384)
+    assert np.array_equal(v, source.chunk_vectors(3, 200, 384))  # deterministic in the document number
+    assert not np.allclose(v[:10], source.chunk_vectors(4, 10, 384))
+    assert np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+    # the anchor of each vector is the generator's first draw; the cosine to it is ANCHOR_COSINE on average
+    picks = np.random.default_rng([SEED, 3, 1]).integers(0, len(anchors), size=200)
+    cosines = np.einsum("ij,ij->i", v, anchors[picks])
+    assert abs(cosines.mean() - ANCHOR_COSINE) < 0.01 and cosines.min() > 0.85
+    assert len(set(picks.tolist())) > 1
+    # the document carries them (rounded for JSON); the uniform default is unchanged
+    doc = make_document(3, pools, 384, 200, source)
+    assert np.allclose(doc.embeddings, v, atol=1e-6)
+    assert np.array_equal(
+        VectorSource().chunk_vectors(3, 5, 384), unit_vectors(np.random.default_rng([SEED, 3]), 5, 384)
+    )
+
+    # query vectors: the real query embeddings, with the registry's query prefix
+    q = source.query_vectors(queries, 7, 384)
+    assert np.allclose(q, embedder.embed([f"query: {t}" for t in queries]), atol=1e-5)
+    assert source.describe() == "anchored (6 multilingual-e5-small passage embeddings, sigma 0.02472)"
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -182,6 +228,8 @@ def test_query_vectors_are_not_stored_vectors(datasets):
         ["--recall-queries", "0"],
         ["--mcp-calls", "-1"],
         ["--load", "copy"],
+        ["--vectors", "gaussian"],
+        ["--anchors", "0"],
     ],
 )
 def test_bench_cli_refuses_bad_numbers(args, capsys):

@@ -1,7 +1,22 @@
 """Synthetic data for ``pgkb bench``: sentence pools from the shared BEIR-layout sets, deterministic
-documents made of those sentences, random unit embeddings, and the default embedding model.
+documents made of those sentences, their embeddings, and the default embedding model.
 
 Document ``i`` is a pure function of ``i`` (seeded), so every load path writes the same text and vectors.
+
+Two kinds of chunk embeddings (``--vectors``):
+
+* ``uniform`` -- random unit vectors, uniform on the sphere. All pairwise distances concentrate around the
+  same value, which is the worst case for a graph index (HNSW recall@10 was 0.115 at 100k chunks, ef_search
+  100): a measure of cost, useless for recall.
+* ``anchored`` -- vectors with the structure of real embeddings. ``ANCHORS`` real passages (consecutive
+  sentences of one corpus document from the same pools, truncated to ``ANCHOR_CHARS``) are embedded with
+  the real embedder and the registry's passage prefix; chunk vector j of document i is
+  ``normalize(anchor_k + sigma * g)``, k drawn uniformly and g standard Gaussian (both seeded by i).
+  ``sigma = sqrt((1 / c**2 - 1) / dim)`` makes the expected cosine to the anchor ``c = ANCHOR_COSINE``
+  (0.9): ``|sigma * g|**2 ~ sigma**2 * dim``, so ``cos ~ 1 / sqrt(1 + sigma**2 * dim)``. Query vectors are
+  the real query embeddings (registry query prefix) of real query strings, not perturbed: queries are not
+  near-copies of stored chunks in practice either, and their neighbourhoods are then those of real
+  queries among clusters of real passages. The embedder's output is deterministic, so the data is too.
 """
 
 from __future__ import annotations
@@ -21,6 +36,10 @@ import psycopg
 SEED = 20240611
 QUERY_SEED = SEED + 1  # query vectors: default_rng([QUERY_SEED, k]); document i's are default_rng([SEED, i]),
 # so no query vector is a stored vector (the first benchmark runs drew queries from documents 2 and 7)
+VECTOR_KINDS = ("uniform", "anchored")
+ANCHORS = 1500  # real passages embedded for --vectors anchored
+ANCHOR_CHARS = 200  # anchor passages are truncated to this many characters
+ANCHOR_COSINE = 0.9  # expected cosine of an anchored chunk vector to its anchor
 DOC_CHUNKS = 50  # chunks per synthetic document
 MIN_CHARS, MAX_CHARS = 300, 800  # chunk length range (characters)
 ZH_SHARE = 0.7  # share of Chinese documents / queries
@@ -119,19 +138,126 @@ class Document:
     embeddings: np.ndarray
 
 
-def make_document(i: int, pools: Pools, dim: int, n_chunks: int) -> Document:
+def anchor_sigma(dim: int, cosine: float = ANCHOR_COSINE) -> float:
+    """Gaussian scale whose perturbation leaves an expected cosine of `cosine` to the anchor."""
+    return float(np.sqrt((1.0 / cosine**2 - 1.0) / dim))
+
+
+def anchored_vectors(rng: np.random.Generator, anchors: np.ndarray, n: int, sigma: float) -> np.ndarray:
+    """n unit vectors normalize(anchor_k + sigma * gaussian), k uniform over the anchors (float32)."""
+    picks = rng.integers(0, len(anchors), size=n)
+    v = anchors[picks].astype(np.float64) + sigma * rng.standard_normal((n, anchors.shape[1]))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v.astype(np.float32)
+
+
+def anchor_passages(pools: Pools, n: int, seed: int = SEED + 5, max_chars: int = ANCHOR_CHARS) -> list[str]:
+    """n distinct real passages (seeded), ZH_SHARE of them Chinese: consecutive sentences of one corpus
+    document (same title) from a random start, truncated to max_chars."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    seen: set[str] = set()
+    for _ in range(n * 20):
+        if len(out) == n:
+            break
+        chinese = rng.random() < ZH_SHARE
+        pool = pools.zh if chinese else pools.en
+        sep = "" if chinese else " "
+        k = rng.randrange(len(pool))
+        title, text = pool[k]
+        while len(text) < max_chars and k + 1 < len(pool) and pool[k + 1][0] == title:
+            k += 1
+            text += sep + pool[k][1]
+        text = text[:max_chars]
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def sample_distinct_queries(pools: Pools, n: int, seed: int) -> list[str]:
+    """Up to n distinct query strings (seeded), about ZH_SHARE of them Chinese."""
+    rng = random.Random(seed)
+    zh, en = sorted(set(pools.zh_queries)), sorted(set(pools.en_queries))
+    n_zh = min(len(zh), round(n * ZH_SHARE))
+    n_en = min(len(en), n - n_zh)
+    picked = rng.sample(zh, n_zh) + rng.sample(en, n_en)
+    rng.shuffle(picked)
+    return picked
+
+
+@dataclass
+class VectorSource:
+    """Where chunk and query embeddings come from: ``uniform`` random, or ``anchored`` on real embeddings
+    (see the module docstring). ``queries`` maps query strings to their real query embeddings."""
+
+    kind: str = "uniform"
+    anchors: np.ndarray | None = None
+    sigma: float = 0.0
+    queries: dict[str, np.ndarray] = field(default_factory=dict)
+    model: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "uniform":
+            return "uniform"
+        n = 0 if self.anchors is None else len(self.anchors)
+        return f"anchored ({n} {self.model} passage embeddings, sigma {self.sigma:.5f})"
+
+    def chunk_vectors(self, i: int, n: int, dim: int) -> np.ndarray:
+        """The n chunk vectors of document i (deterministic in i)."""
+        if self.kind == "uniform":
+            return unit_vectors(np.random.default_rng([SEED, i]), n, dim)
+        assert self.anchors is not None and self.anchors.shape[1] == dim
+        return anchored_vectors(np.random.default_rng([SEED, i, 1]), self.anchors, n, self.sigma)
+
+    def query_vectors(self, texts: Sequence[str], stream: int, dim: int) -> np.ndarray:
+        """Query embeddings of texts: the real ones (anchored), or random unit vectors of `stream`."""
+        if self.kind == "uniform":
+            return query_vectors(stream, len(texts), dim)
+        return np.stack([self.queries[t] for t in texts])
+
+
+def anchored_source(
+    pools: Pools, embed: Any, spec: Any, query_texts: Sequence[str], n_anchors: int = ANCHORS, batch: int = 32
+) -> VectorSource:
+    """An ``anchored`` VectorSource: n_anchors real passages and the distinct `query_texts` embedded with
+    `embed` (an Embedder) and the prefixes of `spec` (a pgkb.embedding.ModelSpec)."""
+    from pgkb.embedding import prefixed
+
+    def run(texts: list[str], query: bool) -> np.ndarray:
+        texts = prefixed(spec, texts, query=query)
+        out = []
+        for b in range(0, len(texts), batch):
+            out.append(np.asarray(embed.embed(texts[b : b + batch]), dtype=np.float32))
+            log(f"embedded {min(b + batch, len(texts))}/{len(texts)} {'queries' if query else 'anchor passages'}")
+        return np.concatenate(out) if out else np.empty((0, spec.dimension), np.float32)
+
+    passages = anchor_passages(pools, n_anchors)
+    anchors = run(passages, query=False)
+    distinct = sorted(set(query_texts))
+    q = run(distinct, query=True)
+    return VectorSource(
+        kind="anchored",
+        anchors=anchors,
+        sigma=anchor_sigma(spec.dimension),
+        queries=dict(zip(distinct, q, strict=True)),
+        model=spec.name,
+    )
+
+
+def make_document(i: int, pools: Pools, dim: int, n_chunks: int, vectors: VectorSource | None = None) -> Document:
     """Document i (deterministic in i); embeddings rounded to 6 decimals as they travel as JSON."""
     rng = random.Random(SEED * 1_000_003 + i)
     chinese = rng.random() < ZH_SHARE
     pool = pools.zh if chinese else pools.en
-    vectors = np.round(unit_vectors(np.random.default_rng([SEED, i]), n_chunks, dim), 6)
+    vectors_ = np.round((vectors or VectorSource()).chunk_vectors(i, n_chunks, dim), 6)
     contents = []
     title = ""
     for _ in range(n_chunks):
         t, content = _make_chunk(rng, pool, chinese)
         title = title or t
         contents.append(content)
-    return Document(f"bench-{i:07d}", title, contents, vectors)
+    return Document(f"bench-{i:07d}", title, contents, vectors_)
 
 
 def document_sizes(chunks: int) -> list[int]:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from pgkb.bench_data import Document, Model, Pools, document_sizes, log, make_document
+from pgkb.bench_data import Document, Model, Pools, VectorSource, document_sizes, log, make_document
 from pgkb.db import connect
 
 __all__ = ["LOAD_METHODS", "LoadReport", "prepare_kb"]
@@ -53,6 +53,7 @@ class LoadReport:
     vacuum_seconds: float
     index_builds: dict[str, float] = field(default_factory=dict)
     maintenance_work_mem: str = ""
+    vectors: str = "uniform"  # VectorSource.describe() of the chunk embeddings
     reused: bool = False
 
     def describe(self) -> str:
@@ -67,7 +68,8 @@ class LoadReport:
                 f"in bulk from {LOAD_THREADS} connections (SQL tokenizer + COPY, BM25 statistics computed "
                 f"after the load, indexes built afterwards with maintenance_work_mem = {self.maintenance_work_mem})"
             )
-        text = f"{self.chunks} chunks loaded {how} in {self.seconds:.0f} s ({rate:.0f} chunks/s); "
+        text = f"{self.chunks} chunks ({self.vectors} embeddings) loaded {how} "
+        text += f"in {self.seconds:.0f} s ({rate:.0f} chunks/s); "
         text += f"vacuum analyze {self.vacuum_seconds:.0f} s"
         return ("reused the knowledge base: " if self.reused else "") + text
 
@@ -132,11 +134,11 @@ def _run_workers(
 # Through kb.replace_document
 
 
-def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Model) -> None:
+def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Model, vectors: VectorSource) -> None:
     sizes = document_sizes(chunks)
 
     def work(conn: psycopg.Connection, i: int) -> None:
-        doc = make_document(i, pools, model.dimension, sizes[i])
+        doc = make_document(i, pools, model.dimension, sizes[i], vectors)
         payload = [{"content": c, "embedding": e} for c, e in zip(doc.contents, doc.embeddings.tolist(), strict=True)]
         conn.execute(
             "select * from kb.replace_document(%s, %s, %s, %s::jsonb, model => %s)",
@@ -229,7 +231,14 @@ def _vacuum(conn: psycopg.Connection) -> float:
 
 
 def _load_bulk(
-    conn: psycopg.Connection, url: str, kb_id: int, chunks: int, pools: Pools, model: Model, maintenance_work_mem: str
+    conn: psycopg.Connection,
+    url: str,
+    kb_id: int,
+    chunks: int,
+    pools: Pools,
+    model: Model,
+    maintenance_work_mem: str,
+    vectors: VectorSource,
 ) -> tuple[float, float, dict[str, float]]:
     """Bulk-load into knowledge base kb_id (see the module docstring); returns (load seconds, vacuum
     seconds, index build seconds by index)."""
@@ -246,7 +255,7 @@ def _load_bulk(
             wconn.execute(
                 "create temp table bench_stage (document_id bigint, ordinal integer, title text, content text)"
             )
-        docs = [make_document(i, pools, model.dimension, sizes[i]) for i in batches[b]]
+        docs = [make_document(i, pools, model.dimension, sizes[i], vectors) for i in batches[b]]
         n = _bulk_batch(wconn, kb_id, model, docs)
         with lock:
             term_total[0] += n
@@ -307,20 +316,25 @@ def prepare_kb(
     model: Model,
     method: str = "bulk",
     maintenance_work_mem: str = "4GB",
+    vectors: VectorSource | None = None,
 ) -> tuple[int, LoadReport]:
     """Make the (public) knowledge base hold exactly `chunks` bench chunks; returns (kb id, load report).
 
-    A knowledge base that already holds exactly that many chunks and embeddings is reused; otherwise it is
-    deleted outright and reloaded with `method` ("bulk" or "replace")."""
+    A knowledge base that already holds exactly that many chunks and embeddings of the same kind (`vectors`,
+    default uniform) is reused; otherwise it is deleted outright and reloaded with `method` ("bulk" or
+    "replace")."""
+    vectors = vectors or VectorSource()
     if method not in LOAD_METHODS:
         raise ValueError(f"unknown load method {method!r}: expected one of {', '.join(LOAD_METHODS)}")
     kb_id, n_chunks, n_emb, description = _kb_state(conn, kb_name, model)
-    if kb_id is not None and n_chunks == chunks and n_emb == chunks:
+    try:
+        stored_report: LoadReport | None = LoadReport(**json.loads(description))
+    except (ValueError, TypeError):
+        stored_report = None
+    stored_vectors = stored_report.vectors if stored_report else "uniform"
+    if kb_id is not None and n_chunks == chunks and n_emb == chunks and stored_vectors == vectors.describe():
         log(f"reusing knowledge base {kb_name!r} ({chunks} chunks)")
-        try:
-            report = LoadReport(**json.loads(description))
-        except (ValueError, TypeError):
-            report = LoadReport(method="unknown", chunks=chunks, seconds=0.0, vacuum_seconds=0.0)
+        report = stored_report or LoadReport(method="unknown", chunks=chunks, seconds=0.0, vacuum_seconds=0.0)
         report.reused = True
         return kb_id, report
     if kb_id is not None:
@@ -331,11 +345,11 @@ def prepare_kb(
     builds: dict[str, float] = {}
     if method == "replace":
         start = time.perf_counter()
-        _load_replace(url, kb_name, chunks, pools, model)
+        _load_replace(url, kb_name, chunks, pools, model, vectors)
         seconds = time.perf_counter() - start
         vacuum = _vacuum(conn)
     else:
-        seconds, vacuum, builds = _load_bulk(conn, url, kb_id, chunks, pools, model, maintenance_work_mem)
+        seconds, vacuum, builds = _load_bulk(conn, url, kb_id, chunks, pools, model, maintenance_work_mem, vectors)
     report = LoadReport(
         method=method,
         chunks=chunks,
@@ -343,6 +357,7 @@ def prepare_kb(
         vacuum_seconds=vacuum,
         index_builds=builds,
         maintenance_work_mem=maintenance_work_mem if method == "bulk" else "",
+        vectors=vectors.describe(),
     )
     log(report.describe())
     _, n_chunks, n_emb, _ = _kb_state(conn, kb_name, model)

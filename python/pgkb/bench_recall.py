@@ -1,10 +1,10 @@
 """HNSW recall@10 for ``pgkb bench``: the model's HNSW index against exact search on the same data.
 
-For each random unit query vector, the exact top 10 is the plain vector query's distance computed for every
-embedding of the same model and knowledge base in a subquery (``offset 0``, so the ORDER BY cannot use the
-index) and sorted, with index scans disabled as well (``set local enable_indexscan = off``). Every
-statement here is planned afresh (``prepare=False``): a cached plan would ignore those settings. Compared
-with it:
+For each query vector (random unit vectors, or with ``--vectors anchored`` real query embeddings), the
+exact top 10 is the plain vector query's distance computed for every embedding of the same model and
+knowledge base in a subquery (``offset 0``, so the ORDER BY cannot use the index) and sorted, with index
+scans disabled as well (``set local enable_indexscan = off``). Every statement here is planned afresh
+(``prepare=False``): a cached plan would ignore those settings. Compared with it:
 
 * ``vector_plain`` -- the same query through the HNSW index at ``hnsw.ef_search`` 40 (pgvector's
   default), 100 (kb.vector_leg's setting), 200 and 400;
@@ -59,14 +59,24 @@ def exact_vector_sql(model: Model, kb_id: int) -> str:
     )
 
 
-def measure_recall(conn: psycopg.Connection, model: Model, kb_id: int, kb_name: str, queries: int) -> RecallResult:
-    """recall@10 of the HNSW paths against exact search, over `queries` random query vectors."""
+def measure_recall(
+    conn: psycopg.Connection,
+    model: Model,
+    kb_id: int,
+    kb_name: str,
+    queries: int,
+    vectors: np.ndarray | None = None,
+) -> RecallResult:
+    """recall@10 of the HNSW paths against exact search, over `vectors` (default: `queries` random unit
+    query vectors)."""
     plain, exact_sql = plain_vector_sql(model, kb_id), exact_vector_sql(model, kb_id)
     search = (  # the query text is not used by the vector leg
         f"select chunk_id from kb.vector_search('recall', {TOP_K}, kb => %(kb)s::text,"
         " query_embedding => %(e)s::vector)"
     )
-    vectors = query_vectors(7, queries, model.dimension)
+    if vectors is None:
+        vectors = query_vectors(7, queries, model.dimension)
+    queries = len(vectors)
     hits: dict[str, list[float]] = {f"vector_plain (ef_search {ef})": [] for ef in EF_SEARCH}
     hits["vector_search"] = []
     exact_seconds = 0.0

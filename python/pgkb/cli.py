@@ -184,13 +184,15 @@ def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         client_queries=args.client_queries,
         mcp_calls=args.mcp_calls,
         maintenance_work_mem=args.maintenance_work_mem,
+        vectors=args.vectors,
+        anchors=args.anchors,
     )
     try:
         options.check()
     except ValueError as e:
         print(f"pgkb bench: error: {e}", file=sys.stderr)
         return 2
-    run_search_bench(options)
+    run_search_bench(options, settings=settings)
     return 0
 
 
@@ -322,6 +324,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--maintenance-work-mem", default="4GB", help="maintenance_work_mem for the index builds of a bulk load"
+    )
+    bench.add_argument(
+        "--vectors",
+        choices=["uniform", "anchored"],
+        default="uniform",
+        help="chunk embeddings: uniform random unit vectors (worst case for HNSW, cost only) or anchored on "
+        "real passage embeddings of the default model, with real query embeddings (use this for recall)",
+    )
+    bench.add_argument(
+        "--anchors", type=_positive_int, default=1500, help="real passages embedded for --vectors anchored"
     )
     bench.add_argument("--ingest", metavar="DIR", help="instead: ingestion throughput vs raw encode on DIR")
     bench.set_defaults(func=_cmd_bench)
