@@ -20,9 +20,9 @@ import urllib.request
 
 import anyio
 import fixture_docs
-import psycopg
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
+from pgkb.mcp_server import ToolFailure
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
@@ -368,14 +368,103 @@ def test_origin_check():
         parse_tokens("nouser")
 
 
-def test_connection_loss_is_reconnected(world, embedder):
-    """A fresh connection per call: killing the server's backends between calls costs nothing."""
+def make_backend(dsn: str, embedder=None, **config):
     from pgkb.config import Settings
     from pgkb.mcp_server import Backend, McpConfig
 
-    backend = Backend(McpConfig(settings=Settings.from_env(), database_url=svc_dsn(world)), embedder=embedder)
-    assert backend.search("alice", "退款", 3, None).results
-    world.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'svc'")
-    assert backend.search("alice", "退款", 3, None).results[0].doc_key == "policy/refund.md"
-    with psycopg.connect(svc_dsn(world)) as conn:  # nothing leaked into the session: acting_user was local
-        assert conn.execute("select current_setting('pgkb.acting_user', true)").fetchone()[0] in (None, "")
+    return Backend(McpConfig(settings=Settings.from_env(), database_url=dsn, **config), embedder=embedder)
+
+
+def test_connection_loss_is_reconnected(world, embedder):
+    """Pooled connections are checked before use: killing the server's backends between calls (what a
+    database restart does) costs nothing."""
+    backend = make_backend(svc_dsn(world), embedder)
+    try:
+        assert backend.search("alice", "退款", 3, None).results
+        killed = world.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'svc'")
+        assert killed.fetchall()  # the pooled connection was there to kill
+        assert backend.search("alice", "退款", 3, None).results[0].doc_key == "policy/refund.md"
+        assert [k["name"] for k in backend.knowledge_bases("bob")] == ["bob-notes", "team-docs"]
+    finally:
+        backend.close()
+
+
+def test_pooled_connection_does_not_leak_identity_between_calls(world, embedder):
+    """Pool size 1: alice's and bob's calls share one connection, each sees only its own knowledge bases,
+    and between calls the session has no acting user and the default statement_timeout."""
+    from pgkb.search import SearchOptions
+
+    backend = make_backend(svc_dsn(world), embedder, pool_size=1, options=SearchOptions(statement_timeout_ms=12345))
+
+    def session() -> tuple[int, str | None, str]:
+        """(backend pid, acting user outside a transaction, statement_timeout) of the pooled connection.
+        An acting user set transaction-locally leaves an empty placeholder behind: '' counts as none."""
+        with backend.connection() as conn:
+            pid, acting, timeout = conn.execute(
+                "select pg_backend_pid(), current_setting('pgkb.acting_user', true),"
+                " current_setting('statement_timeout')"
+            ).fetchone()
+            return pid, acting or None, timeout
+
+    def private_markers(user: str | None) -> set[str]:
+        hits = backend.search(user, "zebramarker bobmarker", 10, None).results
+        return {m for h in hits for m in ("zebramarker", "bobmarker") if m in h.content}
+
+    try:
+        pid, acting, timeout = session()
+        assert acting is None and timeout != "12345ms"
+        for _ in range(2):  # alternate users over the one connection
+            assert private_markers("alice") == {"zebramarker"}
+            assert session() == (pid, acting, timeout)
+            assert private_markers("bob") == {"bobmarker"}
+            assert session() == (pid, acting, timeout)
+            assert private_markers(None) == set()  # no user: public knowledge bases only
+            assert session() == (pid, acting, timeout)
+        assert {k["name"] for k in backend.knowledge_bases("alice")} == {"team-docs", "alice-notes", "empty-kb"}
+        assert {k["name"] for k in backend.knowledge_bases("bob")} == {"team-docs", "bob-notes"}
+        assert backend.document("alice", "zebramarker.md", None, -1, 0)["kb"] == "alice-notes"
+        with pytest.raises(ToolFailure, match="unknown document"):
+            backend.document("bob", "zebramarker.md", None, -1, 0)
+        with pytest.raises(ToolFailure, match='unknown pgkb user "nobody"'):
+            backend.search("nobody", "退款", 3, None)
+        assert session() == (pid, acting, timeout)  # failed calls roll back: still clean, same connection
+    finally:
+        backend.close()
+
+
+def test_database_down_is_a_readable_error_and_comes_back(db):
+    """No database at startup: calls fail at once with the connection error, no pool is opened; once the
+    URL points at a running database the next call works."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"host=127.0.0.1 port={s.getsockname()[1]} dbname=nope user=nobody"
+    backend = make_backend(dead)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ToolFailure, match="database is unavailable"):
+            backend.knowledge_bases(None)
+        assert time.monotonic() - started < 5 and backend._pool is None
+        info = db.info
+        backend.config.database_url = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
+        assert isinstance(backend.knowledge_bases(None), list)
+    finally:
+        backend.close()
+
+
+def test_database_lost_after_start_is_a_readable_error_then_recovers(world, embedder):
+    """With the pool open, a database that refuses connections: the call fails within seconds with the
+    connection error (not a pool timeout), and works again once connections are accepted."""
+    backend = make_backend(svc_dsn(world), embedder)
+    try:
+        assert backend.knowledge_bases("alice")
+        world.execute("alter role svc nologin")
+        world.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'svc'")
+        started = time.monotonic()
+        with pytest.raises(ToolFailure, match="database is unavailable.*not permitted to log in"):
+            backend.search("alice", "退款", 3, None)
+        assert time.monotonic() - started < 15
+        world.execute("alter role svc login")
+        assert backend.search("alice", "退款", 3, None).results[0].doc_key == "policy/refund.md"
+    finally:
+        world.execute("alter role svc login")
+        backend.close()

@@ -6,9 +6,10 @@ searches the public bench knowledge base. The client is the ``mcp`` SDK's ``Clie
 client-observed wall time of ``call_tool`` is compared with the stages the server reports in
 ``timings_ms``: ``embed`` (query embedding) and ``search`` (the SQL: identity/timeout settings, the
 ``kb.hybrid_search`` call and fetching its rows). overhead = client time - embed - search: the MCP
-protocol, JSON, the per-call database connection, result shaping and rendering. It is split into the part
-inside pgkb.search's own ``total`` (building the hits) and the part outside it (connecting, the MCP
-round trip, structured output and text rendering, the client's validation).
+protocol, JSON, taking a connection from the server's pool (with its liveness check), result shaping and
+rendering. It is split into the part inside pgkb.search's own ``total`` (building the hits) and the part
+outside it (the pooled connection, the MCP round trip, structured output and text rendering, the client's
+validation).
 
 A few warm-up calls run first (the first one loads the embedding model).
 """

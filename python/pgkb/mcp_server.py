@@ -33,9 +33,15 @@ the stateless 2026-07-28 per-request envelope), plus the deprecated HTTP+SSE tra
 are refused (403) unless listed in PGKB_MCP_ALLOWED_ORIGINS (comma-separated, ``*`` for any); when bound
 to a loopback address the ``Host`` header must be a loopback name too (DNS-rebinding protection).
 
-Robustness: a fresh database connection per call (a restarted database is simply reconnected to);
-statement_timeout PGKB_STATEMENT_TIMEOUT_MS (default 10000) per call, reported as a clear tool error;
-an unreachable embedding endpoint gives degraded lexical-only results, never an error.
+Connections: a pool (psycopg_pool) of at most PGKB_MCP_POOL_SIZE connections (default 8, at least 1 kept
+open), opened lazily on the first call -- the server starts and lists its tools while the database is down,
+and calls then fail with a readable tool error. Every pooled connection is checked before use, so one
+broken by a database restart is replaced, not handed out. The acting user and the statement timeout are
+transaction-local (``set_config(..., true)``), so nothing carries over to the next call on a reused
+connection.
+
+Robustness: statement_timeout PGKB_STATEMENT_TIMEOUT_MS (default 10000) per call, reported as a clear tool
+error; an unreachable embedding endpoint gives degraded lexical-only results, never an error.
 
 Logging: ``--verbose`` logs every stage to stderr. PGKB_QUERY_LOG=<path> appends one JSON line per search:
 timestamp, user, query, kb, top_k, each result's doc/chunk/score and leg ranks, per-stage milliseconds.
@@ -75,6 +81,11 @@ RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + 
 RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
 MAX_WINDOW = 20
 EMBEDDER_RETRY_SECONDS = 60  # after a failed embedder load, searches run lexical-only this long before retrying
+DEFAULT_POOL_SIZE = 8  # PGKB_MCP_POOL_SIZE: most connections the pool opens
+POOL_MIN_SIZE = 1  # connections the pool keeps open (fewer when PGKB_MCP_POOL_SIZE is smaller)
+CONNECT_TIMEOUT_SECONDS = 10
+POOL_QUICK_WAIT_SECONDS = 2.0  # waited for a pooled connection before checking whether the database is up
+POOL_WAIT_SECONDS = 30.0  # most a call waits for a free pooled connection (all busy) in total
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 log = logging.getLogger("pgkb.mcp")
@@ -106,6 +117,7 @@ class McpConfig:
     options: SearchOptions = field(default_factory=SearchOptions)
     query_log: Path | None = None
     verbose: bool = False
+    pool_size: int = DEFAULT_POOL_SIZE
 
     @classmethod
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> "McpConfig":
@@ -113,6 +125,13 @@ class McpConfig:
 
         env = os.environ if env is None else env
         log_path = env.get("PGKB_QUERY_LOG", "").strip()
+        raw_pool = env.get("PGKB_MCP_POOL_SIZE", "").strip()
+        try:
+            pool_size = int(raw_pool) if raw_pool else DEFAULT_POOL_SIZE
+        except ValueError:
+            pool_size = 0
+        if pool_size < 1:
+            raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
         return cls(
             settings=settings,
             database_url=database_url(settings),
@@ -122,6 +141,7 @@ class McpConfig:
             options=SearchOptions.from_env(env),
             query_log=Path(log_path) if log_path else None,
             verbose=verbose,
+            pool_size=pool_size,
         )
 
 
@@ -212,9 +232,18 @@ class _BrokenEmbedder:
         raise EmbeddingError(f"embedder unavailable: {self.error}")
 
 
+def _configure_connection(conn: psycopg.Connection) -> None:
+    """Every new pooled connection: the pgvector type, when the extension is installed."""
+    if conn.execute("select 1 from pg_extension where extname = 'vector'").fetchone():
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+
+
 class Backend:
-    """Database access for the tools; thread-safe (tools run in worker threads). A fresh connection per
-    call, so a restarted database costs nothing but the failed call in flight."""
+    """Database access for the tools; thread-safe (tools run in worker threads). Connections come from a
+    pool opened on the first call (``close()`` closes it); each is checked before use, so a restarted
+    database costs nothing but the calls in flight."""
 
     def __init__(self, config: McpConfig, *, reranker=None, embedder=None) -> None:
         self.config = config
@@ -224,21 +253,69 @@ class Backend:
         self._embedder_failed_at = 0.0
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
+
+    def _probe(self) -> None:
+        """ToolFailure unless a direct connection to the database succeeds (it is closed again)."""
+        try:
+            psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS).close()
+        except psycopg.OperationalError as e:
+            raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+
+    def pool(self):
+        """The connection pool, opened on first use. While the database is down no pool is opened and the
+        call fails at once with the connection error."""
+        with self._pool_lock:
+            if self._pool is None:
+                from psycopg_pool import ConnectionPool
+
+                self._probe()
+                self._pool = ConnectionPool(
+                    self.config.database_url,
+                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+                    min_size=min(POOL_MIN_SIZE, self.config.pool_size),
+                    max_size=self.config.pool_size,
+                    configure=_configure_connection,
+                    check=ConnectionPool.check_connection,
+                    timeout=POOL_WAIT_SECONDS,
+                    name="pgkb-mcp",
+                    open=False,
+                )
+                self._pool.open(wait=False)
+            return self._pool
+
+    def close(self) -> None:
+        """Close the pool (server shutdown); a later call would open a new one."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        try:
-            conn = psycopg.connect(self.config.database_url, autocommit=True, connect_timeout=10)
-        except psycopg.OperationalError as e:
-            raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
-        try:
-            if conn.execute("select 1 from pg_extension where extname = 'vector'").fetchone():
-                from pgvector.psycopg import register_vector
+        """A checked connection from the pool (autocommit; calls open their own transactions), returned
+        after the call. A pool that hands out nothing within POOL_QUICK_WAIT_SECONDS is either busy or cut
+        off from the database: a direct connection tells which, so a database that went down is reported
+        within seconds; a busy pool is waited for up to POOL_WAIT_SECONDS."""
+        from psycopg_pool import PoolTimeout
 
-                register_vector(conn)
+        pool = self.pool()
+        try:
+            conn = pool.getconn(timeout=POOL_QUICK_WAIT_SECONDS)
+        except PoolTimeout:
+            self._probe()
+            try:
+                conn = pool.getconn(timeout=POOL_WAIT_SECONDS - POOL_QUICK_WAIT_SECONDS)
+            except PoolTimeout as e:
+                raise ToolFailure(
+                    f"no free database connection after {POOL_WAIT_SECONDS:g} s (all {self.config.pool_size} "
+                    "in use, PGKB_MCP_POOL_SIZE); try again"
+                ) from e
+        try:
             yield conn
         finally:
-            conn.close()
+            pool.putconn(conn)
 
     @contextlib.contextmanager
     def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:
@@ -808,18 +885,22 @@ def run(args, settings: Settings) -> int:
         return 2
     if args.transport == "http" and not config.tokens and args.host not in LOOPBACK:
         log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", args.host, config.default_user)
-    server = build_server(Backend(config, reranker=reranker))
-    if args.transport == "stdio":
-        server.run("stdio")
-        return 0
-    import uvicorn
+    backend = Backend(config, reranker=reranker)
+    server = build_server(backend)
+    try:
+        if args.transport == "stdio":
+            server.run("stdio")
+            return 0
+        import uvicorn
 
-    app = http_app(server, config, args.host)
-    log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
-    uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
-    ).run()
-    return 0
+        app = http_app(server, config, args.host)
+        log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
+        uvicorn.Server(
+            uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+        ).run()
+        return 0
+    finally:
+        backend.close()
 
 
 def main(argv: list[str] | None = None) -> int:
