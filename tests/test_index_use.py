@@ -14,6 +14,7 @@ import random
 import numpy as np
 import psycopg
 import pytest
+from pgkb.search import DEFAULT_CANDIDATES
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
@@ -289,13 +290,13 @@ def test_filtered_vector_search_fills_top_k_on_a_small_slice(admin, connect):
         assert len(rows) == 20
         assert {r[0] for r in rows} == {"kb-00"}
         assert [r[1] for r in rows] == list(range(1, 21))
-    # the hybrid search's vector leg fills its 40 candidates too
+    # the hybrid search's vector leg fills its default candidates too
     rows = alice.execute(
-        "select vector_rank from kb.hybrid_search('x', top_k => 100, query_embedding => %s)"
-        " where vector_rank is not null",
+        "select vector_rank from kb.hybrid_search('x', top_k => 100, query_embedding => %s,"
+        " lexical_weight => 0, fuzzy_weight => 0)",
         [query_vec()],
     ).fetchall()
-    assert len(rows) == 40
+    assert len(rows) == DEFAULT_CANDIDATES
 
 
 def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):
@@ -323,9 +324,6 @@ def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
     which is why search goes through the SECURITY DEFINER functions. The result is still right."""
     alice = connect("alice")
     assert alice.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3
-    assert (
-        admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0]
-        == 3 * N_KBS
-    )
+    assert admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * N_KBS
     bob = connect("bob")
     assert bob.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * 20
