@@ -819,25 +819,31 @@ class _Progress:
         sys.stderr.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pgkb.evaluate`` (the same as `pgkb eval`)."""
+def command_main(name: str, description: str, add_args, run_command, argv: list[str] | None) -> int:
+    """``python -m pgkb.<module>`` for `pgkb <name>`: parse, run with the environment's settings, and turn
+    configuration and database errors into a message and an exit status (2 / 1)."""
     import argparse
 
     import psycopg
 
     from pgkb.config import ConfigError, Settings
 
-    parser = argparse.ArgumentParser(prog="pgkb eval", description="retrieval quality per search mode")
-    add_arguments(parser)
+    parser = argparse.ArgumentParser(prog=f"pgkb {name}", description=description)
+    add_args(parser)
     args = parser.parse_args(argv)
     try:
-        return run(args, Settings.from_env())
+        return run_command(args, Settings.from_env())
     except ConfigError as e:
-        print(f"pgkb: eval: {e}", file=sys.stderr)
+        print(f"pgkb: {name}: {e}", file=sys.stderr)
         return 2
     except psycopg.DatabaseError as e:
-        print(f"pgkb: eval: {e.diag.message_primary or e}", file=sys.stderr)
+        print(f"pgkb: {name}: {e.diag.message_primary or e}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pgkb.evaluate`` (the same as `pgkb eval`)."""
+    return command_main("eval", "retrieval quality per search mode", add_arguments, run, argv)
 
 
 if __name__ == "__main__":

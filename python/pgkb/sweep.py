@@ -24,6 +24,7 @@ from pgkb.evaluate import (
     ModeResult,
     SearchSettings,
     _vector,
+    command_main,
     default_kb,
     load_beir,
     load_questions,
@@ -194,23 +195,7 @@ def run(args, settings, *, embedder=None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pgkb.sweep`` (the same as `pgkb sweep`)."""
-    import argparse
-
-    import psycopg
-
-    from pgkb.config import ConfigError, Settings
-
-    parser = argparse.ArgumentParser(prog="pgkb sweep", description="compare search settings across datasets")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args, Settings.from_env())
-    except ConfigError as e:
-        print(f"pgkb: sweep: {e}", file=sys.stderr)
-        return 2
-    except psycopg.DatabaseError as e:
-        print(f"pgkb: sweep: {e.diag.message_primary or e}", file=sys.stderr)
-        return 1
+    return command_main("sweep", "compare search settings across datasets", add_arguments, run, argv)
 
 
 if __name__ == "__main__":
