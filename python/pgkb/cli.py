@@ -16,6 +16,22 @@ from pgkb.embedding import EmbeddingError
 from pgkb.migrate import MigrationError, migrate
 
 
+def module_main(name: str, description: str, add_args, run_command, argv: list[str] | None) -> int:
+    """``python -m pgkb.<module>`` for `pgkb <name>`: parse, run with the environment's settings, and turn
+    configuration and database errors into a message and an exit status (2 / 1)."""
+    parser = argparse.ArgumentParser(prog=f"pgkb {name}", description=description)
+    add_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_command(args, Settings.from_env())
+    except ConfigError as e:
+        print(f"pgkb: {name}: {e}", file=sys.stderr)
+        return 2
+    except psycopg.DatabaseError as e:
+        print(f"pgkb: {name}: {e.diag.message_primary or e}", file=sys.stderr)
+        return 1
+
+
 def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "migrate":
         with connect(vector=False) as conn:

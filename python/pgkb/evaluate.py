@@ -705,12 +705,23 @@ def load_dataset(args, warn: Callable[[str], None]) -> Dataset:
     raise EvalError("nothing to evaluate: give a BEIR folder or --docs DIR --questions FILE.jsonl")
 
 
+def configured_embedder(conn, settings, embedder: Embedder | None) -> tuple[ModelSpec, Embedder]:
+    """The default model's registry entry and an embedder for it (``embedder`` if given, else the one the
+    settings configure); EvalError when it cannot be loaded."""
+    from pgkb.embedding import EmbeddingError, load_embedder, model_spec
+
+    spec = model_spec(conn, settings.embed_model)
+    try:
+        return spec, embedder or load_embedder(settings, spec)
+    except (EmbeddingError, OSError, ImportError) as e:
+        raise EvalError(f"cannot load the embedder: {e}") from e
+
+
 def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> int:
     """`pgkb eval`: load (or reuse) the dataset's knowledge base, evaluate, print Markdown, write --out.
 
     ``embedder`` / ``reranker`` None: the ones ``settings`` and the environment configure."""
     from pgkb.db import connect, database_url
-    from pgkb.embedding import EmbeddingError, load_embedder, model_spec
     from pgkb.ingest import IngestOptions, ingest
     from pgkb.rerank import RerankError, load_reranker
     from pgkb.search import SearchOptions
@@ -746,12 +757,8 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
 
     url = database_url(settings)
     with connect(url) as conn:
-        spec = model_spec(conn, settings.embed_model)
         try:
-            embedder = embedder or load_embedder(settings, spec)
-        except (EmbeddingError, OSError, ImportError) as e:
-            return fail(f"cannot load the embedder: {e}")
-        try:
+            spec, embedder = configured_embedder(conn, settings, embedder)
             prepare_kb(conn, kb, dataset.name)
         except EvalError as e:
             return fail(str(e))
@@ -819,31 +826,11 @@ class _Progress:
         sys.stderr.flush()
 
 
-def command_main(name: str, description: str, add_args, run_command, argv: list[str] | None) -> int:
-    """``python -m pgkb.<module>`` for `pgkb <name>`: parse, run with the environment's settings, and turn
-    configuration and database errors into a message and an exit status (2 / 1)."""
-    import argparse
-
-    import psycopg
-
-    from pgkb.config import ConfigError, Settings
-
-    parser = argparse.ArgumentParser(prog=f"pgkb {name}", description=description)
-    add_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args, Settings.from_env())
-    except ConfigError as e:
-        print(f"pgkb: {name}: {e}", file=sys.stderr)
-        return 2
-    except psycopg.DatabaseError as e:
-        print(f"pgkb: {name}: {e.diag.message_primary or e}", file=sys.stderr)
-        return 1
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m pgkb.evaluate`` (the same as `pgkb eval`)."""
-    return command_main("eval", "retrieval quality per search mode", add_arguments, run, argv)
+    from pgkb.cli import module_main
+
+    return module_main("eval", "retrieval quality per search mode", add_arguments, run, argv)
 
 
 if __name__ == "__main__":

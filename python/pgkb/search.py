@@ -406,18 +406,9 @@ def run(args, settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pgkb.search`` (the same as `pgkb search`)."""
-    import argparse
+    from pgkb.cli import module_main
 
-    from pgkb.config import ConfigError, Settings
-
-    parser = argparse.ArgumentParser(prog="pgkb search", description="search the knowledge base")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args, Settings.from_env())
-    except ConfigError as e:
-        print(f"pgkb: search: {e}", file=sys.stderr)
-        return 2
+    return module_main("search", "search the knowledge base", add_arguments, run, argv)
 
 
 if __name__ == "__main__":

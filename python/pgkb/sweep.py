@@ -24,7 +24,7 @@ from pgkb.evaluate import (
     ModeResult,
     SearchSettings,
     _vector,
-    command_main,
+    configured_embedder,
     default_kb,
     load_beir,
     load_questions,
@@ -156,7 +156,6 @@ def add_arguments(parser) -> None:
 def run(args, settings, *, embedder=None) -> int:
     """`pgkb sweep`. Exit 2 on bad arguments or a dataset whose knowledge base is not loaded."""
     from pgkb.db import connect, database_url
-    from pgkb.embedding import EmbeddingError, load_embedder, model_spec
 
     def fail(message: str) -> int:
         print(f"pgkb: sweep: {message}", file=sys.stderr)
@@ -178,12 +177,8 @@ def run(args, settings, *, embedder=None) -> int:
     for ds in datasets:
         ds.queries = sample(ds.queries, args.max_queries, args.seed)
     with connect(database_url(settings)) as conn:
-        spec = model_spec(conn, settings.embed_model)
         try:
-            embedder = embedder or load_embedder(settings, spec)
-        except (EmbeddingError, OSError, ImportError) as e:
-            return fail(f"cannot load the embedder: {e}")
-        try:
+            spec, embedder = configured_embedder(conn, settings, embedder)
             report = sweep(conn, datasets, spec, embedder, combos, modes, settings.embed_batch)
         except EvalError as e:
             return fail(str(e))
@@ -195,7 +190,9 @@ def run(args, settings, *, embedder=None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pgkb.sweep`` (the same as `pgkb sweep`)."""
-    return command_main("sweep", "compare search settings across datasets", add_arguments, run, argv)
+    from pgkb.cli import module_main
+
+    return module_main("sweep", "compare search settings across datasets", add_arguments, run, argv)
 
 
 if __name__ == "__main__":
