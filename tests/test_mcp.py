@@ -432,7 +432,7 @@ def test_pooled_connection_does_not_leak_identity_between_calls(world, embedder)
         backend.close()
 
 
-def test_database_down_is_a_readable_error_and_comes_back(db):
+def test_database_down_is_a_readable_error_and_comes_back(world):
     """No database at startup: calls fail at once with the connection error, no pool is opened; once the
     URL points at a running database the next call works."""
     with socket.socket() as s:  # a port nothing listens on
@@ -444,9 +444,8 @@ def test_database_down_is_a_readable_error_and_comes_back(db):
         with pytest.raises(ToolFailure, match="database is unavailable"):
             backend.knowledge_bases(None)
         assert time.monotonic() - started < 5 and backend._pool is None
-        info = db.info
-        backend.config.database_url = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
-        assert isinstance(backend.knowledge_bases(None), list)
+        backend.config.database_url = svc_dsn(world)
+        assert [kb["name"] for kb in backend.knowledge_bases(None)] == ["team-docs"]
     finally:
         backend.close()
 

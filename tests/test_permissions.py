@@ -114,7 +114,16 @@ PUBLIC_API = {
     "vector_search",
     "lexical_search",
     "fuzzy_search",
+    "whoami",
+    "list_knowledge_bases",
+    "list_documents",
+    "list_ingest_failures",
+    "get_document",
+    "embedding_status",
+    "service_role_problem",
 }
+# tables that hold knowledge: end users have no privilege on them at all (they read through functions)
+KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
 INTERNAL = [
     "vector_leg",
     "lexical_leg",
@@ -226,6 +235,27 @@ def table_markers(conn, admin, table: str) -> set[str]:
     return {by_id[r[0]] for r in conn.execute(f"select kb_id from kb.{table}")}
 
 
+def read_markers(conn) -> set[str]:
+    """Markers of the knowledge bases a connection sees through every read function, which must agree."""
+    kbs = {MARKER[r[0]] for r in conn.execute("select name from kb.list_knowledge_bases()")}
+    docs, whole = set(), set()
+    for name, marker in MARKER.items():
+        try:
+            keys = [r[0] for r in conn.execute("select doc_key from kb.list_documents(%s)", [name])]
+        except psycopg.errors.NoDataFound:
+            keys = []
+        docs |= markers_in(keys)
+        try:
+            row = conn.execute(
+                "select title, chunks::text from kb.get_document(%s, %s)", [f"{marker}.md", name]
+            ).fetchone()
+        except psycopg.errors.NoDataFound:
+            continue
+        whole |= markers_in(row)
+    assert kbs == docs == whole
+    return kbs
+
+
 def snapshot(db) -> tuple:
     """Everything a failed write must leave unchanged."""
     return db.execute(
@@ -253,31 +283,89 @@ def test_setup_is_as_intended(world):
 @pytest.mark.parametrize(
     "table", ["chunks", "documents", "knowledge_bases", "embeddings", "embedding_queue", "term_stats"]
 )
-@pytest.mark.parametrize("principal", PRINCIPALS)
-def test_direct_select_sees_exactly_visible_kbs(world, as_, principal, table):
-    assert table_markers(as_(principal), world, table) == VISIBLE[principal]
+def test_admin_direct_select_sees_everything(world, table):
+    assert table_markers(world, world, table) == ALL
 
 
-@pytest.mark.parametrize("principal", PRINCIPALS)
-def test_direct_select_identity_tables(world, as_, principal):
+@pytest.mark.parametrize("table", KNOWLEDGE_TABLES)
+@pytest.mark.parametrize("principal", [p for p in PRINCIPALS if p != "admin"])
+def test_end_users_have_no_privilege_on_knowledge_tables(world, as_, principal, table):
+    """No SELECT at all (not even RLS-filtered): a user's own predicate next to a policy leaks through
+    EXPLAIN ANALYZE, so end users read through the functions of 55_reads.sql."""
     conn = as_(principal)
-    users = {r[0] for r in conn.execute("select name from kb.users")}
-    teams = {r[0] for r in conn.execute("select name from kb.teams")}
-    # memberships: resolve ids through the admin connection (the caller may not see the users)
-    names = dict(world.execute("select id, name from kb.users"))
-    team_names = dict(world.execute("select id, name from kb.teams"))
-    memberships = {(team_names[t], names[u]) for t, u in conn.execute("select team_id, user_id from kb.memberships")}
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for table"):
+        conn.execute(f"select 1 from kb.{table} limit 1")
+    assert conn.execute(
+        "select has_table_privilege(%s, 'SELECT') or has_any_column_privilege(%s, 'SELECT')",
+        [f"kb.{table}", f"kb.{table}"],
+    ).fetchone() == (False,)
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_read_functions_see_exactly_visible_kbs(world, as_, principal):
+    assert read_markers(as_(principal)) == VISIBLE[principal]
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_whoami_and_embedding_status(world, as_, principal):
+    conn = as_(principal)
+    user, admin, teams = conn.execute("select * from kb.whoami()").fetchone()
+    expected_user = {"svc-as-bob": "bob", "svc-as-nobody": None, "mallory": None}.get(principal, principal)
     if principal == "admin":
-        assert users >= USERS["admin"] and teams >= TEAMS["admin"] and memberships >= MEMBERSHIPS["admin"]
+        assert admin is True
     else:
-        assert users == USERS[principal]
-        assert teams == TEAMS[principal]
-        assert memberships == MEMBERSHIPS[principal]
+        assert (user, admin, set(teams)) == (expected_user, False, TEAMS[principal])
+    # every KB holds one embedded and one queued chunk: the counts cover only what the caller sees
+    embedded, queued, parked = conn.execute("select embedded, queued, parked from kb.embedding_status()").fetchone()
+    assert (embedded, queued, parked) == (len(VISIBLE[principal]), len(VISIBLE[principal]), 0)
     # the model registry is public; settings (embedding_api_key!) are not readable by pgkb users
     assert conn.execute("select count(*) from kb.embedding_models").fetchone()[0] == 1
     if principal != "admin":
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("select value from kb.settings")
+
+
+def _plan(conn, sql: str, value) -> list[str]:
+    """EXPLAIN ANALYZE output of ``sql`` with ``value`` as its parameter, without what varies from run to
+    run (memory) and with the value itself blanked out of the filter condition that shows it."""
+    import re
+
+    plan = [r[0] for r in conn.execute(f"explain (analyze, costs off, timing off, summary off) {sql}", [value])]
+    plan = [re.sub(r"Memory(?: Usage)?: \d+kB", "", line) for line in plan]
+    return [line.replace(str(value), "<v>") if line.lstrip().startswith("Filter:") else line for line in plan]
+
+
+@pytest.mark.parametrize("principal", ["alice", "mallory", "svc-as-nobody"])
+def test_explain_analyze_probes_learn_nothing(world, as_, principal):
+    """Issue 9 L1, the exact probes: leakproof operators in the user's own WHERE clause ran before the RLS
+    policy, so EXPLAIN ANALYZE told whether a private name / content prefix exists. Now the tables refuse,
+    and over the read and search functions a prefix of another user's private text and a prefix of
+    nothing give the same plan, row for row."""
+    conn = as_(principal)
+    conn.execute("set enable_indexscan = off")
+    conn.execute("set enable_bitmapscan = off")
+    for sql in [
+        "select 1 from kb.knowledge_bases where name ^@ 'bob-p'",
+        "select 1 from kb.documents where doc_key ^@ 'bobm'",
+        "select 1 from kb.chunks where content ^@ 'bobmarker shared'",
+        "select 1 from kb.users where name ^@ 'bo'",
+        "select 1 from kb.term_stats where term = 'bobmarker'",
+    ]:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"explain analyze {sql}")
+    probes = [
+        ("select 1 from kb.list_knowledge_bases() where name ^@ %s", "bob-p", "zzz-q"),
+        ("select 1 from kb.list_knowledge_bases() where name = %s", "bob-private", "zzz-private"),
+        ("select 1 from kb.lexical_search('sharedword', 20) where content ^@ %s", "bobmarker shared", "zzzmarker"),
+        ("select 1 from kb.hybrid_search('sharedword', 20) where doc_key < %s", "bobmarker.md", "a"),
+        ("select 1 from kb.fuzzy_search('sharedword', 20) where content ^@ %s", "bobmarker", "zzzmarker"),
+        ("select 1 from kb.list_ingest_failures() where doc_key ^@ %s", "bob", "zzz"),
+        ("select 1 from kb.embedding_status() where embedded > %s", 3, 100),
+    ]
+    for sql, secret, nothing in probes:
+        assert _plan(conn, sql, secret) == _plan(conn, sql, nothing), sql
+    # and the probe functions never return another user's row
+    assert not conn.execute("select 1 from kb.list_knowledge_bases() where name ^@ 'bob-p'").fetchall()
 
 
 @pytest.mark.parametrize("fn", list(SEARCHES))
@@ -352,9 +440,9 @@ def test_identity_is_session_user_not_current_role(world, as_):
     conn = as_("alice")
     conn.execute("set role pgkb_user")
     assert conn.execute("select current_user, session_user").fetchone() == ("pgkb_user", "alice")
-    assert table_markers(conn, world, "chunks") == VISIBLE["alice"]
+    assert read_markers(conn) == VISIBLE["alice"]
     assert search_markers(conn, "hybrid_search") == VISIBLE["alice"]
-    assert conn.execute("select name from kb.users").fetchall() == [("alice",)]
+    assert conn.execute("select username from kb.whoami()").fetchall() == [("alice",)]
 
 
 @pytest.mark.parametrize("principal", ["alice", "bob", "carol", "mallory"])
@@ -362,9 +450,9 @@ def test_acting_user_by_non_service_role_raises(world, as_, principal):
     conn = as_(principal)
     conn.execute("set pgkb.acting_user = 'bob'" if principal != "bob" else "set pgkb.acting_user = 'alice'")
     for sql, params in [
-        ("select count(*) from kb.chunks", []),
-        ("select count(*) from kb.knowledge_bases", []),
-        ("select count(*) from kb.users", []),
+        ("select count(*) from kb.list_knowledge_bases()", []),
+        ("select * from kb.get_document('bobmarker.md')", []),
+        ("select * from kb.whoami()", []),
         (SEARCHES["hybrid_search"].format(kb=""), [QUERY_VEC]),
         (SEARCHES["lexical_search"].format(kb=""), []),
         ("select * from kb.replace_document('bob-private', 'x.md', 't', '[{\"content\": \"x\"}]')", []),
@@ -378,16 +466,16 @@ def test_set_local_acting_user_by_non_service_role_raises(world, as_):
     conn = as_("carol")
     with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
         conn.execute("set local pgkb.acting_user = 'alice'")
-        conn.execute("select count(*) from kb.chunks")
+        conn.execute("select count(*) from kb.list_knowledge_bases()")
     # outside the transaction carol is carol again
-    assert table_markers(conn, world, "chunks") == VISIBLE["carol"]
+    assert read_markers(conn) == VISIBLE["carol"]
 
 
 def test_service_acting_for_unknown_user_raises(world, as_):
     conn = as_("svc-as-nobody")
     conn.execute("set pgkb.acting_user = 'nobody-here'")
     for sql, params in [
-        ("select count(*) from kb.chunks", []),
+        ("select count(*) from kb.list_knowledge_bases()", []),
         (SEARCHES["hybrid_search"].format(kb=""), [QUERY_VEC]),
         ("select * from kb.replace_document('public-kb', 'x.md', 't', '[{\"content\": \"x\"}]')", []),
     ]:
@@ -400,7 +488,7 @@ def test_service_switching_users_sees_each_users_slice(world, as_):
     for user in ("alice", "bob", "carol", ""):
         conn.execute("select set_config('pgkb.acting_user', %s, false)", [user])
         expected = VISIBLE[user] if user else VISIBLE["svc-as-nobody"]
-        assert table_markers(conn, world, "chunks") == expected
+        assert read_markers(conn) == expected
         assert search_markers(conn, "hybrid_search") == expected
 
 
@@ -470,10 +558,17 @@ def test_writes_into_foreign_kbs_fail_and_change_nothing(world, as_, principal, 
     conn = as_(principal)
     before = snapshot(world)
     marker = MARKER[kb]
-    with pytest.raises(error, match=message):
+    # writing into a name taken by an invisible KB: "not available", as create_knowledge_base says
+    invisible = error is psycopg.errors.NoDataFound
+    write_error, write_message = (psycopg.errors.UniqueViolation, "is not available") if invisible else (error, message)
+    with pytest.raises(write_error, match=write_message):
         conn.execute("select * from kb.replace_document(%s, 'new.md', 't', %s::jsonb)", [kb, DOC])
-    with pytest.raises(error, match=message):  # replacing the existing document
+    with pytest.raises(write_error, match=write_message):  # replacing the existing document
         conn.execute("select * from kb.replace_document(%s, %s, 't', %s::jsonb)", [kb, f"{marker}.md", DOC])
+    if invisible and principal not in ("mallory", "svc-as-nobody"):  # unmapped roles may not create at all
+        with pytest.raises(psycopg.errors.UniqueViolation) as exc:
+            conn.execute("select kb.create_knowledge_base(%s)", [kb])
+        assert "not available" in str(exc.value) and "exists" not in str(exc.value)
     with pytest.raises(error, match=message):
         conn.execute("select kb.delete_document(%s, %s)", [kb, f"{marker}.md"])
     chunk_ids = [
@@ -506,13 +601,16 @@ def test_team_member_writes_into_team_kb(world, as_, principal):
     ).fetchone()
     assert (n, changed, queued) == (1, True, 0)
     alice = as_("alice")
-    assert markers_in(r[0] for r in alice.execute("select content from kb.chunks")) >= {"teammarker"}
-    assert alice.execute("select count(*) from kb.chunks where content like 'bobnotemarker%'").fetchone()[0] == 1
-    assert as_("carol").execute("select count(*) from kb.chunks where content like 'bobnotemarker%'").fetchone()[0] == 0
+    doc = alice.execute("select chunks::text from kb.get_document('bob.md', 'eng-team')").fetchone()[0]
+    assert "bobnotemarker" in doc
+    with pytest.raises(psycopg.errors.NoDataFound, match="unknown knowledge base"):
+        as_("carol").execute("select * from kb.get_document('bob.md', 'eng-team')")
+    with pytest.raises(psycopg.errors.NoDataFound, match="unknown document"):
+        as_("carol").execute("select * from kb.get_document('bob.md')")
     # team members may also store embeddings and delete documents there (including alice's)
     chunk_ids = [
         r[0]
-        for r in conn.execute(
+        for r in world.execute(
             "select c.id from kb.chunks c join kb.documents d on d.id = c.document_id where d.doc_key = 'teammarker.md'"
         )
     ]
@@ -545,13 +643,13 @@ def test_user_creates_own_private_kb(world, as_):
         " where k.name = 'carol-notes'"
     ).fetchone()
     assert (visibility, owner) == ("private", "carol")
-    assert {r[0] for r in carol.execute("select name from kb.knowledge_bases")} == {"public-kb", "carol-notes"}
+    assert {r[0] for r in carol.execute("select name from kb.list_knowledge_bases()")} == {"public-kb", "carol-notes"}
     assert "carolnotesmarker" in str(
         carol.execute("select content from kb.lexical_search('sharedword', 20)").fetchall()
     )
     for other in ("alice", "bob", "mallory", "svc-as-bob"):
         conn = as_(other)
-        assert conn.execute("select count(*) from kb.chunks where content like 'carolnotes%'").fetchone()[0] == 0
+        assert "carol-notes" not in {r[0] for r in conn.execute("select name from kb.list_knowledge_bases()")}
         assert "carolnotesmarker" not in str(
             conn.execute("select content from kb.lexical_search('sharedword', 20)").fetchall()
         )

@@ -100,7 +100,7 @@ begin
     if found is null then
         raise exception 'unknown knowledge base "%"', left(kb_name, 200)
             using errcode = 'no_data_found',
-                hint = 'SELECT name FROM kb.knowledge_bases lists the ones you can see';
+                hint = 'SELECT name FROM kb.list_knowledge_bases() lists the ones you can see';
     end if;
     return found;
 end
@@ -237,7 +237,9 @@ begin
     end if;
     if existing is not null then
         if not kb.can_write_kb(existing) then
-            raise exception 'knowledge base "%" already exists', name using errcode = 'unique_violation';
+            -- names are one namespace: say only that the name is taken, never whose or what it holds
+            raise exception 'knowledge base name "%" is not available', name using errcode = 'unique_violation',
+                hint = 'knowledge base names are unique across pgkb; choose another name';
         end if;
         -- writing documents into a team knowledge base does not include deciding who may read it
         if not kb.current_is_admin() and (
@@ -259,8 +261,8 @@ begin
 end
 $$;
 
--- Row-level security on every table: what a direct SELECT may see. Writes go through the API functions
--- (SECURITY DEFINER, owner bypasses RLS); pgkb_user gets no write privilege on the tables.
+-- Row-level security on every table, as a second line: end-user roles hold no privilege on these tables
+-- (they read through 55_reads.sql), but a role granted SELECT by hand still sees only visible rows.
 alter table kb.users enable row level security;
 alter table kb.teams enable row level security;
 alter table kb.memberships enable row level security;
@@ -310,3 +312,23 @@ $kb_rows$;
 
 drop policy if exists embedding_models_visible on kb.embedding_models;
 create policy embedding_models_visible on kb.embedding_models for select using (true);
+
+-- Why the session's login role must not serve end users, or NULL when it is fit to: a role that is a
+-- superuser, has BYPASSRLS, administers pgkb or owns schema kb sees more than the users it acts for.
+-- Evaluated on session_user, whatever pgkb.acting_user says. pgkb mcp refuses to start on a non-NULL answer.
+create or replace function kb.service_role_problem()
+returns text
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select case
+        when r.rolsuper then format('role %I is a superuser', r.rolname)
+        when r.rolbypassrls then format('role %I has BYPASSRLS', r.rolname)
+        when pg_has_role(r.rolname, 'pgkb_admin', 'MEMBER') then format('role %I is a member of pgkb_admin', r.rolname)
+        when pg_has_role(r.rolname, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'), 'MEMBER')
+            then format('role %I owns schema kb', r.rolname)
+        when exists (select from kb.users as u where u.db_role = r.rolname and u.is_admin)
+            then format('role %I maps to a pgkb administrator', r.rolname)
+    end
+    from pg_roles as r where r.rolname = session_user
+$$;

@@ -165,8 +165,12 @@ begin
         end;
     end if;
     if not kb.can_write_kb(target_kb) then
-        -- same message as for a missing KB when the caller cannot even see it
-        perform kb.resolve_kb(replace_document.kb);
+        -- a name taken by a knowledge base the caller cannot see: the same answer create_knowledge_base gives
+        if not target_kb = any(kb.visible_kb_ids()) then
+            raise exception 'knowledge base name "%" is not available', replace_document.kb
+                using errcode = 'unique_violation',
+                    hint = 'knowledge base names are unique across pgkb; choose another name';
+        end if;
         raise exception 'you may not write to knowledge base "%"', replace_document.kb
             using errcode = 'insufficient_privilege';
     end if;

@@ -1,16 +1,17 @@
--- Privileges, re-applied after every function file: pgkb_user may read the tables (row-level security
--- decides which rows) and call the public API; internal functions (the legs, stats maintenance, HTTP
--- embedding) are executable by their owner only, so they cannot be used to bypass visibility.
+-- Privileges, re-applied after every function file. pgkb_user (and so pgkb_service) reads and writes
+-- only through the public API: no privilege on any table that holds knowledge, because a user's own
+-- predicate next to a row-level-security policy leaks through EXPLAIN ANALYZE (see 55_reads.sql). It may
+-- read only the model registry and the migration ledger, which hold nothing private. Internal functions
+-- (the legs, stats maintenance, HTTP embedding) are executable by their owner only.
 -- Also seeds the offline default embedding model on a fresh install.
 
 revoke all on all functions in schema kb from public;
-revoke all on all tables in schema kb from public;
+revoke all on all tables in schema kb from public, pgkb_user, pgkb_service;
+revoke all on all sequences in schema kb from public, pgkb_user, pgkb_service;
 
 grant usage on schema kb to pgkb_user, pgkb_admin;
 
-grant select on kb.users, kb.teams, kb.memberships, kb.knowledge_bases, kb.documents, kb.chunks,
-kb.term_stats, kb.embeddings, kb.embedding_queue, kb.embedding_models, kb.ingest_failures, kb.schema_migrations
-to pgkb_user;
+grant select on kb.embedding_models, kb.schema_migrations to pgkb_user;
 grant select, insert, update, delete on all tables in schema kb to pgkb_admin;
 
 grant execute on function
@@ -44,7 +45,14 @@ kb.hybrid_search(
 ),
 kb.vector_search(text, integer, text, vector, text, jsonb),
 kb.lexical_search(text, integer, text, jsonb, double precision, double precision),
-kb.fuzzy_search(text, integer, text, jsonb)
+kb.fuzzy_search(text, integer, text, jsonb),
+kb.whoami(),
+kb.list_knowledge_bases(),
+kb.list_documents(text),
+kb.list_ingest_failures(text),
+kb.get_document(text, text, integer, integer),
+kb.embedding_status(text),
+kb.service_role_problem()
 to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;

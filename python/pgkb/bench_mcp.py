@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import anyio
 import numpy as np
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 from pgkb.bench_data import log
+from pgkb.service_role import ensure_service_role, login_url
 
 __all__ = ["BENCH_ROLE", "McpResult", "measure_mcp_overhead"]
 
@@ -55,10 +55,8 @@ class McpResult:
 
 def _service_url(conn: psycopg.Connection, url: str) -> str:
     """Create BENCH_ROLE (login, member of pgkb_service) if needed; its connection URL."""
-    if not conn.execute("select 1 from pg_roles where rolname = %s", [BENCH_ROLE]).fetchone():
-        conn.execute(f"create role {BENCH_ROLE} login")
-    conn.execute(f"grant pgkb_service to {BENCH_ROLE}")
-    return make_conninfo(url, user=BENCH_ROLE)
+    ensure_service_role(conn, BENCH_ROLE)
+    return login_url(url, BENCH_ROLE)
 
 
 async def _calls(env: dict[str, str], kb_name: str, queries: Sequence[str], calls: int) -> McpResult:

@@ -106,11 +106,7 @@ def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:
                 "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false)",
                 [args.name, args.dimension, args.query_prefix, args.passage_prefix],
             )
-            queued = conn.execute(
-                "select count(*) from kb.embedding_queue q join kb.embedding_models m on m.id = q.model_id"
-                " where m.name = %s",
-                [args.name],
-            ).fetchone()[0]
+            queued = conn.execute("select queued from kb.embedding_status(%s)", [args.name]).fetchone()[0]
             print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
             print(f"pgkb: run `PGKB_EMBED_MODEL={args.name} pgkb worker --once`, then `pgkb model use {args.name}`")
         elif args.action == "use":
@@ -121,14 +117,15 @@ def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:
             )
         else:
             rows = conn.execute(
-                "select m.name, m.dimension, m.is_default, m.query_prefix, m.passage_prefix,"
-                " (select count(*) from kb.embeddings e where e.model_id = m.id),"
-                " (select count(*) from kb.embedding_queue q where q.model_id = m.id)"
-                " from kb.embedding_models m order by m.id"
+                "select model, dimension, is_default, query_prefix, passage_prefix, embedded, queued, parked"
+                " from kb.embedding_status()"
             ).fetchall()
-            print(f"{'model':<32} {'dim':>5} {'default':>7} {'embedded':>9} {'queued':>7}  prefixes")
-            for name, dim, default, qp, pp, done, queued in rows:
-                print(f"{name:<32} {dim:>5} {'yes' if default else '':>7} {done:>9} {queued:>7}  {qp!r} / {pp!r}")
+            print(f"{'model':<32} {'dim':>5} {'default':>7} {'embedded':>9} {'queued':>7} {'parked':>7}  prefixes")
+            for name, dim, default, qp, pp, done, queued, parked in rows:
+                print(
+                    f"{name:<32} {dim:>5} {'yes' if default else '':>7} {done:>9} {queued:>7} {parked:>7}"
+                    f"  {qp!r} / {pp!r}"
+                )
     return 0
 
 

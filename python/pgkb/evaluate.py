@@ -353,13 +353,9 @@ def load_beir_corpus(
     options = options or ChunkingOptions()
     started = time.monotonic()
     summary = LoadSummary()
-    known = dict(
-        conn.execute(
-            "select d.doc_key, d.content_hash from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id"
-            " where k.name = %s",
-            [kb],
-        ).fetchall()
-    )
+    if not conn.execute("select 1 from kb.list_knowledge_bases() where name = %s", [kb]).fetchone():
+        conn.execute("select kb.create_knowledge_base(%s, description => %s)", [kb, EVAL_DESCRIPTION])
+    known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
     todo: list[tuple[dict, str]] = []
     for doc in corpus:
         digest = beir_hash(doc, spec, options)
@@ -367,8 +363,6 @@ def load_beir_corpus(
             summary.unchanged += 1
         else:
             todo.append((doc, digest))
-    if not conn.execute("select 1 from kb.knowledge_bases where name = %s", [kb]).fetchone():
-        conn.execute("select kb.create_knowledge_base(%s, description => %s)", [kb, EVAL_DESCRIPTION])
 
     group: list[tuple[str, ChunkedDocument, str]] = []
     n_texts = 0
@@ -430,9 +424,7 @@ def prepare_kb(conn, kb: str, dataset: str) -> None:
     Loading deletes documents that are not in the dataset, so a knowledge base that holds documents and
     was not created by `pgkb eval` (description ``pgkb eval: ...``) is refused."""
     row = conn.execute(
-        "select k.description, (select count(*) from kb.documents as d where d.kb_id = k.id)"
-        " from kb.knowledge_bases as k where k.name = %s",
-        [kb],
+        "select description, document_count from kb.list_knowledge_bases() where name = %s", [kb]
     ).fetchone()
     if row is None:
         conn.execute("select kb.create_knowledge_base(%s, description => %s)", [kb, f"{EVAL_DESCRIPTION}: {dataset}"])
@@ -783,9 +775,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             _stderr(f"pgkb: eval: ingest: {isummary.line()}")
             for failure in isummary.failures:
                 warn(f"failed {failure['doc_key']}: {failure['error']}")
-            keys = {r[0] for r in conn.execute(
-                "select d.doc_key from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id"
-                " where k.name = %s", [kb]).fetchall()}  # fmt: skip
+            keys = {r[0] for r in conn.execute("select doc_key from kb.list_documents(%s)", [kb]).fetchall()}
             absent = sorted({p for q in dataset.queries for p in q.relevant} - keys)
             if absent:
                 warn(f"{len(absent)} relevant files are not in kb {kb} (no text or failed): {', '.join(absent[:5])}")

@@ -195,16 +195,10 @@ def ingest(
         raise FileNotFoundError(f"{root} is not a directory")
     if embedder is None and not options.defer_embedding:
         raise ValueError("an embedder is needed unless embedding is deferred to the worker")
-    exists = conn.execute("select 1 from kb.knowledge_bases where name = %s", [kb]).fetchone()
+    exists = conn.execute("select 1 from kb.list_knowledge_bases() where name = %s", [kb]).fetchone()
     if not exists:
         conn.execute("select kb.create_knowledge_base(%s)", [kb])
-    known = dict(
-        conn.execute(
-            "select d.doc_key, d.content_hash from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id"
-            " where k.name = %s",
-            [kb],
-        ).fetchall()
-    )
+    known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
     files = list(discover(root, options.include, options.exclude))
     summary = IngestSummary()
     writer = _Writer(url, kb, spec.name, summary, known)

@@ -28,9 +28,9 @@ from pgkb.db import connect, database_url
 from pgkb.embedding import load_embedder, model_spec
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.migrate import migrate
+from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICE_ROLE = "pgkb_mcp"
 SAMPLE_QUERY = "登录态失效怎么排查"
 
 
@@ -52,16 +52,6 @@ def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
-
-
-def _service_url(url: str, user: str) -> str:
-    """The same server as ``url`` but logging in as ``user`` (libpq URL or key=value string)."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    params = conninfo_to_dict(url)
-    params["user"] = user
-    params.pop("password", None)
-    return make_conninfo(**params)
 
 
 def _start_background(
@@ -96,9 +86,7 @@ def _healthy(url: str) -> bool:
 
 def _prepare_identity(conn, user: str) -> None:
     """The MCP service login role and the pgkb user it acts for."""
-    if not conn.execute("select 1 from pg_roles where rolname = %s", [SERVICE_ROLE]).fetchone():
-        conn.execute(f"create role {SERVICE_ROLE} login")
-    conn.execute(f"grant pgkb_service to {SERVICE_ROLE}")
+    ensure_service_role(conn)
     conn.execute("select kb.create_user(%s)", [user])
 
 
@@ -158,7 +146,7 @@ def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) ->
         for failure in summary.failures:
             _say(f"  failed {failure['doc_key']}: {failure['error']}")
         mcp_env = {
-            "PGKB_DATABASE_URL": _service_url(url, SERVICE_ROLE),
+            "PGKB_DATABASE_URL": login_url(url, SERVICE_ROLE),
             "PGKB_USER": user,
             "PGKB_EMBED_PROVIDER": "http",
             "PGKB_EMBED_URL": embed_url,

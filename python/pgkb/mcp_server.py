@@ -10,20 +10,22 @@ Tools (all read-only and idempotent; errors come back as tool errors the model c
   says which. An empty query is a tool error; no results is not (the text says so). When the embedding
   endpoint fails the results are lexical-only and flagged ``degraded`` with the reason.
 - ``get_document(doc_id, kb="", chunk_index=-1, window=2)`` -- a whole document (chunk_index -1) or the
-  chunks ``chunk_index ± window`` around a hit. Reads kb.documents / kb.chunks as the acting user, so
-  row-level security decides visibility. A doc_id present in several visible knowledge bases without
-  ``kb`` is an error listing them.
-- ``list_knowledge_bases()`` -- the knowledge bases the caller can see, with document counts and the last
-  update.
+  chunks ``chunk_index ± window`` around a hit, through ``kb.get_document`` as the acting user (the
+  database applies visibility). A doc_id present in several visible knowledge bases without ``kb`` is an
+  error listing them.
+- ``list_knowledge_bases()`` -- ``kb.list_knowledge_bases()``: the knowledge bases the caller can see, with
+  document counts and the last update.
 
 Resources: every document is ``kb://<kb>/<doc_key>`` (URI template ``kb://{kb}/{+doc_key}``; the
 ``source`` of results without a source URL), so clients can open a citation.
 
 Identity: every call runs as a pgkb user -- ``set_config('pgkb.acting_user', user, true)`` in the call's
 transaction -- so the database decides what is visible. The server connects with PGKB_DATABASE_URL, a role
-that is a member of pgkb_service. stdio: the user is PGKB_USER (unset: no user, public knowledge bases
-only). HTTP: PGKB_MCP_TOKENS="token1:alice,token2:bob" maps bearer tokens to users (every request needs a
-valid token then); without tokens, PGKB_USER again.
+that is a member of pgkb_service (unset: the embedded cluster as ``pgkb_mcp``, see pgkb.service_role), and
+refuses to serve as a role that bypasses visibility (superuser, BYPASSRLS, pgkb administrator).
+stdio: the user is PGKB_USER (unset: no user, public knowledge bases only). HTTP:
+PGKB_MCP_TOKENS="token1:alice,token2:bob" maps bearer tokens to users (every request needs a valid token
+then); without tokens, PGKB_USER again.
 
 Transports: stdio (default; the SDK keeps stdout for the protocol, logs go to stderr) and
 ``--transport http`` (``--host`` 127.0.0.1, ``--port`` 8766): streamable HTTP at ``/mcp``, which the SDK
@@ -73,6 +75,7 @@ from pgkb.chunking import breadcrumb
 from pgkb.config import ConfigError, Settings
 from pgkb.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
 from pgkb.search import SearchOptions, SearchResponse, search, validate
+from pgkb.service_role import PrivilegedRoleError, refuse_privileged, service_database_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8766
@@ -121,8 +124,6 @@ class McpConfig:
 
     @classmethod
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> "McpConfig":
-        from pgkb.db import database_url
-
         env = os.environ if env is None else env
         log_path = env.get("PGKB_QUERY_LOG", "").strip()
         raw_pool = env.get("PGKB_MCP_POOL_SIZE", "").strip()
@@ -134,7 +135,7 @@ class McpConfig:
             raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
         return cls(
             settings=settings,
-            database_url=database_url(settings),
+            database_url=service_database_url(settings),
             default_user=env.get("PGKB_USER", "").strip() or None,
             tokens=parse_tokens(env.get("PGKB_MCP_TOKENS", "")),
             allowed_origins=tuple(o.strip() for o in env.get("PGKB_MCP_ALLOWED_ORIGINS", "").split(",") if o.strip()),
@@ -257,11 +258,26 @@ class Backend:
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
 
     def _probe(self) -> None:
-        """ToolFailure unless a direct connection to the database succeeds (it is closed again)."""
+        """ToolFailure unless a direct connection to the database succeeds (it is closed again) as a role
+        that sees no more than the users it acts for (PrivilegedRoleError otherwise)."""
         try:
-            psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS).close()
+            with psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                refuse_privileged(conn)
         except psycopg.OperationalError as e:
             raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+        except psycopg.errors.UndefinedFunction as e:
+            raise ToolFailure("the knowledge base database is not migrated: run `pgkb db migrate`") from e
+        except PrivilegedRoleError as e:
+            raise ToolFailure(str(e)) from e
+
+    def check_role(self) -> None:
+        """PrivilegedRoleError when the configured role bypasses visibility; nothing when it is fit or the
+        database cannot be reached now (the first call checks again)."""
+        try:
+            with psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                refuse_privileged(conn)
+        except psycopg.Error as e:
+            log.warning("cannot check the database role now: %s", _first_line(e))
 
     def pool(self):
         """The connection pool, opened on first use. While the database is down no pool is opened and the
@@ -377,6 +393,8 @@ class Backend:
         return response
 
     def document(self, user: str | None, doc_id: str, kb: str | None, chunk_index: int, window: int) -> dict:
+        """kb.get_document as ``user``: visibility, the unknown / ambiguous / out-of-range errors and the
+        chunk window are the database's."""
         if not doc_id or not doc_id.strip():
             raise ToolFailure("doc_id must not be empty: pass the doc_id of a search result")
         with (
@@ -384,53 +402,27 @@ class Backend:
             _db_errors(self.config.options.statement_timeout_ms, "get_document"),
             self.acting(conn, user),
         ):
-            docs = conn.execute(
-                "select d.id, k.name, d.doc_key, d.title, d.source_url, d.chunk_count, d.updated_at"
-                " from kb.documents d join kb.knowledge_bases k on k.id = d.kb_id"
-                " where d.doc_key = %s and (%s::text is null or k.name = %s) order by k.name",
-                [doc_id, kb, kb],
-            ).fetchall()
-            if not docs:
-                if (
-                    kb is not None
-                    and not conn.execute("select 1 from kb.knowledge_bases where name = %s", [kb]).fetchone()
-                ):
-                    raise ToolFailure(f'unknown knowledge base "{kb}"; list_knowledge_bases shows the ones you can see')
-                where = f' in knowledge base "{kb}"' if kb else ""
-                raise ToolFailure(f'unknown document "{doc_id}"{where}; use the doc_id of a search result')
-            if len(docs) > 1:
-                names = ", ".join(d[1] for d in docs)
-                raise ToolFailure(f'document "{doc_id}" exists in several knowledge bases ({names}); pass kb')
-            did, kb_name, doc_key, title, source_url, chunk_count, updated = docs[0]
-            if chunk_index >= 0:
-                total = conn.execute("select count(*) from kb.chunks where document_id = %s", [did]).fetchone()[0]
-                if not conn.execute(
-                    "select 1 from kb.chunks where document_id = %s and ordinal = %s", [did, chunk_index]
-                ).fetchone():
-                    raise ToolFailure(
-                        f'document "{doc_id}" has no chunk {chunk_index} (it has {total} chunks; '
-                        "chunk_index -1 returns the whole document)"
-                    )
-                lo, hi = chunk_index - window, chunk_index + window
-            else:
-                total, lo, hi = None, None, None
-            chunks = conn.execute(
-                "select ordinal, heading_path, chunk_type, content from kb.chunks where document_id = %s"
-                " and (%s::int is null or ordinal between %s and %s) order by ordinal",
-                [did, lo, lo, hi],
-            ).fetchall()
-            if total is None:
-                total = len(chunks)
+            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = conn.execute(
+                "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
+                " from kb.get_document(%s, %s, %s, %s)",
+                [doc_id, kb, chunk_index, window],
+            ).fetchone()
         return {
             "kb": kb_name,
             "doc_id": doc_key,
             "title": title,
             "source": source_url or f"kb://{kb_name}/{doc_key}",
             "uri": f"kb://{kb_name}/{doc_key}",
-            "chunk_count": total,
+            "chunk_count": chunk_count,
             "updated_at": updated.isoformat(),
             "chunks": [
-                {"chunk_index": o, "heading_path": list(h), "chunk_type": t, "content": c} for o, h, t, c in chunks
+                {
+                    "chunk_index": c["chunk_index"],
+                    "heading_path": c["heading_path"],
+                    "chunk_type": c["chunk_type"],
+                    "content": c["content"],
+                }
+                for c in chunks
             ],
         }
 
@@ -441,10 +433,8 @@ class Backend:
             self.acting(conn, user),
         ):
             rows = conn.execute(
-                "select k.name, k.visibility, k.description, count(d.id), coalesce(sum(d.chunk_count), 0),"
-                " greatest(k.updated_at, max(d.updated_at))"
-                " from kb.knowledge_bases k left join kb.documents d on d.kb_id = k.id"
-                " group by k.id order by k.name"
+                "select name, visibility, description, document_count, chunk_count, last_updated"
+                " from kb.list_knowledge_bases()"
             ).fetchall()
         return [
             {
@@ -886,6 +876,11 @@ def run(args, settings: Settings) -> int:
     if args.transport == "http" and not config.tokens and args.host not in LOOPBACK:
         log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", args.host, config.default_user)
     backend = Backend(config, reranker=reranker)
+    try:  # refuse at once to serve as a role that bypasses visibility; a database that is down is fine
+        backend.check_role()
+    except PrivilegedRoleError as e:
+        print(f"pgkb: mcp: {e}", file=sys.stderr)
+        return 2
     server = build_server(backend)
     try:
         if args.transport == "stdio":

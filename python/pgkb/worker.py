@@ -223,12 +223,7 @@ class _Worker:
 
 def _wait(listener, conn, spec: ModelSpec, idle_timeout: float, stop: threading.Event) -> None:
     """Sleep until a queue notification, the next backed-off entry's due time, idle_timeout, or stop."""
-    due_in = conn.execute(
-        "select extract(epoch from min(q.next_attempt_at) - clock_timestamp())::float8"
-        " from kb.embedding_queue as q join kb.embedding_models as m on m.id = q.model_id"
-        " where m.name = %s and not q.parked and q.next_attempt_at > clock_timestamp()",
-        [spec.name],
-    ).fetchone()[0]
+    due_in = conn.execute("select next_due_in from kb.embedding_status(%s)", [spec.name]).fetchone()[0]
     timeout = idle_timeout if due_in is None else min(idle_timeout, max(due_in, 0.1))
     deadline = time.monotonic() + timeout
     while not stop.is_set():
