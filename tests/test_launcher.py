@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 from mcp import Client
 
@@ -84,6 +85,29 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
             assert hits[0]["doc_id"] == "faq.md" and hits[0]["vector_rank"] is not None
 
     anyio.run(ask)
+
+    async def default_stdio_server_is_least_privileged():
+        """`pgkb mcp` as an IDE starts it with no PGKB_DATABASE_URL and no PGKB_USER: the embedded cluster as
+        pgkb_mcp, acting for nobody -- a private knowledge base of the administrator stays invisible."""
+        from mcp import StdioServerParameters
+
+        admin_url = pgkb(env, "db", "url", timeout=60).stdout.strip()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute("select kb.create_knowledge_base('admin-secret', 'private')")
+        server_env = {**env, "PGKB_EMBED_PROVIDER": "http", "PGKB_EMBED_URL": f"http://127.0.0.1:{embed_port}/v1/embeddings"}
+        params = StdioServerParameters(command=sys.executable, args=["-m", "pgkb.cli", "mcp"], env=server_env)
+        async with Client(params, read_timeout_seconds=60) as client:
+            result = await client.call_tool("list_knowledge_bases", {})
+            assert not result.is_error
+            assert {k["name"] for k in result.structured_content["knowledge_bases"]} == {"team-docs"}
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                roles = {r[0] for r in admin.execute(
+                    "select usename from pg_stat_activity"
+                    " where backend_type = 'client backend' and pid <> pg_backend_pid()"
+                )}  # fmt: skip
+            assert roles == {"pgkb_mcp"}  # the HTTP server of `up` and this stdio server
+
+    anyio.run(default_stdio_server_is_least_privileged)
 
     again = pgkb(env, "up", "--docs", str(docs), *ports)
     assert again.returncode == 0 and "already running" in again.stdout and "2 unchanged" in again.stdout
