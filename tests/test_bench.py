@@ -28,7 +28,7 @@ from pgkb.bench_data import (
 from pgkb.bench_load import prepare_kb
 from pgkb.bench_recall import exact_vector_sql
 from pgkb.cli import main
-from pgkb.embedding import ModelSpec
+from pgkb.models.embedding import ModelSpec
 
 ZH_TEXT = (
     "数据库连接池满了以后，新的请求会排队等待。排查时先看活跃连接数和慢查询日志。"

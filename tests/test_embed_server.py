@@ -27,7 +27,8 @@ from pgkb.embed_server import (
     MAX_TOTAL_CHARS,
     start_in_thread,
 )
-from pgkb.embedding import OFFLINE_MODEL, HttpEmbedder
+from pgkb.models.embedding import OFFLINE_MODEL, HttpEmbedder
+from pgkb.models.rerank import CrossEncoderReranker
 from pgvector import Vector
 
 TOKEN = "s3cret-token"
@@ -280,7 +281,7 @@ def cross_encoder_dir(make_cross_encoder):
 
 @pytest.fixture(scope="module")
 def rerank_server(cross_encoder_dir, embedder):
-    reranker = embed_server.CrossEncoderReranker(str(cross_encoder_dir))
+    reranker = CrossEncoderReranker(str(cross_encoder_dir))
     with start_in_thread(embedder, reranker=reranker) as running:
         yield running
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from pgkb.config import Settings
 from pgkb.embed_server import start_in_thread
-from pgkb.embedding import (
+from pgkb.models.embedding import (
     OFFLINE_DIMENSION,
     OFFLINE_MODEL,
     EmbeddingError,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from pgkb.chunking import ChunkingOptions
-from pgkb.embedding import OFFLINE_MODEL, ModelSpec
 from pgkb.ingest import IngestOptions, discover, ingest
+from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
 LOGIN = """---

@@ -69,7 +69,7 @@ def test_bad_top_k(kbdb, embedder, top_k):
 
 
 def test_failing_embedder_degrades_to_lexical_only(kbdb):
-    from pgkb.embedding import HttpEmbedder
+    from pgkb.models.embedding import HttpEmbedder
 
     dead = HttpEmbedder("http://127.0.0.1:9/v1/embeddings", "multilingual-e5-small", 384, retries=1, backoff=0.01)
     response = search(kbdb, settings(), "退款", 3, embedder=dead)
@@ -155,7 +155,7 @@ def cross_encoder_dir(make_cross_encoder):
 
 @pytest.fixture(scope="module")
 def local_reranker(cross_encoder_dir):
-    from pgkb.rerank import LocalReranker
+    from pgkb.models.rerank import LocalReranker
 
     return LocalReranker(str(cross_encoder_dir))
 
@@ -185,7 +185,7 @@ def test_rerank_depth_and_min_score(kbdb, embedder, local_reranker):
 
 @pytest.mark.parametrize("path", ["/v1/rerank", "/rerank"])
 def test_remote_rerank_matches_local(kbdb, embedder, local_reranker, path):
-    from pgkb.rerank import HttpReranker
+    from pgkb.models.rerank import HttpReranker
 
     with start_in_thread(embedder, reranker=local_reranker) as server:
         remote = HttpReranker(server.url + path)
@@ -197,7 +197,7 @@ def test_remote_rerank_matches_local(kbdb, embedder, local_reranker, path):
 
 
 def test_remote_rerank_failure_keeps_fused_order(kbdb, embedder):
-    from pgkb.rerank import HttpReranker
+    from pgkb.models.rerank import HttpReranker
 
     dead = HttpReranker("http://127.0.0.1:9/v1/rerank", retries=1, backoff=0.01)
     r = search(kbdb, settings(), "退款", 3, embedder=embedder, reranker=dead)
@@ -206,7 +206,7 @@ def test_remote_rerank_failure_keeps_fused_order(kbdb, embedder):
 
 
 def test_load_reranker_from_env(cross_encoder_dir):
-    from pgkb.rerank import HttpReranker, LocalReranker, load_reranker
+    from pgkb.models.rerank import HttpReranker, LocalReranker, load_reranker
 
     assert load_reranker({}) is None
     remote = load_reranker({"PGKB_RERANK_URL": "http://h/v1/rerank", "PGKB_RERANK_API_KEY": "k"})

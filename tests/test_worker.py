@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 from pgkb.config import ConfigError, Settings
-from pgkb.embedding import HttpEmbedder, ModelSpec, model_spec, prefixed
+from pgkb.models.embedding import HttpEmbedder, ModelSpec, model_spec, prefixed
 from pgkb.worker import embedding_text, run_worker
 from pgvector import Vector
 

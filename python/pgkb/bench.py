@@ -501,7 +501,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
         recall_vectors = None
         if options.vectors == "anchored":
             from pgkb.config import Settings
-            from pgkb.embedding import load_embedder, model_spec
+            from pgkb.models.embedding import load_embedder, model_spec
 
             spec = model_spec(conn, model.name)
             embedder = embedder or load_embedder(settings or Settings.from_env(), spec)

@@ -221,8 +221,8 @@ def anchored_source(
     pools: Pools, embed: Any, spec: Any, query_texts: Sequence[str], n_anchors: int = ANCHORS, batch: int = 32
 ) -> VectorSource:
     """An ``anchored`` VectorSource: n_anchors real passages and the distinct `query_texts` embedded with
-    `embed` (an Embedder) and the prefixes of `spec` (a pgkb.embedding.ModelSpec)."""
-    from pgkb.embedding import prefixed
+    `embed` (an Embedder) and the prefixes of `spec` (a pgkb.models.embedding.ModelSpec)."""
+    from pgkb.models.embedding import prefixed
 
     def run(texts: list[str], query: bool) -> np.ndarray:
         texts = prefixed(spec, texts, query=query)

@@ -18,8 +18,8 @@ from pgkb.bench_data import log as _log
 from pgkb.chunking import ChunkingError, chunk_bytes
 from pgkb.config import Settings
 from pgkb.db import connect, database_url
-from pgkb.embedding import load_embedder, model_spec, prefixed
 from pgkb.ingest import IngestOptions, discover, ingest
+from pgkb.models.embedding import load_embedder, model_spec, prefixed
 
 
 @dataclass

@@ -12,8 +12,8 @@ from pgkb.chunking import ChunkingError
 from pgkb.cluster import ClusterError, embedded_cluster_from_env
 from pgkb.config import ConfigError, Settings
 from pgkb.db import connect, database_url
-from pgkb.embedding import EmbeddingError
 from pgkb.migrate import MigrationError, migrate
+from pgkb.models.embedding import EmbeddingError
 
 
 def module_main(name: str, description: str, add_args, run_command, argv: list[str] | None) -> int:
@@ -61,8 +61,8 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb.chunking import ChunkingOptions
-    from pgkb.embedding import load_embedder, model_spec
     from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestOptions, ingest
+    from pgkb.models.embedding import load_embedder, model_spec
 
     options = IngestOptions(
         include=tuple(args.include) or DEFAULT_INCLUDE,

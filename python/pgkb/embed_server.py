@@ -54,13 +54,14 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from pgkb.config import ConfigError, Settings
-from pgkb.embedding import (
+from pgkb.models.embedding import (
     OFFLINE_MODEL,
     Embedder,
     EmbeddingError,
     OfflineEmbedder,
     SentenceTransformerEmbedder,
 )
+from pgkb.models.rerank import CrossEncoderReranker
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -84,35 +85,6 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, code: str, type_: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.type = status, message, code, type_
-
-
-class CrossEncoderReranker:
-    """A sentence-transformers CrossEncoder (model name or local path) with a single relevance output."""
-
-    def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
-        try:
-            from sentence_transformers import CrossEncoder
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise EmbeddingError("a reranker needs `pip install sentence-transformers`") from e
-        self.name = model
-        self._model = CrossEncoder(model, device=device or "cpu")
-        if self._model.num_labels != 1:
-            raise EmbeddingError(
-                f"{model!r} has {self._model.num_labels} output labels; a reranker must produce one relevance score"
-            )
-        self.batch_size = batch_size
-
-    def score(self, query: str, documents: Sequence[str], *, raw: bool = False) -> np.ndarray:
-        """One score per document: sigmoid relevance in [0, 1], or the raw logit with ``raw``."""
-        kwargs = {}
-        if raw:
-            import torch
-
-            kwargs["activation_fn"] = torch.nn.Identity()
-        scores = self._model.predict(
-            [(query, d) for d in documents], batch_size=self.batch_size, show_progress_bar=False, **kwargs
-        )
-        return np.asarray(scores, dtype=np.float64).reshape(len(documents))
 
 
 @dataclass

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from pgkb.chunking import ChunkedDocument, ChunkingOptions, breadcrumb, chunk_text
-from pgkb.embedding import Embedder, ModelSpec, prefixed
+from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 from pgkb.search import DEFAULT_CANDIDATES
 
 MODES = ("vector", "lexical", "fuzzy", "hybrid", "hybrid+rerank")
@@ -700,7 +700,7 @@ def load_dataset(args, warn: Callable[[str], None]) -> Dataset:
 def configured_embedder(conn, settings, embedder: Embedder | None) -> tuple[ModelSpec, Embedder]:
     """The default model's registry entry and an embedder for it (``embedder`` if given, else the one the
     settings configure); EvalError when it cannot be loaded."""
-    from pgkb.embedding import EmbeddingError, load_embedder, model_spec
+    from pgkb.models.embedding import EmbeddingError, load_embedder, model_spec
 
     spec = model_spec(conn, settings.embed_model)
     try:
@@ -715,7 +715,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
     ``embedder`` / ``reranker`` None: the ones ``settings`` and the environment configure."""
     from pgkb.db import connect, database_url
     from pgkb.ingest import IngestOptions, ingest
-    from pgkb.rerank import RerankError, load_reranker
+    from pgkb.models.rerank import RerankError, load_reranker
     from pgkb.search import SearchOptions
 
     def fail(message: str) -> int:

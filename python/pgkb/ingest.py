@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 
 from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions, chunk_bytes
-from pgkb.embedding import Embedder, ModelSpec, prefixed
+from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 
 DEFAULT_INCLUDE = ("*.md", "*.markdown", "*.txt", "*.html", "*.htm", "*.pdf", "*.docx")
 DEFAULT_EXCLUDE = (".*", "node_modules", "__pycache__")

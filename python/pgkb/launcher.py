@@ -25,9 +25,9 @@ from pathlib import Path
 
 from pgkb.config import Settings
 from pgkb.db import connect, database_url
-from pgkb.embedding import load_embedder, model_spec
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.migrate import migrate
+from pgkb.models.embedding import load_embedder, model_spec
 from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
 REPO = Path(__file__).resolve().parents[2]

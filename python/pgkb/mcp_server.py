@@ -73,7 +73,7 @@ from pydantic import BaseModel, Field
 
 from pgkb.chunking import breadcrumb
 from pgkb.config import ConfigError, Settings
-from pgkb.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
+from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
 from pgkb.search import SearchOptions, SearchResponse, search, validate
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged, service_database_url
 
@@ -865,7 +865,7 @@ def run(args, settings: Settings) -> int:
     )
     if args.verbose:
         log.setLevel(logging.INFO)
-    from pgkb.rerank import RerankError, load_reranker
+    from pgkb.models.rerank import RerankError, load_reranker
 
     try:
         config = McpConfig.from_env(settings, verbose=args.verbose)

@@ -14,7 +14,7 @@ MCP server (pgkb.mcp_server) call:
    the connection must then belong to a member of pgkb_service) and ``statement_timeout``
    (PGKB_STATEMENT_TIMEOUT_MS, default 10000) with ``set_config(..., true)``, i.e. transaction-local:
    nothing leaks to the next use of the connection;
-4. with a reranker (pgkb.rerank), reranks the fused top ``rerank_depth`` (PGKB_RERANK_DEPTH, default 40)
+4. with a reranker (pgkb.models.rerank), reranks the fused top ``rerank_depth`` (PGKB_RERANK_DEPTH, default 40)
    and keeps the best ``top_k`` whose rerank score is at least PGKB_RERANK_MIN_SCORE (rerank scores only;
    the fused score is never thresholded). A failing reranker degrades to the fused order.
 
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pgkb.chunking import breadcrumb
-from pgkb.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
+from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
 MAX_TOP_K = 100  # kb.hybrid_search's own limit
 MAX_QUERY_CHARS = 4000
@@ -350,7 +350,7 @@ def add_arguments(parser) -> None:
 def run(args, settings) -> int:
     """`pgkb search`: prints rank, score, title > heading path, source and a highlighted snippet."""
     from pgkb.db import connect, database_url
-    from pgkb.rerank import RerankError, load_reranker
+    from pgkb.models.rerank import RerankError, load_reranker
 
     try:
         options = SearchOptions.from_env()

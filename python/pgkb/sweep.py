@@ -86,7 +86,7 @@ def _ndcg(conn, dataset: Dataset, embeddings, kb, spec, mode: str, settings: Sea
 
 def sweep(conn, datasets: list[Dataset], spec, embedder, combos, modes, batch: int = 16) -> dict[str, Any]:
     """Run every combination on every dataset; returns the JSON report."""
-    from pgkb.embedding import prefixed
+    from pgkb.models.embedding import prefixed
 
     report: dict[str, Any] = {"model": spec.name, "datasets": {}, "rows": []}
     prepared = []

@@ -30,7 +30,7 @@ import psycopg
 from pgkb.chunking import Chunk
 from pgkb.config import ConfigError, Settings
 from pgkb.db import connect, database_url
-from pgkb.embedding import Embedder, EmbeddingError, ModelSpec, check_dimension, load_embedder, model_spec
+from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, check_dimension, load_embedder, model_spec
 
 log = logging.getLogger("pgkb.worker")
 

@@ -26,14 +26,46 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from pgkb.embed_server import CrossEncoderReranker
-from pgkb.http_json import post_json
+import numpy as np
+
+from pgkb.models.embedding import EmbeddingError
+from pgkb.models.http_json import post_json
 
 RERANK_URL_ENV = "PGKB_RERANK_URL"
 RERANK_KEY_ENV = "PGKB_RERANK_API_KEY"
 RERANK_MODEL_ENV = "PGKB_RERANK_MODEL"
 RERANK_API_ENV = "PGKB_RERANK_API"
 APIS = ("cohere", "tei")
+
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers CrossEncoder (model name or local path) with a single relevance output."""
+
+    def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise EmbeddingError("a reranker needs `pip install sentence-transformers`") from e
+        self.name = model
+        self._model = CrossEncoder(model, device=device or "cpu")
+        if self._model.num_labels != 1:
+            raise EmbeddingError(
+                f"{model!r} has {self._model.num_labels} output labels; a reranker must produce one relevance score"
+            )
+        self.batch_size = batch_size
+
+    def score(self, query: str, documents: Sequence[str], *, raw: bool = False) -> np.ndarray:
+        """One score per document: sigmoid relevance in [0, 1], or the raw logit with ``raw``."""
+        kwargs = {}
+        if raw:
+            import torch
+
+            kwargs["activation_fn"] = torch.nn.Identity()
+        scores = self._model.predict(
+            [(query, d) for d in documents], batch_size=self.batch_size, show_progress_bar=False, **kwargs
+        )
+        return np.asarray(scores, dtype=np.float64).reshape(len(documents))
 
 
 class RerankError(RuntimeError):

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pgkb.http_json import post_json
+from pgkb.models.http_json import post_json
 
 OFFLINE_MODEL = "multilingual-e5-small"
 OFFLINE_DIMENSION = 384
