@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pgkb.bench import MODES, BenchOptions, run_search_bench
-from pgkb.bench_data import (
+from pgkb.bench.data import (
     ANCHOR_COSINE,
     EN_SETS,
     SEED,
@@ -25,8 +24,9 @@ from pgkb.bench_data import (
     query_vectors,
     unit_vectors,
 )
-from pgkb.bench_load import prepare_kb
-from pgkb.bench_recall import exact_vector_sql
+from pgkb.bench.load import prepare_kb
+from pgkb.bench.recall import exact_vector_sql
+from pgkb.bench.run import MODES, BenchOptions, run_search_bench
 from pgkb.cli import main
 from pgkb.models.embedding import ModelSpec
 

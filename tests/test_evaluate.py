@@ -1,4 +1,4 @@
-"""`pgkb eval` (pgkb.evaluate): metrics on hand-computed examples, a tiny BEIR folder and a tiny
+"""`pgkb eval` (pgkb.quality.evaluate): metrics on hand-computed examples, a tiny BEIR folder and a tiny
 doc-questions folder evaluated end to end against a real PostgreSQL, reuse of an unchanged knowledge base,
 and clear errors for bad input."""
 
@@ -10,9 +10,9 @@ import math
 from pathlib import Path
 
 import pytest
-from pgkb import evaluate
 from pgkb.config import Settings
-from pgkb.evaluate import (
+from pgkb.quality import evaluate
+from pgkb.quality.evaluate import (
     EvalError,
     ModeResult,
     Query,
@@ -392,7 +392,7 @@ def test_module_entry_point_reports_bad_input(tmp_path):
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "pgkb.evaluate", str(tmp_path / "missing")],
+        [sys.executable, "-m", "pgkb.cli", "eval", str(tmp_path / "missing")],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PGKB_RERANK_MODEL": "", "PGKB_RERANK_URL": ""},
     )  # fmt: skip
     assert done.returncode == 2 and "pgkb: eval: dataset folder not found" in done.stderr

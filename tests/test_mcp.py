@@ -67,7 +67,7 @@ def server_env(db, **extra: str) -> dict[str, str]:
 
 
 def stdio_params(db, **extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "pgkb.mcp_server"], env=server_env(db, **extra))
+    return StdioServerParameters(command=sys.executable, args=["-m", "pgkb.cli", "mcp"], env=server_env(db, **extra))
 
 
 def run(coro_fn, *args):
@@ -225,7 +225,7 @@ def http_server(world):
     env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS="alice-token:alice,bob-token:bob")}
     env.pop("PGKB_USER", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgkb.mcp_server", "--transport", "http", "--port", str(port)],
+        [sys.executable, "-m", "pgkb.cli", "mcp", "--transport", "http", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,7 +10,7 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
-from pgkb.evaluate import SearchSettings
+from pgkb.quality.evaluate import SearchSettings
 from pgkb.search import DEFAULT_CANDIDATES
 from pgvector import Vector
 

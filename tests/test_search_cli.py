@@ -38,7 +38,7 @@ def dsn(db) -> str:
 
 def cli(db, *args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pgkb.search", *args],
+        [sys.executable, "-m", "pgkb.cli", "search", *args],
         env={**os.environ, "PGKB_DATABASE_URL": dsn(db), "PGKB_EMBED_PROVIDER": "offline", **env},
         capture_output=True,
         text=True,

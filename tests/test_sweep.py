@@ -1,4 +1,4 @@
-"""`pgkb sweep` (pgkb.sweep): the grid is parsed strictly, every combination runs through the same SQL as
+"""`pgkb sweep` (pgkb.quality.sweep): the grid is parsed strictly, every combination runs through the same SQL as
 `pgkb eval` on a knowledge base `pgkb eval` loaded, and the numbers agree with `pgkb eval` run with the same
 settings."""
 
@@ -8,8 +8,8 @@ import argparse
 import json
 
 import pytest
-from pgkb import evaluate, sweep
-from pgkb.evaluate import EvalError, SearchSettings
+from pgkb.quality import evaluate, sweep
+from pgkb.quality.evaluate import EvalError, SearchSettings
 from test_evaluate import parse, settings_for, write_beir
 
 

@@ -16,22 +16,6 @@ from pgkb.migrate import MigrationError, migrate
 from pgkb.models.embedding import EmbeddingError
 
 
-def module_main(name: str, description: str, add_args, run_command, argv: list[str] | None) -> int:
-    """``python -m pgkb.<module>`` for `pgkb <name>`: parse, run with the environment's settings, and turn
-    configuration and database errors into a message and an exit status (2 / 1)."""
-    parser = argparse.ArgumentParser(prog=f"pgkb {name}", description=description)
-    add_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args, Settings.from_env())
-    except ConfigError as e:
-        print(f"pgkb: {name}: {e}", file=sys.stderr)
-        return 2
-    except psycopg.DatabaseError as e:
-        print(f"pgkb: {name}: {e.diag.message_primary or e}", file=sys.stderr)
-        return 1
-
-
 def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "migrate":
         with connect(vector=False) as conn:
@@ -160,13 +144,13 @@ def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from pgkb import evaluate
+    from pgkb.quality import evaluate
 
     return evaluate.run(args, settings)
 
 
 def _cmd_sweep(args: argparse.Namespace, settings: Settings) -> int:
-    from pgkb import sweep
+    from pgkb.quality import sweep
 
     return sweep.run(args, settings)
 
@@ -179,11 +163,11 @@ def _cmd_embed_server(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.ingest:
-        from pgkb.bench_ingest import run_ingest_bench
+        from pgkb.bench.ingest import run_ingest_bench
 
         run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
         return 0
-    from pgkb.bench import BenchOptions, run_search_bench
+    from pgkb.bench.run import BenchOptions, run_search_bench
 
     options = BenchOptions(
         chunks=args.chunks,
@@ -295,13 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp_server.add_arguments(mcp)
     mcp.set_defaults(func=_cmd_mcp)
 
-    from pgkb import evaluate
+    from pgkb.quality import evaluate
 
     ev = sub.add_parser("eval", help="retrieval quality: Recall@k, MRR, nDCG per search mode (BEIR or doc questions)")
     evaluate.add_arguments(ev)
     ev.set_defaults(func=_cmd_eval)
 
-    from pgkb import sweep
+    from pgkb.quality import sweep
 
     sw = sub.add_parser("sweep", help="compare search settings on datasets `pgkb eval` has loaded (nDCG@10 grid)")
     sweep.add_arguments(sw)
@@ -358,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return args.func(args, settings)
-    except (ClusterError, MigrationError, ConfigError, EmbeddingError, ChunkingError, FileNotFoundError) as e:
+    except ConfigError as e:
+        print(f"pgkb: {args.command}: {e}", file=sys.stderr)
+        return 2
+    except (ClusterError, MigrationError, EmbeddingError, ChunkingError, FileNotFoundError) as e:
         print(f"pgkb: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -48,7 +48,7 @@ error; an unreachable embedding endpoint gives degraded lexical-only results, ne
 Logging: ``--verbose`` logs every stage to stderr. PGKB_QUERY_LOG=<path> appends one JSON line per search:
 timestamp, user, query, kb, top_k, each result's doc/chunk/score and leg ranks, per-stage milliseconds.
 
-Run as ``pgkb mcp`` or ``python -m pgkb.mcp_server``. Importing this module does not import the SDK
+Run as ``pgkb mcp``. Importing this module does not import the SDK
 (``build_server`` does), so `pgkb` stays quick to start.
 """
 
@@ -896,19 +896,3 @@ def run(args, settings: Settings) -> int:
         return 0
     finally:
         backend.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pgkb mcp", description="pgkb as an MCP server")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as e:
-        print(f"pgkb: mcp: {e}", file=sys.stderr)
-        return 2
-    return run(args, settings)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -402,14 +402,3 @@ def run(args, settings) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pgkb.search`` (the same as `pgkb search`)."""
-    from pgkb.cli import module_main
-
-    return module_main("search", "search the knowledge base", add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

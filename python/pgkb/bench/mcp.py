@@ -1,6 +1,6 @@
 """MCP end-to-end overhead for ``pgkb bench``: ``search_knowledge`` calls through a real MCP client session.
 
-The server is ``python -m pgkb.mcp_server`` over stdio (what an IDE starts), connected as the login role
+The server is ``pgkb mcp`` over stdio (what an IDE starts), connected as the login role
 BENCH_ROLE (a member of pgkb_service, like ``pgkb_mcp`` of ``make run``) with no acting user, so it
 searches the public bench knowledge base. The client is the ``mcp`` SDK's ``Client``. For every call the
 client-observed wall time of ``call_tool`` is compared with the stages the server reports in
@@ -26,7 +26,7 @@ import anyio
 import numpy as np
 import psycopg
 
-from pgkb.bench_data import log
+from pgkb.bench.data import log
 from pgkb.service_role import ensure_service_role, login_url
 
 __all__ = ["BENCH_ROLE", "McpResult", "measure_mcp_overhead"]
@@ -62,7 +62,7 @@ def _service_url(conn: psycopg.Connection, url: str) -> str:
 async def _calls(env: dict[str, str], kb_name: str, queries: Sequence[str], calls: int) -> McpResult:
     from mcp import Client, StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "pgkb.mcp_server"], env=env)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "pgkb.cli", "mcp"], env=env)
     result = McpResult(calls, "stdio", [], [], [], [], [])
     async with Client(params, read_timeout_seconds=120) as client:
         for k in range(WARMUP_CALLS + calls):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from pgkb.bench_data import Model, log, query_vectors
+from pgkb.bench.data import Model, log, query_vectors
 
 __all__ = ["RecallResult", "exact_vector_sql", "measure_recall", "plain_vector_sql"]
 

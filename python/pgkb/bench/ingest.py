@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgkb.bench import _machine
-from pgkb.bench_data import log as _log
+from pgkb.bench.data import log as _log
+from pgkb.bench.run import _machine
 from pgkb.chunking import ChunkingError, chunk_bytes
 from pgkb.config import Settings
 from pgkb.db import connect, database_url

@@ -4,8 +4,8 @@ and the single legs, HNSW recall, index build time and size, a concurrency sweep
 :func:`run_search_bench` loads (or reuses) a synthetic knowledge base -- chunks made of real sentences
 sampled from the shared evaluation corpora (about 70% Chinese, 30% English) with random unit embeddings
 (``vectors="uniform"``) or embeddings anchored on real passage embeddings (``vectors="anchored"``, the
-one to read recall from; see pgkb.bench_data), written in bulk or through ``kb.replace_document``
-(pgkb.bench_load) -- and measures in one run:
+one to read recall from; see pgkb.bench.data), written in bulk or through ``kb.replace_document``
+(pgkb.bench.load) -- and measures in one run:
 
 1. latency per mode on one connection, every query once in every mode in a per-query shuffled order (so
    drift affects them alike), client-side wall clock of execute + fetch, p50/p95/p99:
@@ -18,10 +18,10 @@ one to read recall from; see pgkb.bench_data), written in bulk or through ``kb.r
    * ``vector`` / ``lexical`` / ``fuzzy`` -- ``kb.vector_search`` / ``kb.lexical_search`` /
      ``kb.fuzzy_search`` with ``top_k = 10`` (vector-only, lexical-only, fuzzy-only);
 
-2. HNSW recall@10 against exact search (pgkb.bench_recall);
-3. relation sizes, and the index build times of a bulk load (pgkb.bench_load);
-4. a concurrency sweep of ``hybrid`` and ``vector_plain`` (pgkb.bench_concurrency);
-5. the MCP overhead of ``search_knowledge`` through a real MCP client (pgkb.bench_mcp);
+2. HNSW recall@10 against exact search (pgkb.bench.recall);
+3. relation sizes, and the index build times of a bulk load (pgkb.bench.load);
+4. a concurrency sweep of ``hybrid`` and ``vector_plain`` (pgkb.bench.concurrency);
+5. the MCP overhead of ``search_knowledge`` through a real MCP client (pgkb.bench.mcp);
 
 and checks the goals (:data:`GOALS`). The Markdown report goes to stdout and, with ``out``, is appended
 to that file; progress goes to stderr.
@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from pgkb.bench_concurrency import ConcurrencyRow, sweep
-from pgkb.bench_data import (
+from pgkb.bench.concurrency import ConcurrencyRow, sweep
+from pgkb.bench.data import (
     ANCHORS,
     SEED,
     VECTOR_KINDS,
@@ -63,9 +63,9 @@ from pgkb.bench_data import (
     sample_distinct_queries,
     sample_queries,
 )
-from pgkb.bench_load import LOAD_METHODS, LoadReport, prepare_kb
-from pgkb.bench_mcp import McpResult, measure_mcp_overhead
-from pgkb.bench_recall import RecallResult, measure_recall, plain_vector_sql
+from pgkb.bench.load import LOAD_METHODS, LoadReport, prepare_kb
+from pgkb.bench.mcp import McpResult, measure_mcp_overhead
+from pgkb.bench.recall import RecallResult, measure_recall, plain_vector_sql
 from pgkb.db import connect, database_url
 
 __all__ = ["BenchOptions", "BenchResult", "ModeStats", "run_search_bench"]

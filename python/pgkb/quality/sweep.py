@@ -1,7 +1,7 @@
 """`pgkb sweep`: compare search settings on evaluation knowledge bases that `pgkb eval` has loaded.
 
 Every dataset's queries are embedded once; then every combination of the ``--grid`` values (a Cartesian
-product of :class:`pgkb.evaluate.SearchSettings` fields) runs the chosen modes on every query through the
+product of :class:`pgkb.quality.evaluate.SearchSettings` fields) runs the chosen modes on every query through the
 same SQL calls as `pgkb eval`. The reference is the best single leg (vector or lexical, default settings)
 per dataset; each row reports nDCG@10 per dataset and its worst difference to that reference, the figure
 the defaults are chosen by (robust across sets, not best on one). Output: Markdown on stdout, ``--out``
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pgkb.evaluate import (
+from pgkb.quality.evaluate import (
     FUSIONS,
     Dataset,
     EvalError,
@@ -186,14 +186,3 @@ def run(args, settings, *, embedder=None) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pgkb.sweep`` (the same as `pgkb sweep`)."""
-    from pgkb.cli import module_main
-
-    return module_main("sweep", "compare search settings across datasets", add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pgkb.bench_data import log
+from pgkb.bench.data import log
 from pgkb.db import connect
 
 __all__ = ["ConcurrencyRow", "sweep"]

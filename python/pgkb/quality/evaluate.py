@@ -814,14 +814,3 @@ class _Progress:
                 sys.stderr.write(self.pending + "\n")
                 self.last, self.pending = time.monotonic(), ""
         sys.stderr.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pgkb.evaluate`` (the same as `pgkb eval`)."""
-    from pgkb.cli import module_main
-
-    return module_main("eval", "retrieval quality per search mode", add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from pgkb.bench_data import Document, Model, Pools, VectorSource, document_sizes, log, make_document
+from pgkb.bench.data import Document, Model, Pools, VectorSource, document_sizes, log, make_document
 from pgkb.db import connect
 
 __all__ = ["LOAD_METHODS", "LoadReport", "prepare_kb"]
