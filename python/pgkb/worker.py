@@ -11,7 +11,8 @@ With ``once`` the worker exits when nothing is due (entries backing off after a 
 later run). Otherwise it waits: LISTEN pgkb_embedding_queue (kb.replace_document and
 kb.retry_parked_embeddings NOTIFY), waking at the latest when a backed-off entry becomes due or after
 ``idle_timeout`` seconds. SIGINT / SIGTERM stop it after the current batch (a second signal: at once).
-Work happens on one autocommit connection, LISTEN on a second.
+Work happens on one autocommit connection, LISTEN on a second; when the database goes away (a restart)
+the worker logs it and reconnects with backoff instead of exiting.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pgkb.db import connect, database_url
 from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, check_dimension, load_embedder, model_spec
 
 log = logging.getLogger("pgkb.worker")
+DEFAULT_RECONNECT_TIMEOUT = 60.0  # seconds a `--once` run keeps reconnecting before it gives up
+MAX_RECONNECT_DELAY = 5.0  # longest wait between reconnection attempts (so recovery takes seconds)
 
 CHANNEL = "pgkb_embedding_queue"
 DEFAULT_LEASE = timedelta(minutes=5)
@@ -79,6 +82,7 @@ def run_worker(
     lease: timedelta = DEFAULT_LEASE,
     max_attempts: int = MAX_ATTEMPTS,
     embedder: Embedder | None = None,
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
 ) -> WorkerStats:
     """Embed queued chunks for ``model`` (default: PGKB_EMBED_MODEL, else the database's default model).
 
@@ -87,6 +91,9 @@ def run_worker(
     anyway. ``stop_event``: set it to stop after the current batch (SIGINT / SIGTERM set it too when
     running in the main thread). ``lease``: how long a claim is reserved for this worker; keep it well
     above the time one batch takes. ``embedder``: an already loaded embedder (else ``load_embedder``).
+    A lost database connection (a restart, a network cut) is not fatal: the worker reconnects with backoff
+    (1 s doubling to MAX_RECONNECT_DELAY), for ever when serving, for ``reconnect_timeout`` seconds with
+    ``once`` (then the error is raised).
     """
     batch = settings.embed_batch if batch is None else batch
     if not 1 <= batch <= MAX_BATCH:
@@ -97,9 +104,50 @@ def run_worker(
     restore_signals = _handle_signals(stop)
     stats = WorkerStats()
     url = database_url(settings)
+    started = time.monotonic()
+    lost_since: float | None = None  # the current database outage began (monotonic), if any
+    attempt = 0
+
+    def connected() -> None:
+        nonlocal lost_since, attempt
+        if lost_since is not None:
+            log.info("reconnected after %.1f s", time.monotonic() - lost_since)
+        lost_since, attempt = None, 0
+
+    try:
+        while not stop.is_set():
+            try:
+                embedder = _session(url, settings, model, embedder, batch, once, idle_timeout, stop, stats, lease,
+                                    max_attempts, connected)  # fmt: skip
+                break
+            except psycopg.OperationalError as e:  # the connection was lost (restart, network): reconnect
+                now = time.monotonic()
+                lost_since = lost_since if lost_since is not None else now
+                if once and now - lost_since > reconnect_timeout:
+                    raise
+                attempt += 1
+                delay = min(2.0 ** (attempt - 1), MAX_RECONNECT_DELAY)
+                log.warning("database connection lost (%s); reconnecting in %.0f s", _first_line(e), delay)
+                stop.wait(delay)
+                continue
+        log.info("stopped: %s; ran %.1f s", stats.line(), time.monotonic() - started)
+    finally:
+        restore_signals()
+    return stats
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _session(url, settings, model, embedder, batch, once, idle_timeout, stop, stats, lease, max_attempts, connected):
+    """One connection's worth of work: returns the embedder when stopped (or, with ``once``, when nothing is
+    due); a lost connection raises psycopg.OperationalError, after which run_worker reconnects. Entries
+    claimed by a batch whose store was lost stay leased until the lease runs out, then are claimed again."""
     listener: psycopg.Connection | None = None
     try:
         with connect(url) as conn:
+            connected()
             spec = model_spec(conn, model or settings.embed_model)
             if embedder is None:
                 embedder = load_embedder(settings, spec)
@@ -117,12 +165,12 @@ def run_worker(
                 "" if once else f", waiting on {CHANNEL}",
             )
             worker = _Worker(conn, spec, embedder, stats, lease, max_attempts)
-            started = time.monotonic()
+            busy_before = stats.seconds
             failures_in_a_row = 0
             while not stop.is_set():
                 rows = worker.claim(batch)
                 if not rows:
-                    stats.seconds = worker.busy
+                    stats.seconds = busy_before + worker.busy
                     if once:
                         break
                     worker.progress(idle=True)
@@ -134,15 +182,13 @@ def run_worker(
                     failures_in_a_row += 1
                     if not once:  # e.g. the endpoint is down: don't burn every entry's attempts at once
                         stop.wait(min(2.0 ** (failures_in_a_row - 1), idle_timeout))
-                stats.seconds = worker.busy
+                stats.seconds = busy_before + worker.busy
                 worker.progress()
-            stats.seconds = worker.busy
-            log.info("stopped: %s; ran %.1f s", stats.line(), time.monotonic() - started)
+            stats.seconds = busy_before + worker.busy
     finally:
         if listener is not None:
             listener.close()
-        restore_signals()
-    return stats
+    return embedder
 
 
 def run_cli(settings: Settings, *, once: bool = False, batch: int | None = None, model: str | None = None) -> int:
