@@ -67,7 +67,9 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
     up = pgkb(env, "up", "--docs", str(docs), *ports)
     assert up.returncode == 0, up.stdout + up.stderr
     out = up.stdout
-    assert "1. runbooks/login.md" in out and "hybrid" in out  # the sample search used the vector leg too
+    first = next(line for line in out.splitlines() if line.strip().startswith("1. "))
+    # the sample search found the runbook first and used the vector leg too (not "lexical only")
+    assert first.strip().startswith("1. runbooks/login.md") and first.rstrip().endswith("hybrid"), first
     assert 'psql "' in out and '"mcpServers"' in out and "claude mcp add" in out and '"servers"' in out
     assert port_open(embed_port) and port_open(mcp_port)
 
