@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import anyio
 import fixture_docs
@@ -25,6 +26,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from pgkb.mcp_server import ToolFailure
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
+PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
 
 
 @pytest.fixture
@@ -57,6 +59,7 @@ def svc_dsn(db) -> str:
 
 def server_env(db, **extra: str) -> dict[str, str]:
     env = {
+        "PYTHONPATH": PYTHON_DIR,  # the server under test is this checkout's, not an installed pgkb
         "PGKB_DATABASE_URL": svc_dsn(db),
         "PGKB_EMBED_PROVIDER": "offline",
         "PYTHONUNBUFFERED": "1",
@@ -467,3 +470,248 @@ def test_database_lost_after_start_is_a_readable_error_then_recovers(world, embe
     finally:
         world.execute("alter role svc login")
         backend.close()
+
+
+# ------------------------------------------------------------------------------------- hostile arguments
+
+
+class RawStdio:
+    """The stdio server spoken to line by line: what the SDK client refuses to send (invalid JSON, lone
+    surrogates, huge integers) still has to get an answer."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import queue
+        import threading
+
+        full = {**os.environ, **env}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pgkb.cli", "mcp"],
+            env=full,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.replies: queue.Queue[bytes] = queue.Queue()
+
+        def pump() -> None:
+            for line in self.proc.stdout:
+                self.replies.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def send(self, line: bytes | str) -> None:
+        self.proc.stdin.write((line.encode() if isinstance(line, str) else line) + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self, timeout: float = 60) -> dict:
+        import queue
+
+        try:
+            return json.loads(self.replies.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout} s") from None
+
+    def request(self, rid: int, method: str, params: dict | None = None) -> dict:
+        message = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message))  # ASCII escapes: a lone surrogate travels as \ud800
+        answer = self.reply()
+        assert answer["id"] == rid, answer
+        return answer
+
+    def close(self) -> str:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.stderr.read().decode("utf-8", "replace")
+
+
+def tool_text(answer: dict) -> str:
+    return "".join(c.get("text", "") for c in answer["result"]["content"])
+
+
+def test_stdio_answers_every_line(world):
+    """Lone surrogates, bytes that are not JSON, a 5001-digit integer, JSON that is no JSON-RPC message:
+    each line gets its JSON-RPC answer (tool error, -32700, -32600, -32602) and the server keeps serving."""
+    raw = RawStdio(server_env(world, PGKB_USER="alice"))
+    try:
+        init = raw.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
+        assert init["result"]["serverInfo"]["name"] == "pgkb"
+        raw.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+
+        def call(rid: int, name: str, arguments: dict) -> dict:
+            return raw.request(rid, "tools/call", {"name": name, "arguments": arguments})
+
+        # lone surrogates in any string argument: a tool error naming the argument
+        for rid, (name, arguments, bad) in enumerate(
+            [
+                ("search_knowledge", {"query": "\ud800"}, "query"),
+                ("search_knowledge", {"query": "退款", "kb": "team\udfff"}, "kb"),
+                ("get_document", {"doc_id": "guide/\udc00login.md"}, "doc_id"),
+            ],
+            start=10,
+        ):
+            answer = call(rid, name, arguments)
+            assert answer["result"]["isError"] is True, answer
+            assert f"{bad} contains an unpaired surrogate" in tool_text(answer)
+        # ... and anywhere else in a request: invalid params
+        answer = raw.request(20, "resources/read", {"uri": "kb://team-docs/\ud800.md"})
+        assert answer["error"]["code"] == -32602 and "surrogate" in answer["error"]["message"]
+
+        # lines that are not JSON: parse error with id null
+        for line in (
+            b"this is not json",
+            b'{"jsonrpc": "2.0", "id": 30, "method": "ping"',
+            b'{"jsonrpc": "2.0", "id": 31, "method": "ping", "params": {"x": "\xff\xfe"}}',  # not UTF-8
+            b'{"jsonrpc": "2.0", "id": 32, "method": "tools/call", "params": {"name": "search_knowledge",'
+            b' "arguments": {"query": "x", "top_k": 1' + b"0" * 5000 + b"}}}",
+        ):
+            raw.send(line)
+            answer = raw.reply()
+            assert answer == {"jsonrpc": "2.0", "id": None, "error": answer["error"]}, answer
+            assert answer["error"]["code"] == -32700 and answer["error"]["message"].startswith("Parse error")
+
+        # JSON, but not a JSON-RPC request: invalid request (with the id when there is one)
+        for line, rid in (
+            (b"[1, 2]", None),
+            (b'"ping"', None),
+            (b'{"jsonrpc": "2.0", "id": 40}', 40),
+            (b'{"id": 41, "method": "ping"}', 41),
+            (b'{"jsonrpc": "2.0", "id": 42, "method": 7}', 42),
+        ):
+            raw.send(line)
+            answer = raw.reply()
+            assert answer["id"] == rid and answer["error"]["code"] == -32600, (line, answer)
+
+        # still serving, with the same session
+        assert raw.request(50, "ping")["result"] == {}
+        ok = call(51, "search_knowledge", {"query": "退款"})
+        assert ok["result"]["isError"] is False
+        assert ok["result"]["structuredContent"]["results"][0]["doc_id"] == "policy/refund.md"
+    finally:
+        stderr = raw.close()
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_hostile_arguments_are_clear_tool_errors(world, transport, request):
+    """Strict types (no booleans for integers), bounded lengths, NUL characters, chunk_index below -1, and
+    error messages that never echo more than a short prefix of what was sent."""
+    if transport == "stdio":
+        connect = lambda: Client(stdio_params(world, PGKB_USER="alice"), read_timeout_seconds=60)  # noqa: E731
+    else:
+        base = request.getfixturevalue("http_server")
+        connect = lambda: http_client(base, "alice-token", read_timeout_seconds=60)  # noqa: E731
+
+    async def main():
+        async with connect() as client:
+
+            async def error(name: str, arguments: dict, expected: str) -> str:
+                result = await client.call_tool(name, arguments)
+                text = text_of(result)
+                assert result.is_error, (name, arguments, text[:300])
+                assert expected in text, (expected, text[:500])
+                assert len(text) < 1000, len(text)
+                return text
+
+            # booleans are not integers
+            await error("search_knowledge", {"query": "退款", "top_k": True}, "top_k")
+            await error("get_document", {"doc_id": "policy/refund.md", "chunk_index": True}, "chunk_index")
+            await error("get_document", {"doc_id": "policy/refund.md", "chunk_index": 0, "window": False}, "window")
+            await error("search_knowledge", {"query": "退款", "top_k": "5"}, "top_k")
+            # chunk_index: -1 (whole document) or a chunk; window 0..20
+            await error("get_document", {"doc_id": "policy/refund.md", "chunk_index": -5}, "chunk_index must be -1")
+            await error("get_document", {"doc_id": "policy/refund.md", "chunk_index": 10**15}, "chunk_index")
+            await error("get_document", {"doc_id": "policy/refund.md", "chunk_index": 0, "window": -1}, "window")
+            # over-long arguments are refused before any work, without echoing them
+            await error("get_document", {"doc_id": "x" * 1_000_000}, "doc_id is 1000000 characters long")
+            await error("get_document", {"doc_id": "guide/login.md", "kb": "k" * 101}, "kb is 101 characters")
+            await error("search_knowledge", {"query": "退" * 4001}, "at most 4000")
+            # echoed values are cut short: an unknown 900-character doc_id shows only its start
+            text = await error("get_document", {"doc_id": "y" * 900}, "unknown document")
+            assert "y" * 200 in text and "y" * 201 not in text and "…" in text
+            # NUL characters
+            await error("search_knowledge", {"query": "退款\x00"}, "query contains a NUL character")
+            await error("get_document", {"doc_id": "policy/\x00refund.md"}, "doc_id contains a NUL character")
+            await error("search_knowledge", {"query": "退款", "kb": "team-docs\x00"}, "kb contains a NUL character")
+            # the good calls still work
+            whole = await client.call_tool("get_document", {"doc_id": "guide/login.md", "kb": "team-docs"})
+            assert [c["chunk_index"] for c in whole.structured_content["chunks"]] == [0, 1]
+            result = await client.call_tool("search_knowledge", {"query": "退款", "top_k": 3})
+            assert not result.is_error and result.structured_content["top_k"] == 3
+
+    run(main)
+
+
+def test_argument_checks():
+    from pgkb.mcp_server import _bounded_message, _shown, check_int, check_text
+
+    assert check_text("q", "退款 refund", 20) == "退款 refund"
+    for bad, reason in (("a\ud800b", "unpaired surrogate"), ("\x00", "NUL character"), ("x" * 21, "21 characters")):
+        with pytest.raises(ToolFailure, match=reason) as caught:
+            check_text("q", bad, 20)
+        assert bad not in str(caught.value)
+    with pytest.raises(ToolFailure, match="must be a string"):
+        check_text("q", 5, 20)
+    assert check_int("n", 0, -1, 3) == 0
+    for bad in (True, False, 1.0, "1", None, -2, 4):
+        with pytest.raises(ToolFailure, match="n must be"):
+            check_int("n", bad, -1, 3)
+    assert _shown("x" * 300) == "x" * 200 + "…" and _shown("short") == "short"
+    long_value = "z" * 5000
+    message = _bounded_message(ToolFailure(f'unknown document "{long_value}" in "{long_value}"'), long_value)
+    assert message == f'unknown document "{"z" * 200}…" in "{"z" * 200}…"'
+
+
+def test_slow_query_embedding_degrades_to_lexical(world):
+    """An embedding endpoint that does not answer costs at most PGKB_MCP_EMBED_TIMEOUT_MS: the search comes
+    back lexical-only, flagged degraded."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Stalling(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server API)
+            release.wait(120)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    stalling = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    stalling.daemon_threads = True
+    threading.Thread(target=stalling.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{stalling.server_address[1]}/v1/embeddings"
+
+    async def main():
+        params = stdio_params(
+            world, PGKB_USER="bob", PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=url, PGKB_MCP_EMBED_TIMEOUT_MS="1000"
+        )
+        async with Client(params, read_timeout_seconds=30) as client:
+            for query in ("退款", "退款 政策"):  # the second call too: a stalled embedding does not pile up
+                started = time.monotonic()
+                result = await client.call_tool("search_knowledge", {"query": query})
+                elapsed = time.monotonic() - started
+                assert not result.is_error, text_of(result)
+                out = result.structured_content
+                assert out["degraded"] is True and "1000 ms" in out["degraded_reason"], out["degraded_reason"]
+                assert out["results"][0]["doc_id"] == "policy/refund.md"
+                assert all(r["vector_rank"] is None for r in out["results"])
+                assert elapsed < 10, elapsed
+
+    try:
+        run(main)
+    finally:
+        release.set()
+        stalling.shutdown()
+        stalling.server_close()

@@ -43,7 +43,14 @@ transaction-local (``set_config(..., true)``), so nothing carries over to the ne
 connection.
 
 Robustness: statement_timeout PGKB_STATEMENT_TIMEOUT_MS (default 10000) per call, reported as a clear tool
-error; an unreachable embedding endpoint gives degraded lexical-only results, never an error.
+error; an unreachable embedding endpoint gives degraded lexical-only results, never an error, and so does a
+query embedding slower than PGKB_MCP_EMBED_TIMEOUT_MS (default 5000; 0: no limit; it runs in a worker
+thread and is abandoned). Arguments are checked strictly before any work: integers must be JSON integers
+(not booleans, strings or 2.0), ``chunk_index`` -1 or >= 0, ``window`` 0..20; strings at most 4000
+(query), 1000 (doc_id) and 100 (kb) characters, without NUL characters or unpaired surrogates. Error
+messages quote at most the first 200 characters of a value. On stdio every line gets its JSON-RPC answer
+(``parse_stdio_line``): -32700 for lines that are not UTF-8 JSON, -32600 for JSON that is no JSON-RPC
+message, a tool error for an unpaired surrogate in a tool argument (-32602 elsewhere); the server goes on.
 
 Logging: ``--verbose`` logs every stage to stderr. PGKB_QUERY_LOG=<path> appends one JSON line per search:
 timestamp, user, query, kb, top_k, each result's doc/chunk/score and leg ranks, per-stage milliseconds.
@@ -58,6 +65,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -65,7 +73,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 from urllib.parse import urlsplit
 
 import psycopg
@@ -74,7 +82,7 @@ from pydantic import BaseModel, Field
 from pgkb.chunking import breadcrumb
 from pgkb.config import ConfigError, Settings
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
-from pgkb.search import SearchOptions, SearchResponse, search, validate
+from pgkb.search import MAX_QUERY_CHARS, SearchOptions, SearchResponse, search, validate
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged, service_database_url
 
 DEFAULT_HOST = "127.0.0.1"
@@ -90,6 +98,14 @@ CONNECT_TIMEOUT_SECONDS = 10
 POOL_QUICK_WAIT_SECONDS = 2.0  # waited for a pooled connection before checking whether the database is up
 POOL_WAIT_SECONDS = 30.0  # most a call waits for a free pooled connection (all busy) in total
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+MAX_DOC_ID_CHARS = 1000  # kb.documents.doc_key's limit
+MAX_KB_NAME_CHARS = 100  # a knowledge base name's limit
+MAX_CHUNK_INDEX = 2_000_000_000  # chunk ordinals are 32-bit integers
+SHOWN_CHARS = 200  # a value echoed in a message shows at most this many characters, then "…"
+MAX_MESSAGE_CHARS = 2000  # an error message as a whole
+DEFAULT_EMBED_TIMEOUT_MS = 5000  # PGKB_MCP_EMBED_TIMEOUT_MS: longest a query embedding may take (0: no limit)
+EMBED_WORKERS = 2  # query embeddings running at once (an abandoned one finishes in the background)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 log = logging.getLogger("pgkb.mcp")
 
@@ -121,6 +137,7 @@ class McpConfig:
     query_log: Path | None = None
     verbose: bool = False
     pool_size: int = DEFAULT_POOL_SIZE
+    embed_timeout_ms: int = DEFAULT_EMBED_TIMEOUT_MS
 
     @classmethod
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> "McpConfig":
@@ -133,6 +150,13 @@ class McpConfig:
             pool_size = 0
         if pool_size < 1:
             raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
+        raw_timeout = env.get("PGKB_MCP_EMBED_TIMEOUT_MS", "").strip()
+        try:
+            embed_timeout_ms = int(raw_timeout) if raw_timeout else DEFAULT_EMBED_TIMEOUT_MS
+        except ValueError:
+            embed_timeout_ms = -1
+        if embed_timeout_ms < 0:
+            raise ConfigError(f"PGKB_MCP_EMBED_TIMEOUT_MS must be a whole number >= 0, got {raw_timeout!r}")
         return cls(
             settings=settings,
             database_url=service_database_url(settings),
@@ -143,6 +167,7 @@ class McpConfig:
             query_log=Path(log_path) if log_path else None,
             verbose=verbose,
             pool_size=pool_size,
+            embed_timeout_ms=embed_timeout_ms,
         )
 
 
@@ -231,6 +256,43 @@ class _BrokenEmbedder:
 
     def embed(self, texts):
         raise EmbeddingError(f"embedder unavailable: {self.error}")
+
+
+class _BoundedEmbedder:
+    """Query embedding with a deadline: the wrapped embedder runs in a worker thread and a call gives up
+    after ``timeout_ms`` with an EmbeddingError, so the search runs lexical-only and says why. An abandoned
+    embedding finishes in its (daemon) thread; at most EMBED_WORKERS run at once, and a call that finds them
+    all busy waits only within its own deadline."""
+
+    def __init__(self, inner, timeout_ms: int) -> None:
+        self.inner, self.timeout_ms = inner, timeout_ms
+        self.name, self.dimension = inner.name, inner.dimension
+        self._slots = threading.BoundedSemaphore(EMBED_WORKERS)
+
+    def embed(self, texts):
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        late = EmbeddingError(f"query embedding took longer than {self.timeout_ms} ms (PGKB_MCP_EMBED_TIMEOUT_MS)")
+        if not self._slots.acquire(timeout=self.timeout_ms / 1000):
+            raise late
+        outcome: dict = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["vectors"] = self.inner.embed(texts)
+            except BaseException as e:  # handed to the caller (when it still waits)
+                outcome["error"] = e
+            finally:
+                self._slots.release()
+                done.set()
+
+        threading.Thread(target=work, name="pgkb-query-embedding", daemon=True).start()
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            log.warning("query embedding abandoned after %d ms", self.timeout_ms)
+            raise late
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["vectors"]
 
 
 def _configure_connection(conn: psycopg.Connection) -> None:
@@ -359,6 +421,9 @@ class Backend:
                 except Exception as e:  # degraded search, never a crash
                     log.warning("cannot load the embedder: %s", e)
                     self._embedder, self._embedder_failed_at = _BrokenEmbedder(e), time.monotonic()
+            timeout = self.config.embed_timeout_ms
+            if timeout > 0 and not isinstance(self._embedder, (_BoundedEmbedder, _BrokenEmbedder)):
+                self._embedder = _BoundedEmbedder(self._embedder, timeout)
             return self._spec, self._embedder
 
     def search(self, user: str | None, query: str, top_k: int, kb: str | None) -> SearchResponse:
@@ -509,6 +574,55 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
         raise ToolFailure(message + (f" ({hint})" if hint else "")) from e
 
 
+# ------------------------------------------------------------------------------------------- arguments
+
+
+def _shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as echoed in a message: at most ``limit`` characters, a cut one ending in "…"."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:  # an integer too long to print
+        return "(a very long number)"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _bounded_message(e: BaseException, *values: object) -> str:
+    """An error message for the caller: every long argument value it quotes is cut to its first
+    SHOWN_CHARS characters, and the whole message to MAX_MESSAGE_CHARS."""
+    message = str(e)
+    for value in values:
+        if isinstance(value, str) and len(value) > SHOWN_CHARS:
+            message = message.replace(value, _shown(value))
+    return _shown(message, MAX_MESSAGE_CHARS)
+
+
+def check_text(name: str, value: object, limit: int) -> str:
+    """A string argument, or ToolFailure: not a string, longer than ``limit`` characters, a NUL character or
+    an unpaired surrogate (text that is not valid Unicode). The value itself is never echoed."""
+    if not isinstance(value, str):
+        raise ToolFailure(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ToolFailure(f"{name} is {len(value)} characters long; at most {limit} are accepted")
+    if "\x00" in value:
+        raise ToolFailure(f"{name} contains a NUL character, which is not allowed")
+    if _SURROGATE.search(value):
+        raise ToolFailure(f"{name} {_SURROGATE_MESSAGE}")
+    return value
+
+
+_SURROGATE_MESSAGE = "contains an unpaired surrogate (invalid Unicode); send valid UTF-8 text"
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """An integer argument within [low, high] (booleans are not integers), or ToolFailure."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolFailure(f"{name} must be an integer, got {type(value).__name__} {_shown(value, 20)}")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ToolFailure(f"{name} must be {bounds}, got {_shown(value, 20)}")
+    return value
+
+
 # -------------------------------------------------------------------------------------------- rendering
 
 
@@ -589,7 +703,7 @@ def render_search(response: SearchResponse, notes: list[str]):
     lines.extend(f"Note: {n}" for n in notes)
     if not items:
         where = f' in knowledge base "{response.kb}"' if response.kb else ""
-        lines.append(f'No results for "{response.query}"{where}. Try other words or list_knowledge_bases.')
+        lines.append(f'No results for "{_shown(response.query)}"{where}. Try other words or list_knowledge_bases.')
     for item in items:
         location = breadcrumb(item["title"] or item["doc_id"], item["heading_path"])
         lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']})")
@@ -674,7 +788,7 @@ def build_server(backend: Backend):
     def search_knowledge(
         query: Annotated[str, Field(description="the question or keywords (Chinese or English)")],
         ctx: Context,
-        top_k: Annotated[int, Field(description=f"results to return, 1-{MCP_MAX_TOP_K}")] = 5,
+        top_k: Annotated[int, Field(strict=True, description=f"results to return, 1-{MCP_MAX_TOP_K}")] = 5,
         kb: Annotated[str, Field(description='one knowledge base to search; "" = all you can see')] = "",
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search the knowledge base (hybrid semantic + keyword + fuzzy search; Chinese and English).
@@ -685,17 +799,17 @@ def build_server(backend: Backend):
         call get_document(doc_id, kb, chunk_index) to read around a passage.
         """
         notes = []
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ToolError(f"top_k must be at least 1, got {top_k}")
-        if top_k > MCP_MAX_TOP_K:
-            notes.append(f"top_k {top_k} was capped at {MCP_MAX_TOP_K}")
-            top_k = MCP_MAX_TOP_K
         try:
-            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)
+            if check_int("top_k", top_k, 1) > MCP_MAX_TOP_K:
+                notes.append(f"top_k {_shown(top_k, 20)} was capped at {MCP_MAX_TOP_K}")
+                top_k = MCP_MAX_TOP_K
+            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)  # empty or longer than MAX_QUERY_CHARS
+            check_text("query", query, MAX_QUERY_CHARS)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
             user = user_of(ctx)
             response = backend.search(user, query, top_k, kb.strip() or None)
         except (ToolFailure, ValueError) as e:
-            raise ToolError(str(e)) from e
+            raise ToolError(_bounded_message(e, query, kb)) from e
         return render_search(response, notes)
 
     @server.tool(name="get_document", title="Read a document", annotations=read_only)
@@ -703,19 +817,28 @@ def build_server(backend: Backend):
         doc_id: Annotated[str, Field(description="the doc_id of a search result (the document key)")],
         ctx: Context,
         kb: Annotated[str, Field(description="the result's knowledge base (needed when ambiguous)")] = "",
-        chunk_index: Annotated[int, Field(description="-1: whole document; else the chunk to centre on")] = -1,
-        window: Annotated[int, Field(description=f"chunks before and after chunk_index, 0-{MAX_WINDOW}")] = 2,
+        chunk_index: Annotated[
+            int, Field(strict=True, description="-1: whole document; else the chunk (0, 1, ...) to centre on")
+        ] = -1,
+        window: Annotated[
+            int, Field(strict=True, description=f"chunks before and after chunk_index, 0-{MAX_WINDOW}")
+        ] = 2,
     ) -> Annotated[CallToolResult, DocumentOutput]:
         """Read a document of the knowledge base: all of it (chunk_index -1), or the chunks around one hit
         (chunk_index ± window, window 0-20). doc_id is the doc_id of a search result; pass its kb too when the
         same doc_id exists in several knowledge bases. Very long documents are cut to a size budget and the
         result says which chunks were left out."""
-        if not 0 <= window <= MAX_WINDOW:
-            raise ToolError(f"window must be between 0 and {MAX_WINDOW}, got {window}")
         try:
+            check_text("doc_id", doc_id, MAX_DOC_ID_CHARS)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            if check_int("chunk_index", chunk_index, -MAX_CHUNK_INDEX, MAX_CHUNK_INDEX) < -1:
+                raise ToolFailure(
+                    f"chunk_index must be -1 (the whole document) or a chunk number >= 0, got {chunk_index}"
+                )
+            check_int("window", window, 0, MAX_WINDOW)
             doc = backend.document(user_of(ctx), doc_id, kb.strip() or None, chunk_index, window)
         except ToolFailure as e:
-            raise ToolError(str(e)) from e
+            raise ToolError(_bounded_message(e, doc_id, kb)) from e
         out, text = render_document(doc, RESPONSE_BUDGET_CHARS)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
 
@@ -725,7 +848,7 @@ def build_server(backend: Backend):
         try:
             kbs = backend.knowledge_bases(user_of(ctx))
         except ToolFailure as e:
-            raise ToolError(str(e)) from e
+            raise ToolError(_bounded_message(e)) from e
         if kbs:
             text = "\n".join(
                 f"- {k['name']} ({k['visibility']}): {k['document_count']} documents, last updated "
@@ -748,11 +871,14 @@ def build_server(backend: Backend):
     )
     def read_document(kb: str, doc_key: str, ctx: Context) -> str:
         try:
+            check_text("knowledge base", kb, MAX_KB_NAME_CHARS)
+            check_text("document key", doc_key, MAX_DOC_ID_CHARS)
             doc = backend.document(user_of(ctx), doc_key, kb, -1, 0)
         except ToolFailure as e:
-            if str(e).startswith("unknown"):
-                raise ResourceNotFoundError(str(e)) from e
-            raise ResourceError(str(e)) from e
+            message = _bounded_message(e, doc_key, kb)
+            if message.startswith("unknown"):
+                raise ResourceNotFoundError(message) from e
+            raise ResourceError(message) from e
         return render_document(doc, RESOURCE_BUDGET_CHARS)[1]
 
     return server
@@ -772,6 +898,173 @@ def _version() -> str:
         return version("pgkb")
     except Exception:
         return "0"
+
+
+# ---------------------------------------------------------------------------------------- stdio transport
+
+
+def _rpc_error(rid, code: int, message: str):
+    from mcp_types import ErrorData, JSONRPCError
+
+    return JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(code=code, message=message))
+
+
+def _surrogate_path(value: object) -> list[str] | None:
+    """The keys leading to the first string (or key) of a parsed JSON value holding an unpaired
+    surrogate, else None. Iterative: nesting depth costs no recursion."""
+    stack: list[tuple[object, list[str]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _SURROGATE.search(key):
+                    return [*path, key]
+                stack.append((child, [*path, key]))
+        elif isinstance(item, list):
+            stack.extend((child, [*path, str(i)]) for i, child in enumerate(item))
+    return None
+
+
+def parse_stdio_line(line: bytes):
+    """One line read by the stdio transport -> ``(message, None)`` for the server, ``(None, answer)`` to
+    write back at once, or ``(None, None)`` to ignore (blank lines; notifications that cannot be answered).
+
+    JSON-RPC 2.0 answers for what the SDK would drop silently: -32700 (id null) for a line that is not
+    UTF-8 JSON (including numbers too long to read); -32600 for JSON that is no JSON-RPC message; an unpaired
+    surrogate (which the SDK's JSON parser refuses) in a tool argument is that tool call's error result, and
+    anywhere else -32602 / -32600. No unpaired surrogate ever reaches the server, so none can reach an answer.
+    """
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+    from pydantic import ValidationError
+
+    if not line.strip():
+        return None, None
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False)), None
+    except ValidationError:
+        pass  # find out what is wrong, to say so
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, _rpc_error(None, types.PARSE_ERROR, "Parse error: the line is not valid UTF-8")
+    except (ValueError, RecursionError) as e:
+        reason = "a number is too long" if "integer string conversion" in str(e) else _shown(_first_line(e))
+        return None, _rpc_error(None, types.PARSE_ERROR, f"Parse error: {reason}")
+    if not isinstance(value, dict):
+        return None, _rpc_error(
+            None, types.INVALID_REQUEST, "Invalid Request: a message must be a JSON object (batches are not supported)"
+        )
+    rid = value.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or (isinstance(rid, str) and _SURROGATE.search(rid)):
+        rid = None
+    bad = _surrogate_path(value)
+    if bad is None:
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_python(value, by_name=False)), None
+        except ValidationError:
+            return None, _rpc_error(
+                rid, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request, notification or response"
+            )
+    method = value.get("method")
+    if "id" not in value and isinstance(method, str):
+        log.warning("dropped a notification holding an unpaired surrogate (%s)", _shown(method, 50))
+        return None, None
+    where = _SURROGATE.sub("\ufffd", ".".join(bad))
+    if method == "tools/call" and rid is not None and len(bad) >= 3 and bad[:2] == ["params", "arguments"]:
+        from mcp_types import CallToolResult, JSONRPCResponse, TextContent
+
+        argument = _shown(_SURROGATE.sub("\ufffd", bad[2]), 50)
+        result = CallToolResult(
+            content=[TextContent(type="text", text=f"{argument} {_SURROGATE_MESSAGE}")], is_error=True
+        )
+        return None, JSONRPCResponse(jsonrpc="2.0", id=rid, result=result.model_dump(by_alias=True, exclude_none=True))
+    code, kind = (
+        (types.INVALID_PARAMS, "Invalid params") if bad[0] == "params" else (types.INVALID_REQUEST, "Invalid Request")
+    )
+    return None, _rpc_error(rid, code, f"{kind}: {_shown(where, 100)} {_SURROGATE_MESSAGE}")
+
+
+def _encode(message) -> bytes:
+    """One JSON-RPC message as a line of UTF-8. An answer that cannot be encoded becomes an internal error
+    for its request (never a dead transport); an unencodable notification is dropped."""
+    try:
+        text = message.model_dump_json(by_alias=True, exclude_unset=True)
+    except Exception as e:
+        log.error("cannot encode a %s: %s", type(message).__name__, _shown(e))
+        from mcp_types import INTERNAL_ERROR, JSONRPCError, JSONRPCResponse
+
+        if not isinstance(message, (JSONRPCResponse, JSONRPCError)):
+            return b""
+        text = _rpc_error(
+            message.id, INTERNAL_ERROR, "Internal error: the answer could not be encoded"
+        ).model_dump_json(by_alias=True, exclude_unset=True)
+    return (text + "\n").encode("utf-8")
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None):
+    """MCP over newline-delimited JSON-RPC on stdin/stdout, like the SDK's ``stdio_server`` but answering
+    every line (see ``parse_stdio_line``). Yields the server's (read, write) streams. Without explicit
+    streams, fd 0 reads the null device and fd 1 writes to stderr while serving (stray output cannot
+    corrupt the protocol); both are restored afterwards."""
+    import anyio
+    from mcp.shared.message import SessionMessage
+
+    restore = None
+    if stdin is None or stdout is None:
+        sys.stdout.flush()
+        wire_in, wire_out = os.dup(0), os.dup(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+        stdin, stdout = os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
+
+        def restore() -> None:
+            os.dup2(wire_out, 1)
+            os.dup2(wire_in, 0)
+
+    read_send, read_receive = anyio.create_memory_object_stream(0)
+    write_send, write_receive = anyio.create_memory_object_stream(0)
+    answers = write_send.clone()
+    lines, out = anyio.wrap_file(stdin), anyio.wrap_file(stdout)
+
+    async def reader() -> None:
+        async with read_send, answers:
+            async for line in lines:
+                message, answer = parse_stdio_line(line)
+                if message is not None:
+                    await read_send.send(message)
+                elif answer is not None:
+                    await answers.send(SessionMessage(answer))
+
+    async def writer() -> None:
+        async with write_receive:
+            async for item in write_receive:
+                data = _encode(item.message)
+                if data:
+                    await out.write(data)
+                    await out.flush()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            yield read_receive, write_send
+    finally:
+        if restore is not None:
+            restore()
+
+
+async def serve_stdio(server) -> None:
+    """Serve ``server`` (an MCPServer) over ``stdio_transport`` until stdin closes."""
+    async with stdio_transport() as (read, write):
+        lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, over the SDK's transport
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
 
 # --------------------------------------------------------------------------------------------- HTTP guard
@@ -884,7 +1177,9 @@ def run(args, settings: Settings) -> int:
     server = build_server(backend)
     try:
         if args.transport == "stdio":
-            server.run("stdio")
+            import anyio
+
+            anyio.run(serve_stdio, server)
             return 0
         import uvicorn
 
