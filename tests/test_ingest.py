@@ -196,3 +196,155 @@ def test_cli_json_summary_and_exit_code(db, docs, tmp_path):
         timeout=60,
     )
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+
+
+# ------------------------------------------------------------------------------ failures that must not stop a run
+
+
+def dead_url() -> str:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1/embeddings"
+
+
+def recorded_failures(db) -> dict[str, str]:
+    return dict(db.execute("select doc_key, error from kb.ingest_failures").fetchall())
+
+
+def more_docs(docs: Path, n: int) -> None:
+    for i in range(n):
+        (docs / f"extra{i}.md").write_text(f"# 补充文档 {i}\n\n第 {i} 份补充说明。\n", encoding="utf-8")
+
+
+def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder):
+    from pgkb.embedding import HttpEmbedder
+
+    more_docs(docs, 3)  # 6 files: 3 fail in a row, then the run stops
+    down = HttpEmbedder(dead_url(), SPEC.name, SPEC.dimension, retries=0)
+    summary = run(db, docs, down)
+    assert (summary.added, summary.failed, summary.not_attempted) == (0, 3, 3)
+    assert summary.stopped and "embedding endpoint looks down" in summary.stopped
+    failed = recorded_failures(db)
+    assert set(failed) == {f["doc_key"] for f in summary.failures} and len(failed) == 3
+    assert all("embedding failed" in e and "unreachable" in e for e in failed.values())
+    assert db.execute("select count(*) from kb.documents").fetchone()[0] == 0
+    # once the endpoint is back, the next run does everything and clears the failures
+    again = run(db, docs, embedder)
+    assert (again.added, again.failed, again.stopped) == (6, 0, None)
+    assert recorded_failures(db) == {}
+    assert run(db, docs, embedder).unchanged == 6
+
+
+def test_one_document_failing_to_embed_does_not_stop_the_run(db, docs, embedder):
+    class FailsOnRefunds:
+        name, dimension = embedder.name, embedder.dimension
+
+        def embed(self, texts):
+            if any("退款" in t for t in texts):
+                raise RuntimeError("model crashed on this input")
+            return embedder.embed(texts)
+
+    summary = run(db, docs, FailsOnRefunds())
+    assert (summary.added, summary.failed, summary.stopped) == (2, 1, None)
+    assert recorded_failures(db) == {"policy.md": "embedding failed: model crashed on this input"}
+
+
+def test_database_errors_fail_only_their_document(db, docs, embedder):
+    """A check violation, a statement timeout, a doc_key longer than the database accepts, one too wide for
+    its index and a lost (but re-opened) connection each cost only their document; the documents around them
+    are written."""
+    db.execute("alter table kb.documents add constraint test_no_rejected check (doc_key <> 'rejected.md')")
+    db.execute(
+        "create function public.test_trap() returns trigger language plpgsql as $$ begin"
+        " if new.doc_key = 'slow.md' then perform pg_sleep(5); end if;"
+        " if new.doc_key = 'kill.md' then perform pg_terminate_backend(pg_backend_pid()); end if;"
+        " return new; end $$"
+    )
+    db.execute(
+        "create trigger test_trap before insert on kb.documents for each row execute function public.test_trap()"
+    )
+    for name in ("rejected.md", "slow.md", "kill.md"):
+        (docs / name).write_text(f"# {name}\n\n这份文档写入时会出错。\n", encoding="utf-8")
+    deep = docs
+    for i in range(5):  # a doc_key of more than 1000 characters
+        deep = deep / (f"{i}" * 210)
+    deep.mkdir(parents=True)
+    (deep / "long.md").write_text("# 很长的路径\n\n路径超过一千个字符。\n", encoding="utf-8")
+    long_key = (deep / "long.md").relative_to(docs).as_posix()
+    wide = docs  # under 1000 characters, but more bytes than a btree index row holds (2704)
+    for i in range(11):
+        wide = wide / "".join(chr(0x4E00 + (i * 83 + j) * 37 % 20000) for j in range(83))
+    wide.mkdir(parents=True)
+    (wide / "wide.md").write_text("# 很宽的路径\n\n路径的字节数超过索引行的上限。\n", encoding="utf-8")
+    wide_key = (wide / "wide.md").relative_to(docs).as_posix()
+    assert len(wide_key) < 1000 < 2704 < len(wide_key.encode())
+    url = db.info.dsn + " options='-c statement_timeout=1000'"
+    summary = ingest(db, url, docs, "docs", SPEC, embedder, IngestOptions())
+    failed = {f["doc_key"]: f for f in summary.failures}
+    assert set(failed) == {"rejected.md", "slow.md", "kill.md", long_key, wide_key}
+    assert "index row size" in failed[wide_key]["error"] and "54000" in failed[wide_key]["error"]
+    assert "test_no_rejected" in failed["rejected.md"]["error"] and "23514" in failed["rejected.md"]["error"]
+    assert "statement timeout" in failed["slow.md"]["error"] and "57014" in failed["slow.md"]["error"]
+    assert "connection was lost" in failed["kill.md"]["error"]
+    assert "1000 characters" in failed[long_key]["error"] and "1000 characters" in failed[long_key]["not_recorded"]
+    assert (summary.added, summary.failed, summary.stopped) == (3, 5, None)
+    assert set(recorded_failures(db)) == {"rejected.md", "slow.md", "kill.md"}  # the others fit no row either
+    written = {r[0] for r in db.execute("select doc_key from kb.documents").fetchall()}
+    assert written == {"guide/login.md", "notes.txt", "policy.md"}
+
+
+def test_lost_database_aborts_with_the_summary_so_far(db, docs):
+    """When the connection is lost and cannot be re-opened (here: the role may no longer log in), the run
+    stops with an honest message; --json still prints the summary, and the next run resumes."""
+    import time
+
+    db.execute("select kb.create_user('carol', 'carol')")
+    db.execute("select kb.create_knowledge_base('docs', 'private', owner => 'carol')")
+    db.execute(
+        "create function public.test_stall() returns trigger language plpgsql as $$ begin"
+        " if new.doc_key = 'policy.md' then perform pg_sleep(60); end if; return new; end $$"
+    )
+    db.execute(
+        "create trigger test_stall before insert on kb.documents for each row execute function public.test_stall()"
+    )
+    info = db.info
+    env = dict(os.environ, PGKB_DATABASE_URL=f"host={info.host} port={info.port} dbname={info.dbname} user=carol")
+    cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json", "--defer-embedding"]
+    proc = subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.execute(
+            "select 1 from pg_stat_activity where usename = 'carol' and wait_event = 'PgSleep'"
+        ).fetchone():  # the writer is inside policy.md's insert
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        db.execute("alter role carol nologin")
+        db.execute("select pg_terminate_backend(pid) from pg_stat_activity where wait_event = 'PgSleep'")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        db.execute("alter role carol login")
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    summary = json.loads(stdout)
+    assert "lost the database connection" in summary["stopped"] and "not permitted to log in" in summary["stopped"]
+    assert "cannot reach the database" not in stderr and "ingest stopped early" in stderr
+    assert summary["added"] == 2  # guide/login.md and notes.txt, written before policy.md
+    db.execute("drop trigger test_stall on kb.documents")
+    result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    again = json.loads(result.stdout)
+    assert (again["added"], again["unchanged"], again["failed"], again["stopped"]) == (1, 2, 0, None)
+
+
+def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs):
+    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_url())
+    cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json"]
+    result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["failed"] == 3 and summary["added"] == 0 and "looks down" in summary["stopped"]
+    assert set(recorded_failures(db)) == {"guide/login.md", "notes.txt", "policy.md"}
+    assert "unreachable" in summary["failures"][0]["error"] and "(after 4 attempts)" in summary["failures"][0]["error"]

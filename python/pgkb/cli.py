@@ -45,7 +45,7 @@ def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from pgkb.chunking import ChunkingOptions
-    from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestOptions, ingest
+    from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestAborted, IngestOptions, ingest
     from pgkb.models.embedding import load_embedder, model_spec
 
     options = IngestOptions(
@@ -61,23 +61,28 @@ def _cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     with connect(url) as conn:
         spec = model_spec(conn, settings.embed_model)
         embedder = None if args.defer_embedding else load_embedder(settings, spec)
-        summary = ingest(
-            conn,
-            url,
-            Path(args.path),
-            args.kb,
-            spec,
-            embedder,
-            options,
-            progress=sys.stderr.isatty() and not args.json,
-        )
+        try:
+            summary = ingest(
+                conn,
+                url,
+                Path(args.path),
+                args.kb,
+                spec,
+                embedder,
+                options,
+                progress=sys.stderr.isatty() and not args.json,
+            )
+        except IngestAborted as e:  # the database connection was lost for good: still report what was done
+            summary = e.summary
     if args.json:
         print(summary.as_json())
     else:
         for failure in summary.failures:
             print(f"pgkb: failed {failure['doc_key']}: {failure['error']}", file=sys.stderr)
         print(f"pgkb: {summary.line()}")
-    return 1 if summary.failed else 0
+    if summary.stopped:
+        print(f"pgkb: ingest stopped early: {summary.stopped}", file=sys.stderr)
+    return 1 if summary.failed or summary.stopped else 0
 
 
 def _cmd_model(args: argparse.Namespace, settings: Settings) -> int:

