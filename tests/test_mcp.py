@@ -591,6 +591,12 @@ def test_stdio_answers_every_line(world):
             answer = raw.reply()
             assert answer["id"] == rid and answer["error"]["code"] == -32600, (line, answer)
 
+        # well-formed requests the SDK itself refuses are answered too
+        assert raw.request(43, "no/such/method")["error"]["code"] == -32601
+        assert raw.request(44, "tools/call", {})["error"]["code"] == -32602
+        unknown = raw.request(45, "tools/call", {"name": "no_such_tool", "arguments": {}})
+        assert unknown["result"]["isError"] is True and "Unknown tool" in tool_text(unknown)
+
         # still serving, with the same session
         assert raw.request(50, "ping")["result"] == {}
         ok = call(51, "search_knowledge", {"query": "退款"})
