@@ -219,7 +219,7 @@ def more_docs(docs: Path, n: int) -> None:
 
 
 def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder):
-    from pgkb.embedding import HttpEmbedder
+    from pgkb.models.embedding import HttpEmbedder
 
     more_docs(docs, 3)  # 6 files: 3 fail in a row, then the run stops
     down = HttpEmbedder(dead_url(), SPEC.name, SPEC.dimension, retries=0)
