@@ -643,7 +643,7 @@ def test_hostile_arguments_are_clear_tool_errors(world, transport, request):
             await error("search_knowledge", {"query": "退" * 4001}, "at most 4000")
             # echoed values are cut short: an unknown 900-character doc_id shows only its start
             text = await error("get_document", {"doc_id": "y" * 900}, "unknown document")
-            assert "y" * 200 in text and "y" * 201 not in text and "…" in text
+            assert "y" * 200 in text and "y" * 201 not in text
             # NUL characters
             await error("search_knowledge", {"query": "退款\x00"}, "query contains a NUL character")
             await error("get_document", {"doc_id": "policy/\x00refund.md"}, "doc_id contains a NUL character")
