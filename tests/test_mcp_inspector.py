@@ -55,11 +55,15 @@ def inspector_bin(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def admin_dsn(db, embedder) -> str:
-    """A fresh database with the fixture docs in a public KB; the server connects as the admin."""
+def service_dsn(db, embedder):
+    """A fresh database with the fixture docs in a public KB; the server connects as svc, a member of
+    pgkb_service (it refuses to serve as the administrator)."""
     db.execute("select kb.create_knowledge_base('team-docs', 'public')")
     fixture_docs.load(db, embedder, "team-docs")
-    return db.info.dsn
+    db.execute("grant pgkb_service to svc")  # cluster-wide: revoked below
+    info = db.info
+    yield f"host={info.host} port={info.port} dbname={info.dbname} user=svc"
+    db.execute("revoke pgkb_service from svc")
 
 
 def inspect(inspector_bin: str, dsn: str, *method_args: str) -> tuple[dict, str]:
@@ -84,9 +88,9 @@ def inspect(inspector_bin: str, dsn: str, *method_args: str) -> tuple[dict, str]
     return json.loads(stdout[stdout.index("{") :]), stdout
 
 
-def test_inspector_lists_tools_and_searches(inspector_bin, admin_dsn):
+def test_inspector_lists_tools_and_searches(inspector_bin, service_dsn):
     started = time.monotonic()
-    listed, _ = inspect(inspector_bin, admin_dsn, "--method", "tools/list")
+    listed, _ = inspect(inspector_bin, service_dsn, "--method", "tools/list")
     names = {tool["name"] for tool in listed["tools"]}
     assert {"search_knowledge", "get_document", "list_knowledge_bases"} <= names, names
     list_s = time.monotonic() - started
@@ -94,7 +98,7 @@ def test_inspector_lists_tools_and_searches(inspector_bin, admin_dsn):
     started = time.monotonic()
     called, stdout = inspect(
         inspector_bin,
-        admin_dsn,
+        service_dsn,
         "--method",
         "tools/call",
         "--tool-name",
