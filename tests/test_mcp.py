@@ -23,7 +23,7 @@ import anyio
 import fixture_docs
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
-from pgkb.mcp_server import ToolFailure
+from pgkb.mcp.arguments import ToolFailure
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
@@ -332,7 +332,8 @@ def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
 
 
 def test_statement_timeout_is_a_clear_error(db):
-    from pgkb.mcp_server import ToolFailure, _db_errors
+    from pgkb.mcp.arguments import ToolFailure
+    from pgkb.mcp.backend import _db_errors
 
     expected = r"timed out after 50 ms \(PGKB_STATEMENT_TIMEOUT_MS\)"
     with pytest.raises(ToolFailure, match=expected), _db_errors(50, "search"), db.transaction():
@@ -341,7 +342,8 @@ def test_statement_timeout_is_a_clear_error(db):
 
 
 def test_search_response_is_trimmed_to_the_budget_not_truncated():
-    from pgkb.mcp_server import RESPONSE_BUDGET_CHARS, render_search
+    from pgkb.mcp.config import RESPONSE_BUDGET_CHARS
+    from pgkb.mcp.render import render_search
     from pgkb.search import SearchHit, SearchResponse
 
     hits = [
@@ -360,7 +362,8 @@ def test_search_response_is_trimmed_to_the_budget_not_truncated():
 
 
 def test_origin_check():
-    from pgkb.mcp_server import origin_allowed, parse_tokens
+    from pgkb.mcp.config import parse_tokens
+    from pgkb.mcp.http_guard import origin_allowed
 
     assert origin_allowed("http://localhost:5173", ())
     assert origin_allowed("http://[::1]:80", ())
@@ -373,7 +376,8 @@ def test_origin_check():
 
 def make_backend(dsn: str, embedder=None, **config):
     from pgkb.config import Settings
-    from pgkb.mcp_server import Backend, McpConfig
+    from pgkb.mcp.backend import Backend
+    from pgkb.mcp.config import McpConfig
 
     return Backend(McpConfig(settings=Settings.from_env(), database_url=dsn, **config), embedder=embedder)
 
@@ -658,7 +662,7 @@ def test_hostile_arguments_are_clear_tool_errors(world, transport, request):
 
 
 def test_argument_checks():
-    from pgkb.mcp_server import _bounded_message, _shown, check_int, check_text
+    from pgkb.mcp.arguments import _bounded_message, _shown, check_int, check_text
 
     assert check_text("q", "退款 refund", 20) == "退款 refund"
     for bad, reason in (("a\ud800b", "unpaired surrogate"), ("\x00", "NUL character"), ("x" * 21, "21 characters")):

@@ -1,9 +1,11 @@
 """pgkb: a private knowledge base inside PostgreSQL.
 
-The pipeline, one module per step: chunking -> embedding -> ingest / worker -> (database: db/migrations,
-db/functions) -> search (+ rerank) -> mcp_server. Around it: config (environment), cluster (embedded
-PostgreSQL), migrate, db (connections), embed_server (HTTP embeddings/rerank), launcher (`pgkb up/down`),
-evaluate / sweep (retrieval quality) and bench, bench_* (speed), cli.
+The product, one module or package per step: ``chunking/`` -> ``models/`` (embedders, rerankers) -> ``ingest`` /
+``worker`` -> (the database: db/migrations, db/functions) -> ``search`` -> ``mcp/`` (the MCP server). Around it:
+``config`` (environment), ``cluster`` (the embedded PostgreSQL), ``migrate``, ``db`` (connections),
+``service_role`` (the least-privileged role servers use), ``embed_server`` (HTTP embeddings / rerank),
+``launcher`` (`pgkb up` / `down`) and ``cli``. Tooling, apart from the product: ``quality/`` (`pgkb eval`,
+`pgkb sweep`) and ``bench/`` (`pgkb bench`).
 """
 
 __version__ = "0.1.0"

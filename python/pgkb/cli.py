@@ -143,7 +143,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from pgkb import mcp_server
+    from pgkb.mcp import server as mcp_server
 
     return mcp_server.run(args, settings)
 
@@ -273,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--model", default=None, help="registry model (default PGKB_EMBED_MODEL, else the default)")
     worker.set_defaults(func=_cmd_worker)
 
-    from pgkb import mcp_server
     from pgkb import search as search_cmd
+    from pgkb.mcp import server as mcp_server
 
     se = sub.add_parser("search", help="hybrid search: rank, score, title > headings, source, snippet")
     search_cmd.add_arguments(se)

@@ -1,7 +1,7 @@
 """Client-side search: embed the query, call ``kb.hybrid_search``, optionally rerank; and `pgkb search`.
 
 ``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
-MCP server (pgkb.mcp_server) call:
+MCP server (pgkb.mcp) call:
 
 1. validates the input (empty or whitespace-only query, > 4000 characters, top_k outside 1..MAX_TOP_K:
    ``ValueError`` with a message meant for people and models);

@@ -1,0 +1,64 @@
+"""Tool errors and the checks every tool argument passes (types, ranges, lengths, valid Unicode), with
+messages that echo at most a bounded part of what the caller sent."""
+
+from __future__ import annotations
+
+from pgkb.mcp.config import (
+    _SURROGATE,
+    MAX_MESSAGE_CHARS,
+    SHOWN_CHARS,
+)
+
+
+class ToolFailure(Exception):
+    """An error meant for the caller (becomes a tool error / resource error)."""
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as echoed in a message: at most ``limit`` characters, a cut one ending in "…"."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:  # an integer too long to print
+        return "(a very long number)"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _bounded_message(e: BaseException, *values: object) -> str:
+    """An error message for the caller: every long argument value it quotes is cut to its first
+    SHOWN_CHARS characters, and the whole message to MAX_MESSAGE_CHARS."""
+    message = str(e)
+    for value in values:
+        if isinstance(value, str) and len(value) > SHOWN_CHARS:
+            message = message.replace(value, _shown(value))
+    return _shown(message, MAX_MESSAGE_CHARS)
+
+
+def check_text(name: str, value: object, limit: int) -> str:
+    """A string argument, or ToolFailure: not a string, longer than ``limit`` characters, a NUL character or
+    an unpaired surrogate (text that is not valid Unicode). The value itself is never echoed."""
+    if not isinstance(value, str):
+        raise ToolFailure(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ToolFailure(f"{name} is {len(value)} characters long; at most {limit} are accepted")
+    if "\x00" in value:
+        raise ToolFailure(f"{name} contains a NUL character, which is not allowed")
+    if _SURROGATE.search(value):
+        raise ToolFailure(f"{name} {_SURROGATE_MESSAGE}")
+    return value
+
+
+_SURROGATE_MESSAGE = "contains an unpaired surrogate (invalid Unicode); send valid UTF-8 text"
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """An integer argument within [low, high] (booleans are not integers), or ToolFailure."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolFailure(f"{name} must be an integer, got {type(value).__name__} {_shown(value, 20)}")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ToolFailure(f"{name} must be {bounds}, got {_shown(value, 20)}")
+    return value

@@ -1,0 +1,356 @@
+"""Database access for the tools: the connection pool, the acting user and statement timeout per call,
+the query embedder with its deadline, and the reads (search, kb.get_document, kb.list_knowledge_bases)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import psycopg
+
+from pgkb.mcp.arguments import (
+    ToolFailure,
+    _first_line,
+)
+from pgkb.mcp.config import (
+    CONNECT_TIMEOUT_SECONDS,
+    EMBED_WORKERS,
+    EMBEDDER_RETRY_SECONDS,
+    MCP_MAX_TOP_K,
+    POOL_MIN_SIZE,
+    POOL_QUICK_WAIT_SECONDS,
+    POOL_WAIT_SECONDS,
+    McpConfig,
+)
+from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
+from pgkb.search import SearchResponse, search
+from pgkb.service_role import PrivilegedRoleError, refuse_privileged
+
+log = logging.getLogger("pgkb.mcp")
+
+
+class _BrokenEmbedder:
+    """Stands in for an embedder that could not be loaded: every embed raises the load error."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.name, self.dimension = error, "unavailable", 0
+
+    def embed(self, texts):
+        raise EmbeddingError(f"embedder unavailable: {self.error}")
+
+
+class _BoundedEmbedder:
+    """Query embedding with a deadline: the wrapped embedder runs in a worker thread and a call gives up
+    after ``timeout_ms`` with an EmbeddingError, so the search runs lexical-only and says why. An abandoned
+    embedding finishes in its (daemon) thread; at most EMBED_WORKERS run at once, and a call that finds them
+    all busy waits only within its own deadline."""
+
+    def __init__(self, inner, timeout_ms: int) -> None:
+        self.inner, self.timeout_ms = inner, timeout_ms
+        self.name, self.dimension = inner.name, inner.dimension
+        self._slots = threading.BoundedSemaphore(EMBED_WORKERS)
+
+    def embed(self, texts):
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        late = EmbeddingError(f"query embedding took longer than {self.timeout_ms} ms (PGKB_MCP_EMBED_TIMEOUT_MS)")
+        if not self._slots.acquire(timeout=self.timeout_ms / 1000):
+            raise late
+        outcome: dict = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["vectors"] = self.inner.embed(texts)
+            except BaseException as e:  # handed to the caller (when it still waits)
+                outcome["error"] = e
+            finally:
+                self._slots.release()
+                done.set()
+
+        threading.Thread(target=work, name="pgkb-query-embedding", daemon=True).start()
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            log.warning("query embedding abandoned after %d ms", self.timeout_ms)
+            raise late
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["vectors"]
+
+
+def _configure_connection(conn: psycopg.Connection) -> None:
+    """Every new pooled connection: the pgvector type, when the extension is installed."""
+    if conn.execute("select 1 from pg_extension where extname = 'vector'").fetchone():
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+
+
+class Backend:
+    """Database access for the tools; thread-safe (tools run in worker threads). Connections come from a
+    pool opened on the first call (``close()`` closes it); each is checked before use, so a restarted
+    database costs nothing but the calls in flight."""
+
+    def __init__(self, config: McpConfig, *, reranker=None, embedder=None) -> None:
+        self.config = config
+        self.reranker = reranker
+        self._embedder = embedder
+        self._spec: ModelSpec | None = None
+        self._embedder_failed_at = 0.0
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
+
+    def _probe(self) -> None:
+        """ToolFailure unless a direct connection to the database succeeds (it is closed again) as a role
+        that sees no more than the users it acts for (PrivilegedRoleError otherwise)."""
+        try:
+            with psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                refuse_privileged(conn)
+        except psycopg.OperationalError as e:
+            raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+        except psycopg.errors.UndefinedFunction as e:
+            raise ToolFailure("the knowledge base database is not migrated: run `pgkb db migrate`") from e
+        except PrivilegedRoleError as e:
+            raise ToolFailure(str(e)) from e
+
+    def check_role(self) -> None:
+        """PrivilegedRoleError when the configured role bypasses visibility; nothing when it is fit or the
+        database cannot be reached now (the first call checks again)."""
+        try:
+            with psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+                refuse_privileged(conn)
+        except psycopg.Error as e:
+            log.warning("cannot check the database role now: %s", _first_line(e))
+
+    def pool(self):
+        """The connection pool, opened on first use. While the database is down no pool is opened and the
+        call fails at once with the connection error."""
+        with self._pool_lock:
+            if self._pool is None:
+                from psycopg_pool import ConnectionPool
+
+                self._probe()
+                self._pool = ConnectionPool(
+                    self.config.database_url,
+                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+                    min_size=min(POOL_MIN_SIZE, self.config.pool_size),
+                    max_size=self.config.pool_size,
+                    configure=_configure_connection,
+                    check=ConnectionPool.check_connection,
+                    timeout=POOL_WAIT_SECONDS,
+                    name="pgkb-mcp",
+                    open=False,
+                )
+                self._pool.open(wait=False)
+            return self._pool
+
+    def close(self) -> None:
+        """Close the pool (server shutdown); a later call would open a new one."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A checked connection from the pool (autocommit; calls open their own transactions), returned
+        after the call. A pool that hands out nothing within POOL_QUICK_WAIT_SECONDS is either busy or cut
+        off from the database: a direct connection tells which, so a database that went down is reported
+        within seconds; a busy pool is waited for up to POOL_WAIT_SECONDS."""
+        from psycopg_pool import PoolTimeout
+
+        pool = self.pool()
+        try:
+            conn = pool.getconn(timeout=POOL_QUICK_WAIT_SECONDS)
+        except PoolTimeout:
+            self._probe()
+            try:
+                conn = pool.getconn(timeout=POOL_WAIT_SECONDS - POOL_QUICK_WAIT_SECONDS)
+            except PoolTimeout as e:
+                raise ToolFailure(
+                    f"no free database connection after {POOL_WAIT_SECONDS:g} s (all {self.config.pool_size} "
+                    "in use, PGKB_MCP_POOL_SIZE); try again"
+                ) from e
+        try:
+            yield conn
+        finally:
+            pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:
+        """A transaction acting as ``user`` with the statement timeout, both transaction-local."""
+        with conn.transaction():
+            if user is not None:
+                conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
+            conn.execute(
+                "select set_config('statement_timeout', %s, true)", [str(self.config.options.statement_timeout_ms)]
+            )
+            yield
+
+    def embedder(self, conn: psycopg.Connection):
+        with self._lock:
+            if self._spec is None:
+                self._spec = model_spec(conn, self.config.settings.embed_model)
+            if self._embedder is None or (
+                isinstance(self._embedder, _BrokenEmbedder)
+                and time.monotonic() - self._embedder_failed_at > EMBEDDER_RETRY_SECONDS
+            ):
+                started = time.perf_counter()
+                try:
+                    self._embedder = load_embedder(self.config.settings, self._spec)
+                    log.info("loaded embedder %s in %.1f s", self._spec.name, time.perf_counter() - started)
+                except Exception as e:  # degraded search, never a crash
+                    log.warning("cannot load the embedder: %s", e)
+                    self._embedder, self._embedder_failed_at = _BrokenEmbedder(e), time.monotonic()
+            timeout = self.config.embed_timeout_ms
+            if timeout > 0 and not isinstance(self._embedder, (_BoundedEmbedder, _BrokenEmbedder)):
+                self._embedder = _BoundedEmbedder(self._embedder, timeout)
+            return self._spec, self._embedder
+
+    def search(self, user: str | None, query: str, top_k: int, kb: str | None) -> SearchResponse:
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "search"):
+            spec, embedder = self.embedder(conn)
+            response = search(
+                conn,
+                self.config.settings,
+                query,
+                top_k,
+                kb,
+                embedder=embedder,
+                reranker=self.reranker,
+                user=user,
+                options=self.config.options,
+                spec=spec,
+                max_top_k=MCP_MAX_TOP_K,
+            )
+        t = response.timings_ms
+        log.info(
+            "search user=%s kb=%s top_k=%d: %d results, embed %.0f ms, search %.0f ms%s%s",
+            user,
+            kb,
+            top_k,
+            len(response.results),
+            t.get("embed", 0),
+            t.get("search", 0),
+            f", rerank {t['rerank']:.0f} ms" if "rerank" in t else "",
+            f" (degraded: {response.degraded_reason})" if response.degraded else "",
+        )
+        self.log_query(response)
+        return response
+
+    def document(self, user: str | None, doc_id: str, kb: str | None, chunk_index: int, window: int) -> dict:
+        """kb.get_document as ``user``: visibility, the unknown / ambiguous / out-of-range errors and the
+        chunk window are the database's."""
+        if not doc_id or not doc_id.strip():
+            raise ToolFailure("doc_id must not be empty: pass the doc_id of a search result")
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "get_document"),
+            self.acting(conn, user),
+        ):
+            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = conn.execute(
+                "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
+                " from kb.get_document(%s, %s, %s, %s)",
+                [doc_id, kb, chunk_index, window],
+            ).fetchone()
+        return {
+            "kb": kb_name,
+            "doc_id": doc_key,
+            "title": title,
+            "source": source_url or f"kb://{kb_name}/{doc_key}",
+            "uri": f"kb://{kb_name}/{doc_key}",
+            "chunk_count": chunk_count,
+            "updated_at": updated.isoformat(),
+            "chunks": [
+                {
+                    "chunk_index": c["chunk_index"],
+                    "heading_path": c["heading_path"],
+                    "chunk_type": c["chunk_type"],
+                    "content": c["content"],
+                }
+                for c in chunks
+            ],
+        }
+
+    def knowledge_bases(self, user: str | None) -> list[dict]:
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "list_knowledge_bases"),
+            self.acting(conn, user),
+        ):
+            rows = conn.execute(
+                "select name, visibility, description, document_count, chunk_count, last_updated"
+                " from kb.list_knowledge_bases()"
+            ).fetchall()
+        return [
+            {
+                "name": n,
+                "visibility": v,
+                "description": desc,
+                "document_count": int(docs),
+                "chunk_count": int(chunks),
+                "last_updated": last.isoformat() if last else None,
+            }
+            for n, v, desc, docs, chunks, last in rows
+        ]
+
+    def log_query(self, response: SearchResponse) -> None:
+        path = self.config.query_log
+        if path is None:
+            return
+        record = {
+            "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "user": response.user,
+            "query": response.query,
+            "kb": response.kb,
+            "top_k": response.top_k,
+            "degraded": response.degraded,
+            "degraded_reason": response.degraded_reason,
+            "reranked": response.reranked,
+            "results": [
+                {
+                    "kb": h.kb,
+                    "doc": h.doc_key,
+                    "chunk": h.chunk_index,
+                    "score": h.final_score,
+                    "fused_score": h.score,
+                    "rerank_score": h.rerank_score,
+                    "vector_rank": h.vector_rank,
+                    "lexical_rank": h.lexical_rank,
+                    "fuzzy_rank": h.fuzzy_rank,
+                }
+                for h in response.results
+            ],
+            "ms": response.timings_ms,
+        }
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        try:
+            with self._log_lock, path.open("a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as e:
+            log.warning("cannot write the query log %s: %s", path, e)
+
+
+@contextlib.contextmanager
+def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
+    """Database failures as ToolFailure messages a model (and a person) can act on."""
+    try:
+        yield
+    except psycopg.errors.QueryCanceled as e:
+        raise ToolFailure(
+            f"{what} timed out after {timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS); try a more specific query or a kb"
+        ) from e
+    except psycopg.OperationalError as e:
+        raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+    except psycopg.Error as e:
+        diag = getattr(e, "diag", None)
+        message = (diag.message_primary if diag else None) or _first_line(e)
+        hint = diag.message_hint if diag else None
+        if isinstance(e, psycopg.errors.NoDataFound) and "knowledge base" in message:
+            hint = "list_knowledge_bases shows the ones you can see"
+        raise ToolFailure(message + (f" ({hint})" if hint else "")) from e

@@ -1,0 +1,93 @@
+"""Configuration of `pgkb mcp` from the environment (PGKB_USER, PGKB_MCP_TOKENS, PGKB_MCP_POOL_SIZE, …) and
+the limits every part of the server shares."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pgkb.config import ConfigError, Settings
+from pgkb.search import SearchOptions
+from pgkb.service_role import service_database_url
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8766
+MCP_MAX_TOP_K = 20
+RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + structured content)
+RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
+MAX_WINDOW = 20
+EMBEDDER_RETRY_SECONDS = 60  # after a failed embedder load, searches run lexical-only this long before retrying
+DEFAULT_POOL_SIZE = 8  # PGKB_MCP_POOL_SIZE: most connections the pool opens
+POOL_MIN_SIZE = 1  # connections the pool keeps open (fewer when PGKB_MCP_POOL_SIZE is smaller)
+CONNECT_TIMEOUT_SECONDS = 10
+POOL_QUICK_WAIT_SECONDS = 2.0  # waited for a pooled connection before checking whether the database is up
+POOL_WAIT_SECONDS = 30.0  # most a call waits for a free pooled connection (all busy) in total
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+MAX_DOC_ID_CHARS = 1000  # kb.documents.doc_key's limit
+MAX_KB_NAME_CHARS = 100  # a knowledge base name's limit
+MAX_CHUNK_INDEX = 2_000_000_000  # chunk ordinals are 32-bit integers
+SHOWN_CHARS = 200  # a value echoed in a message shows at most this many characters, then "…"
+MAX_MESSAGE_CHARS = 2000  # an error message as a whole
+DEFAULT_EMBED_TIMEOUT_MS = 5000  # PGKB_MCP_EMBED_TIMEOUT_MS: longest a query embedding may take (0: no limit)
+EMBED_WORKERS = 2  # query embeddings running at once (an abandoned one finishes in the background)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_tokens(raw: str) -> dict[str, str]:
+    """``"token1:alice,token2:bob"`` -> {token: user}; ConfigError for malformed entries."""
+    tokens: dict[str, str] = {}
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        token, sep, user = entry.rpartition(":")
+        if not sep or not token.strip() or not user.strip():
+            raise ConfigError('PGKB_MCP_TOKENS must look like "token1:alice,token2:bob"')
+        tokens[token.strip()] = user.strip()
+    return tokens
+
+
+@dataclass
+class McpConfig:
+    settings: Settings
+    database_url: str
+    default_user: str | None = None
+    tokens: dict[str, str] = field(default_factory=dict)
+    allowed_origins: tuple[str, ...] = ()
+    options: SearchOptions = field(default_factory=SearchOptions)
+    query_log: Path | None = None
+    verbose: bool = False
+    pool_size: int = DEFAULT_POOL_SIZE
+    embed_timeout_ms: int = DEFAULT_EMBED_TIMEOUT_MS
+
+    @classmethod
+    def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> McpConfig:
+        env = os.environ if env is None else env
+        log_path = env.get("PGKB_QUERY_LOG", "").strip()
+        raw_pool = env.get("PGKB_MCP_POOL_SIZE", "").strip()
+        try:
+            pool_size = int(raw_pool) if raw_pool else DEFAULT_POOL_SIZE
+        except ValueError:
+            pool_size = 0
+        if pool_size < 1:
+            raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
+        raw_timeout = env.get("PGKB_MCP_EMBED_TIMEOUT_MS", "").strip()
+        try:
+            embed_timeout_ms = int(raw_timeout) if raw_timeout else DEFAULT_EMBED_TIMEOUT_MS
+        except ValueError:
+            embed_timeout_ms = -1
+        if embed_timeout_ms < 0:
+            raise ConfigError(f"PGKB_MCP_EMBED_TIMEOUT_MS must be a whole number >= 0, got {raw_timeout!r}")
+        return cls(
+            settings=settings,
+            database_url=service_database_url(settings),
+            default_user=env.get("PGKB_USER", "").strip() or None,
+            tokens=parse_tokens(env.get("PGKB_MCP_TOKENS", "")),
+            allowed_origins=tuple(o.strip() for o in env.get("PGKB_MCP_ALLOWED_ORIGINS", "").split(",") if o.strip()),
+            options=SearchOptions.from_env(env),
+            query_log=Path(log_path) if log_path else None,
+            verbose=verbose,
+            pool_size=pool_size,
+            embed_timeout_ms=embed_timeout_ms,
+        )

@@ -1,0 +1,90 @@
+"""Streamable HTTP: the ASGI guard in front of the SDK's app (Origin and Host checks against DNS
+rebinding, bearer tokens mapped to pgkb users)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from urllib.parse import urlsplit
+
+from pgkb.mcp.config import (
+    LOOPBACK,
+    McpConfig,
+)
+
+log = logging.getLogger("pgkb.mcp")
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Localhost origins always; others only when listed (or ``*``)."""
+    if "*" in allowed or origin in allowed:
+        return True
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:
+        return False
+    return host in LOOPBACK
+
+
+class HttpGuard:
+    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, bearer tokens;
+    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP."""
+
+    def __init__(self, app, *, tokens: dict[str, str], allowed_origins: tuple[str, ...], loopback: bool, sse_app=None):
+        self.app, self.sse_app = app, sse_app
+        self.tokens, self.allowed_origins, self.loopback = tokens, allowed_origins, loopback
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.datastructures import Headers
+
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if origin and not origin_allowed(origin, self.allowed_origins):
+            log.warning("refused Origin %s", origin)
+            await _reply(send, 403, f"Origin {origin} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)")
+            return
+        if self.loopback:
+            host = (headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
+            if host not in LOOPBACK:
+                await _reply(send, 421, "Host must be localhost, 127.0.0.1 or [::1]")
+                return
+        if self.tokens:
+            token = _bearer(headers.get("authorization"))
+            if token is None or not any(hmac.compare_digest(token.encode(), t.encode()) for t in self.tokens):
+                await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
+                return
+        path = scope.get("path", "")
+        if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
+            await self.sse_app(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _reply(send, status: int, message: str, extra: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def http_app(server, config: McpConfig, host: str):
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
+    app = server.streamable_http_app(transport_security=off, host=host)
+    sse = server.sse_app(transport_security=off, host=host)
+    return HttpGuard(
+        app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK, sse_app=sse
+    )
+
+
+def _bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

@@ -1,0 +1,72 @@
+"""The tools' structured output (pydantic models: the output schemas clients see)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SearchResultItem(BaseModel):
+    rank: int = Field(description="1 = best")
+    content: str = Field(description="the chunk's text (may be trimmed, see content_trimmed)")
+    title: str
+    kb: str = Field(description="knowledge base")
+    doc_id: str = Field(description="the document key; pass it to get_document")
+    chunk_index: int
+    heading_path: list[str]
+    source: str = Field(description="source URL, else the kb://<kb>/<doc_key> resource URI")
+    uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
+    score: float = Field(description="the ranking score: rerank_score when reranked, else fused_score")
+    fused_score: float = Field(description="fused score of the search legs (kb.hybrid_search score; higher is better)")
+    vector_rank: int | None = Field(description="rank in the vector (semantic) leg; null: not found by it")
+    lexical_rank: int | None = Field(description="rank in the BM25 leg")
+    fuzzy_rank: int | None = Field(description="rank in the trigram (typo) leg")
+    rerank_score: float | None = Field(default=None, description="cross-encoder score (only when reranked)")
+    content_trimmed: bool = False
+
+
+class SearchOutput(BaseModel):
+    query: str
+    kb: str | None
+    top_k: int
+    result_count: int
+    results: list[SearchResultItem]
+    degraded: bool = Field(description="true when results are lexical-only or not reranked because of a failure")
+    degraded_reason: str | None
+    reranked: bool
+    trimmed: bool = Field(description="true when some contents were shortened to fit the size budget")
+    notes: list[str]
+    timings_ms: dict[str, float]
+
+
+class DocumentChunk(BaseModel):
+    chunk_index: int
+    heading_path: list[str]
+    chunk_type: str
+    content: str
+    content_trimmed: bool = False
+
+
+class DocumentOutput(BaseModel):
+    kb: str
+    doc_id: str
+    title: str
+    source: str
+    uri: str
+    chunk_count: int = Field(description="chunks in the whole document")
+    updated_at: str
+    chunks: list[DocumentChunk]
+    trimmed: bool = Field(description="true when chunks or contents were left out to fit the size budget")
+    notes: list[str]
+
+
+class KnowledgeBaseInfo(BaseModel):
+    name: str
+    visibility: str
+    description: str
+    document_count: int
+    chunk_count: int
+    last_updated: str | None
+
+
+class KnowledgeBasesOutput(BaseModel):
+    knowledge_bases: list[KnowledgeBaseInfo]

@@ -1,0 +1,136 @@
+"""Text renderings of results within the response budget (contents trimmed, never whole results)."""
+
+from __future__ import annotations
+
+from pgkb.chunking import breadcrumb
+from pgkb.mcp.arguments import (
+    _shown,
+)
+from pgkb.mcp.config import (
+    RESPONSE_BUDGET_CHARS,
+)
+from pgkb.mcp.output import (
+    SearchOutput,
+    SearchResultItem,
+)
+from pgkb.search import SearchResponse
+
+
+def _trim(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[: max(0, limit - 12)].rstrip() + " …[trimmed]", True
+
+
+def render_search(response: SearchResponse, notes: list[str]):
+    """A CallToolResult: structured content + concise text, within RESPONSE_BUDGET_CHARS (contents trimmed,
+    never whole results)."""
+    from mcp.types import CallToolResult, TextContent
+
+    hits = response.results
+    # text and structured content both carry the contents: half the budget each, minus the fixed parts
+    overhead = 600 + sum(400 + len(h.title) * 2 + len(h.source) * 2 + 40 * len(h.heading_path) for h in hits)
+    budget = max(2000, (RESPONSE_BUDGET_CHARS - overhead) // 2)
+    trimmed_ranks: list[int] = []
+    contents: list[str] = []
+    remaining = budget
+    for i, hit in enumerate(hits):
+        share = remaining // (len(hits) - i)  # fair share; unused share goes to later results
+        content, cut = _trim(hit.content, max(200, share))
+        if cut:
+            trimmed_ranks.append(i + 1)
+        contents.append(content)
+        remaining -= len(content)
+    notes = list(notes)
+    if trimmed_ranks:
+        notes.append(
+            f"content of results {', '.join(map(str, trimmed_ranks))} was trimmed to fit the response size "
+            "budget; get_document(doc_id, kb, chunk_index) returns the full text"
+        )
+    items = []
+    for rank, (hit, content) in enumerate(zip(hits, contents, strict=True), 1):
+        item = SearchResultItem(
+            rank=rank,
+            content=content,
+            title=hit.title,
+            kb=hit.kb,
+            doc_id=hit.doc_key,
+            chunk_index=hit.chunk_index,
+            heading_path=list(hit.heading_path),
+            source=hit.source,
+            uri=f"kb://{hit.kb}/{hit.doc_key}",
+            score=hit.final_score,
+            fused_score=hit.score,
+            vector_rank=hit.vector_rank,
+            lexical_rank=hit.lexical_rank,
+            fuzzy_rank=hit.fuzzy_rank,
+            rerank_score=hit.rerank_score,
+            content_trimmed=rank in trimmed_ranks,
+        ).model_dump(mode="json")
+        if item["rerank_score"] is None:
+            del item["rerank_score"]
+        items.append(item)
+    if response.below_min_score:
+        notes.append(f"{response.below_min_score} results scored below PGKB_RERANK_MIN_SCORE and were dropped")
+    output = SearchOutput(
+        query=response.query,
+        kb=response.kb,
+        top_k=response.top_k,
+        result_count=len(items),
+        results=[],
+        degraded=response.degraded,
+        degraded_reason=response.degraded_reason,
+        reranked=response.reranked,
+        trimmed=bool(trimmed_ranks),
+        notes=notes,
+        timings_ms=response.timings_ms,
+    ).model_dump(mode="json")
+    output["results"] = items
+
+    lines: list[str] = []
+    if response.degraded:
+        lines.append(f"Note: degraded results — {response.degraded_reason}")
+    lines.extend(f"Note: {n}" for n in notes)
+    if not items:
+        where = f' in knowledge base "{response.kb}"' if response.kb else ""
+        lines.append(f'No results for "{_shown(response.query)}"{where}. Try other words or list_knowledge_bases.')
+    for item in items:
+        location = breadcrumb(item["title"] or item["doc_id"], item["heading_path"])
+        lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']})")
+        lines.append(item["content"])
+        lines.append("")
+    text = "\n".join(lines).rstrip() + "\n"
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=output)
+
+
+def render_document(doc: dict, budget: int) -> tuple[dict, str]:
+    """Fit a document's chunks into ``budget`` characters (text and structured both carry them: half each);
+    chunks left out are named in the notes."""
+    notes: list[str] = []
+    half = max(2000, budget // 2 - 2000)
+    chunks, used, omitted_from = [], 0, None
+    for chunk in doc["chunks"]:
+        room = half - used
+        if room < 200:
+            omitted_from = chunk["chunk_index"]
+            break
+        content, cut = _trim(chunk["content"], room)
+        chunks.append({**chunk, "content": content, "content_trimmed": cut})
+        used += len(content) + 40
+        if cut:
+            notes.append(f"chunk {chunk['chunk_index']} was trimmed to fit the size budget")
+    if omitted_from is not None:
+        last = doc["chunks"][-1]["chunk_index"]
+        notes.append(
+            f"chunks {omitted_from}..{last} were left out to fit the size budget; call get_document with "
+            f"chunk_index={omitted_from} (and a window) to read them"
+        )
+    out = {**doc, "chunks": chunks, "trimmed": bool(notes), "notes": notes}
+    lines = [f"# {doc['title'] or doc['doc_id']}", f"{doc['source']} ({doc['kb']}, {doc['chunk_count']} chunks)"]
+    lines.extend(f"Note: {n}" for n in notes)
+    for chunk in chunks:
+        heading = " > ".join(chunk["heading_path"])
+        lines.append("")
+        lines.append(f"[chunk {chunk['chunk_index']}]" + (f" {heading}" if heading else ""))
+        lines.append(chunk["content"])
+    return out, "\n".join(lines) + "\n"

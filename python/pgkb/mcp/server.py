@@ -1,0 +1,243 @@
+"""The MCP server: tools, resources and the `pgkb mcp` command (stdio or streamable HTTP)."""
+
+import argparse
+import contextlib
+import hmac
+import logging
+import sys
+from typing import Annotated
+
+from pydantic import Field
+
+from pgkb.config import ConfigError, Settings
+from pgkb.mcp.arguments import (
+    ToolFailure,
+    _bounded_message,
+    _shown,
+    check_int,
+    check_text,
+)
+from pgkb.mcp.backend import Backend
+from pgkb.mcp.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    LOOPBACK,
+    MAX_CHUNK_INDEX,
+    MAX_DOC_ID_CHARS,
+    MAX_KB_NAME_CHARS,
+    MAX_WINDOW,
+    MCP_MAX_TOP_K,
+    RESOURCE_BUDGET_CHARS,
+    RESPONSE_BUDGET_CHARS,
+    McpConfig,
+)
+from pgkb.mcp.http_guard import _bearer, http_app
+from pgkb.mcp.output import (
+    DocumentOutput,
+    KnowledgeBasesOutput,
+    SearchOutput,
+)
+from pgkb.mcp.render import render_document, render_search
+from pgkb.mcp.stdio import serve_stdio
+from pgkb.models.embedding import EmbeddingError
+from pgkb.search import MAX_QUERY_CHARS, validate
+from pgkb.service_role import PrivilegedRoleError
+
+log = logging.getLogger("pgkb.mcp")
+
+
+def build_server(backend: Backend):
+    """The MCPServer with pgkb's tools and document resources."""
+    from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
+    from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+    read_only = ToolAnnotations(
+        read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
+    )
+    config = backend.config
+    server = MCPServer(
+        "pgkb",
+        title="pgkb knowledge base",
+        instructions=(
+            "Search the team's private knowledge base (docs, runbooks, FAQs; mostly Chinese, some English). "
+            "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
+            "Cite sources by their source URL or kb:// URI."
+        ),
+        version=_version(),
+        log_level="INFO" if config.verbose else "WARNING",
+    )
+
+    def user_of(ctx: Context | None) -> str | None:
+        headers = None
+        if ctx is not None:
+            with contextlib.suppress(ValueError, AttributeError):
+                headers = ctx.headers
+        if config.tokens and headers is not None:
+            token = _bearer(headers.get("authorization"))
+            for known, user in config.tokens.items():
+                if token is not None and hmac.compare_digest(token.encode(), known.encode()):
+                    return user
+            raise ToolFailure("unauthorized: send Authorization: Bearer <token>")
+        return config.default_user
+
+    @server.tool(name="search_knowledge", title="Search the knowledge base", annotations=read_only)
+    def search_knowledge(
+        query: Annotated[str, Field(description="the question or keywords (Chinese or English)")],
+        ctx: Context,
+        top_k: Annotated[int, Field(strict=True, description=f"results to return, 1-{MCP_MAX_TOP_K}")] = 5,
+        kb: Annotated[str, Field(description='one knowledge base to search; "" = all you can see')] = "",
+    ) -> Annotated[CallToolResult, SearchOutput]:
+        """Search the knowledge base (hybrid semantic + keyword + fuzzy search; Chinese and English).
+
+        query: the question or keywords. top_k: results to return (1-20; larger values are capped at 20).
+        kb: search only this knowledge base ("" = every knowledge base you can see).
+        Returns the best-matching passages with title, heading path, source, doc_id and chunk_index;
+        call get_document(doc_id, kb, chunk_index) to read around a passage.
+        """
+        notes = []
+        try:
+            if check_int("top_k", top_k, 1) > MCP_MAX_TOP_K:
+                notes.append(f"top_k {_shown(top_k, 20)} was capped at {MCP_MAX_TOP_K}")
+                top_k = MCP_MAX_TOP_K
+            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)  # empty or longer than MAX_QUERY_CHARS
+            check_text("query", query, MAX_QUERY_CHARS)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            user = user_of(ctx)
+            response = backend.search(user, query, top_k, kb.strip() or None)
+        except (ToolFailure, ValueError) as e:
+            raise ToolError(_bounded_message(e, query, kb)) from e
+        return render_search(response, notes)
+
+    @server.tool(name="get_document", title="Read a document", annotations=read_only)
+    def get_document(
+        doc_id: Annotated[str, Field(description="the doc_id of a search result (the document key)")],
+        ctx: Context,
+        kb: Annotated[str, Field(description="the result's knowledge base (needed when ambiguous)")] = "",
+        chunk_index: Annotated[
+            int, Field(strict=True, description="-1: whole document; else the chunk (0, 1, ...) to centre on")
+        ] = -1,
+        window: Annotated[
+            int, Field(strict=True, description=f"chunks before and after chunk_index, 0-{MAX_WINDOW}")
+        ] = 2,
+    ) -> Annotated[CallToolResult, DocumentOutput]:
+        """Read a document of the knowledge base: all of it (chunk_index -1), or the chunks around one hit
+        (chunk_index ± window, window 0-20). doc_id is the doc_id of a search result; pass its kb too when the
+        same doc_id exists in several knowledge bases. Very long documents are cut to a size budget and the
+        result says which chunks were left out."""
+        try:
+            check_text("doc_id", doc_id, MAX_DOC_ID_CHARS)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            if check_int("chunk_index", chunk_index, -MAX_CHUNK_INDEX, MAX_CHUNK_INDEX) < -1:
+                raise ToolFailure(
+                    f"chunk_index must be -1 (the whole document) or a chunk number >= 0, got {chunk_index}"
+                )
+            check_int("window", window, 0, MAX_WINDOW)
+            doc = backend.document(user_of(ctx), doc_id, kb.strip() or None, chunk_index, window)
+        except ToolFailure as e:
+            raise ToolError(_bounded_message(e, doc_id, kb)) from e
+        out, text = render_document(doc, RESPONSE_BUDGET_CHARS)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
+
+    @server.tool(name="list_knowledge_bases", title="List knowledge bases", annotations=read_only)
+    def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, KnowledgeBasesOutput]:
+        """The knowledge bases you can search, with their document counts and when they last changed."""
+        try:
+            kbs = backend.knowledge_bases(user_of(ctx))
+        except ToolFailure as e:
+            raise ToolError(_bounded_message(e)) from e
+        if kbs:
+            text = "\n".join(
+                f"- {k['name']} ({k['visibility']}): {k['document_count']} documents, last updated "
+                f"{k['last_updated']}" + (f" — {k['description']}" if k["description"] else "")
+                for k in kbs
+            )
+        else:
+            text = "No knowledge bases are visible to you."
+        return CallToolResult(
+            content=[TextContent(type="text", text=text + "\n")], structured_content={"knowledge_bases": kbs}
+        )
+
+    @server.resource(
+        "kb://{kb}/{+doc_key}",
+        name="document",
+        title="Knowledge base document",
+        description="A whole document of the knowledge base (Markdown), e.g. a search result's uri",
+        mime_type="text/markdown",
+        security=ResourceSecurity(exempt_params={"doc_key"}),  # a database key, not a file path
+    )
+    def read_document(kb: str, doc_key: str, ctx: Context) -> str:
+        try:
+            check_text("knowledge base", kb, MAX_KB_NAME_CHARS)
+            check_text("document key", doc_key, MAX_DOC_ID_CHARS)
+            doc = backend.document(user_of(ctx), doc_key, kb, -1, 0)
+        except ToolFailure as e:
+            message = _bounded_message(e, doc_key, kb)
+            if message.startswith("unknown"):
+                raise ResourceNotFoundError(message) from e
+            raise ResourceError(message) from e
+        return render_document(doc, RESOURCE_BUDGET_CHARS)[1]
+
+    return server
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pgkb")
+    except Exception:
+        return "0"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `pgkb mcp` options (argparse)."""
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP address (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    parser.add_argument("--verbose", action="store_true", help="log every stage to stderr")
+    parser.add_argument("--no-rerank", action="store_true", help="ignore PGKB_RERANK_URL / PGKB_RERANK_MODEL")
+
+
+def run(args, settings: Settings) -> int:
+    """Serve until stopped. Configuration errors print to stderr and return 2."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    if args.verbose:
+        log.setLevel(logging.INFO)
+    from pgkb.models.rerank import RerankError, load_reranker
+
+    try:
+        config = McpConfig.from_env(settings, verbose=args.verbose)
+        reranker = None if args.no_rerank else load_reranker()
+    except (ConfigError, RerankError, EmbeddingError) as e:
+        print(f"pgkb: mcp: {e}", file=sys.stderr)
+        return 2
+    if args.transport == "http" and not config.tokens and args.host not in LOOPBACK:
+        log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", args.host, config.default_user)
+    backend = Backend(config, reranker=reranker)
+    try:  # refuse at once to serve as a role that bypasses visibility; a database that is down is fine
+        backend.check_role()
+    except PrivilegedRoleError as e:
+        print(f"pgkb: mcp: {e}", file=sys.stderr)
+        return 2
+    server = build_server(backend)
+    try:
+        if args.transport == "stdio":
+            import anyio
+
+            anyio.run(serve_stdio, server)
+            return 0
+        import uvicorn
+
+        app = http_app(server, config, args.host)
+        log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
+        uvicorn.Server(
+            uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+        ).run()
+        return 0
+    finally:
+        backend.close()
