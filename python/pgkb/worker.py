@@ -5,7 +5,8 @@ or a backfill after `pgkb model add`) are queued per model. The worker loads the
 claim a batch (kb.claim_embedding_batch: a short transaction that leases the entries, FOR UPDATE SKIP
 LOCKED, so any number of workers can run side by side), embed it, store it (kb.store_embeddings, which
 dequeues the entries and marks documents ready). A failed batch is reported (kb.fail_embedding_batch:
-exponential backoff, parked after ``max_attempts`` claims) and the worker carries on.
+exponential backoff, parked after ``max_attempts`` claims) and the worker carries on; a failed batch of several
+chunks is retried one chunk at a time first, so one poison input does not take its batch mates down.
 
 With ``once`` the worker exits when nothing is due (entries backing off after a failure are left for a
 later run). Otherwise it waits: LISTEN pgkb_embedding_queue (kb.replace_document and
@@ -42,6 +43,7 @@ DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_IDLE_TIMEOUT = 30.0
 MAX_ATTEMPTS = 5
 MAX_BATCH = 1000  # kb.claim_embedding_batch's limit
+ISOLATION_FAILURES = 3  # single-chunk failures in a row that end the one-by-one retry of a failed batch
 _PROGRESS_EVERY = 5.0  # seconds between progress lines
 
 
@@ -218,26 +220,48 @@ class _Worker:
         return rows
 
     def process(self, rows: list[tuple]) -> bool:
-        """Embed and store one claimed batch; on failure report it. True if stored."""
+        """Embed and store one claimed batch. When a batch of several fails, its chunks are tried one by
+        one, so that one poison input (a text the endpoint always rejects) fails -- and is parked --
+        alone; after ISOLATION_FAILURES single failures in a row the endpoint is taken to be down and the
+        rest of the batch is reported failed together. True if everything was stored."""
+        t0 = time.monotonic()
+        self.stats.batches += 1
+        try:
+            error = self._embed_and_store(rows)
+            if error is None:
+                return True
+            if len(rows) == 1:
+                self._fail(rows, error)
+                return False
+            log.info("batch of %d failed (%s); trying its chunks one by one", len(rows), error)
+            in_a_row, all_stored = 0, True
+            for i, row in enumerate(rows):
+                single = self._embed_and_store([row])
+                if single is None:
+                    in_a_row = 0
+                    continue
+                all_stored = False
+                in_a_row += 1
+                if in_a_row >= ISOLATION_FAILURES:
+                    self._fail(rows[i:], single)  # this one and the rest: one failure each, as always
+                    break
+                self._fail([row], single)
+            return all_stored
+        finally:
+            self.busy += time.monotonic() - t0
+
+    def _embed_and_store(self, rows: list[tuple]) -> str | None:
+        """Embed the rows' texts and store the vectors; the embedder's error message, or None when stored."""
         t0 = time.monotonic()
         ids = [r[0] for r in rows]
         texts = [embedding_text(self.spec, title, path, content) for _, title, path, content in rows]
-        self.stats.batches += 1
         try:
             vectors = self.embedder.embed(texts)
             if len(vectors) != len(ids):
                 raise EmbeddingError(f"embedder returned {len(vectors)} vectors for {len(ids)} texts")
         except Exception as e:  # any embedder failure is recorded on the entries, never fatal
             message = str(e) if isinstance(e, EmbeddingError) else f"{type(e).__name__}: {e}"
-            retrying, parked = self.conn.execute(
-                "select * from kb.fail_embedding_batch(%s, %s, %s, %s)",
-                [self.spec.name, ids, message or type(e).__name__, self.max_attempts],
-            ).fetchone()
-            self.stats.failed += retrying + parked
-            self.stats.parked += parked
-            log.warning("batch of %d failed (%d will be retried, %d parked): %s", len(ids), retrying, parked, message)
-            self.busy += time.monotonic() - t0
-            return False
+            return message or type(e).__name__
         elapsed = time.monotonic() - t0
         if elapsed > self.lease.total_seconds():
             log.warning(
@@ -249,8 +273,18 @@ class _Worker:
             "select kb.store_embeddings(%s, %s, %s)", [self.spec.name, ids, list(vectors)]
         ).fetchone()[0]
         self.stats.embedded += stored
-        self.busy += time.monotonic() - t0
-        return True
+        return None
+
+    def _fail(self, rows: list[tuple], message: str) -> None:
+        """Report failed entries (kb.fail_embedding_batch: backoff, parked after max_attempts claims)."""
+        ids = [r[0] for r in rows]
+        retrying, parked = self.conn.execute(
+            "select * from kb.fail_embedding_batch(%s, %s, %s, %s)",
+            [self.spec.name, ids, message, self.max_attempts],
+        ).fetchone()
+        self.stats.failed += retrying + parked
+        self.stats.parked += parked
+        log.warning("%d failed (%d will be retried, %d parked): %s", len(ids), retrying, parked, message)
 
     def progress(self, *, idle: bool = False) -> None:
         """A progress line every few seconds while busy, and when the queue runs empty after work."""

@@ -25,6 +25,7 @@ from pgkb.mcp.config import (
     POOL_MIN_SIZE,
     POOL_QUICK_WAIT_SECONDS,
     POOL_WAIT_SECONDS,
+    SLOT_WAIT_SECONDS,
     McpConfig,
 )
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
@@ -104,6 +105,7 @@ class Backend:
         self._log_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
+        self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
 
     def _probe(self) -> None:
         """ToolFailure unless a direct connection to the database succeeds (it is closed again) as a role
@@ -159,9 +161,25 @@ class Backend:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A checked connection from the pool (autocommit; calls open their own transactions), returned
-        after the call. A pool that hands out nothing within POOL_QUICK_WAIT_SECONDS is either busy or cut
-        off from the database: a direct connection tells which, so a database that went down is reported
-        within seconds; a busy pool is waited for up to POOL_WAIT_SECONDS."""
+        after the call. At most ``max_concurrent`` calls hold or wait for one; beyond that a call is turned
+        away within SLOT_WAIT_SECONDS (ToolFailure "busy"). A pool that hands out nothing within
+        POOL_QUICK_WAIT_SECONDS is either busy or cut off from the database: a direct connection tells
+        which, so a database that went down is reported within seconds; a busy pool is waited for up to
+        POOL_WAIT_SECONDS."""
+
+        if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
+            raise ToolFailure(
+                f"the server is busy ({self.config.max_concurrent} calls in progress, PGKB_MCP_MAX_CONCURRENT); "
+                "try again in a moment"
+            )
+        try:
+            with self._pooled() as conn:
+                yield conn
+        finally:
+            self._slots.release()
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection]:
         from psycopg_pool import PoolTimeout
 
         pool = self.pool()

@@ -20,6 +20,9 @@ RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
 MAX_WINDOW = 20
 EMBEDDER_RETRY_SECONDS = 60  # after a failed embedder load, searches run lexical-only this long before retrying
 DEFAULT_POOL_SIZE = 8  # PGKB_MCP_POOL_SIZE: most connections the pool opens
+# PGKB_MCP_MAX_CONCURRENT: tool calls served at once (default twice the pool); a call that finds every slot
+# taken for SLOT_WAIT_SECONDS is turned away with a "busy" tool error instead of queueing behind the others
+SLOT_WAIT_SECONDS = 1.0
 POOL_MIN_SIZE = 1  # connections the pool keeps open (fewer when PGKB_MCP_POOL_SIZE is smaller)
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_QUICK_WAIT_SECONDS = 2.0  # waited for a pooled connection before checking whether the database is up
@@ -60,6 +63,7 @@ class McpConfig:
     verbose: bool = False
     pool_size: int = DEFAULT_POOL_SIZE
     embed_timeout_ms: int = DEFAULT_EMBED_TIMEOUT_MS
+    max_concurrent: int = 2 * DEFAULT_POOL_SIZE
 
     @classmethod
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> McpConfig:
@@ -72,6 +76,13 @@ class McpConfig:
             pool_size = 0
         if pool_size < 1:
             raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
+        raw_concurrent = env.get("PGKB_MCP_MAX_CONCURRENT", "").strip()
+        try:
+            max_concurrent = int(raw_concurrent) if raw_concurrent else 2 * pool_size
+        except ValueError:
+            max_concurrent = 0
+        if max_concurrent < 1:
+            raise ConfigError(f"PGKB_MCP_MAX_CONCURRENT must be a whole number >= 1, got {raw_concurrent!r}")
         raw_timeout = env.get("PGKB_MCP_EMBED_TIMEOUT_MS", "").strip()
         try:
             embed_timeout_ms = int(raw_timeout) if raw_timeout else DEFAULT_EMBED_TIMEOUT_MS
@@ -90,4 +101,5 @@ class McpConfig:
             verbose=verbose,
             pool_size=pool_size,
             embed_timeout_ms=embed_timeout_ms,
+            max_concurrent=max_concurrent,
         )
