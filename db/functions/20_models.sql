@@ -129,3 +129,15 @@ begin
     return missing;
 end
 $$;
+
+-- True when cosine distance to this vector is meaningful: its norm is neither 0 (no direction; every
+-- distance to it is NaN, and one NaN score turns every fused score NaN) nor so small or large (outside
+-- 1e-15 .. 1e15) that pgvector's float4 arithmetic under- or overflows. NaN and infinite components
+-- never get this far: pgvector refuses them on input.
+create or replace function kb.usable_embedding(embedding vector)
+returns boolean
+language sql immutable strict parallel safe
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select vector_norm(embedding) between 1e-15 and 1e15
+$$;

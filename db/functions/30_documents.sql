@@ -3,8 +3,9 @@
 -- statistics they keep current. All run as the owner (SECURITY DEFINER) after a write-permission check.
 
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
--- BM25 statistics (document frequencies, N, total length). Callers hold the knowledge base's row lock,
--- so writers of one knowledge base are serialised and cannot deadlock on term rows.
+-- BM25 statistics (document frequencies, N, total length); terms whose document frequency drops to 0
+-- lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
+-- serialised and cannot deadlock on term rows.
 create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language sql volatile
@@ -12,11 +13,15 @@ set search_path = pg_catalog, pg_temp
 as $$
     insert into kb.term_stats as s (kb_id, term, df)
     select target_kb, t.term, sign * count(*)
-    from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
+    from kb.chunks as c, unnest(c.terms) as t (term)
     where c.id = any(chunk_ids)
     group by t.term
     order by t.term
     on conflict (kb_id, term) do update set df = s.df + excluded.df;
+
+    delete from kb.term_stats as s
+    where sign < 0 and s.kb_id = target_kb and s.df <= 0
+        and s.term in (select t.term from kb.chunks as c, unnest(c.terms) as t (term) where c.id = any(chunk_ids));
 
     update kb.knowledge_bases as k
     set chunk_count = k.chunk_count + sign * totals.n, term_total = k.term_total + sign * totals.terms,
@@ -28,81 +33,123 @@ as $$
     where k.id = target_kb;
 $$;
 
--- Internal: check a chunks array and return it as rows. Raises (changing nothing) on anything malformed.
-create or replace function kb.parse_chunks(chunks jsonb)
-returns table (
-    ordinal integer, content text, heading_path text[], chunk_type text, metadata jsonb, embedding jsonb
-)
-language plpgsql immutable
+-- Internal: the canonical form of a document key, or an invalid_parameter_value error. Keys are
+-- NFC-normalised (so 'café.md' typed composed or decomposed names one document), must show something
+-- (not only white space or invisible characters) and are at most 1000 characters and 2000 bytes
+-- (UTF-8; btree index entries are limited to about 2.7 kB).
+create or replace function kb.canonical_doc_key(doc_key text)
+returns text
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    item jsonb;
-    i integer := 0;
-    ordinals integer [] := '{}';
+    canonical text := normalize(doc_key, nfc);
+begin
+    if canonical is null or kb.is_blank(canonical) then
+        raise exception 'doc_key must be a non-empty string (not only white space or invisible characters)'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if length(canonical) > 1000 or octet_length(canonical) > 2000 then
+        raise exception 'doc_key must be a non-empty string of at most 1000 characters and 2000 bytes, '
+            'got % characters and % bytes', length(canonical), octet_length(canonical)
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return canonical;
+end
+$$;
+
+-- Internal: check a chunks array before kb.replace_document writes anything. Raises on the first
+-- malformed chunk (by position), a duplicate ordinal, an empty or oversized array, and embeddings that
+-- do not fit model (NULL: no chunk may carry one): wrong dimension, non-numbers, values beyond float4,
+-- zero or degenerate norm (kb.usable_embedding). Linear: one scan of the array, then a hash aggregate
+-- over the ordinals. Returns the number of chunks.
+create or replace function kb.check_chunks(chunks jsonb, model kb.embedding_models)
+returns integer
+language plpgsql stable
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    n integer;
+    problem text [];
+    duplicate integer;
 begin
     if chunks is null or jsonb_typeof(chunks) <> 'array' then
         raise exception 'chunks must be a JSON array of objects, got %', coalesce(jsonb_typeof(chunks), 'NULL')
             using errcode = 'invalid_parameter_value';
     end if;
-    if jsonb_array_length(chunks) > 100000 then
-        raise exception 'too many chunks (%): at most 100000 per document', jsonb_array_length(chunks)
+    n := jsonb_array_length(chunks);
+    if n = 0 then
+        raise exception 'chunks must not be empty: a document has at least one chunk '
+            '(kb.delete_document removes a document)' using errcode = 'invalid_parameter_value';
+    end if;
+    if n > 100000 then
+        raise exception 'too many chunks (%): at most 100000 per document', n
             using errcode = 'program_limit_exceeded';
     end if;
-    for item in select value from jsonb_array_elements(chunks) loop
-        if jsonb_typeof(item) <> 'object' then
-            raise exception 'chunk % must be a JSON object, got %', i, jsonb_typeof(item)
-                using errcode = 'invalid_parameter_value';
-        end if;
-        if jsonb_typeof(item -> 'content') is distinct from 'string' or btrim(item ->> 'content') = '' then
-            raise exception 'chunk % needs a non-empty "content" string', i using errcode = 'invalid_parameter_value';
-        end if;
-        if item ? 'ordinal' and (jsonb_typeof(item -> 'ordinal') <> 'number'
-            or (item ->> 'ordinal') !~ '^[0-9]{1,9}$') then
-            raise exception 'chunk %: "ordinal" must be a non-negative integer', i
-                using errcode = 'invalid_parameter_value';
-        end if;
-        if item ? 'heading_path' and (jsonb_typeof(item -> 'heading_path') <> 'array' or exists (
-            select from jsonb_array_elements(item -> 'heading_path') as h where jsonb_typeof(h) <> 'string'
-        )) then
-            raise exception 'chunk %: "heading_path" must be an array of strings', i
-                using errcode = 'invalid_parameter_value';
-        end if;
-        if coalesce(item ->> 'chunk_type', 'text') not in ('text', 'table', 'code', 'faq', 'image_caption') then
-            raise exception 'chunk %: unknown chunk_type "%" (text, table, code, faq, image_caption)',
-                i, left(item ->> 'chunk_type', 50) using errcode = 'invalid_parameter_value';
-        end if;
-        if item ? 'metadata' and jsonb_typeof(item -> 'metadata') <> 'object' then
-            raise exception 'chunk %: "metadata" must be an object', i using errcode = 'invalid_parameter_value';
-        end if;
-        if item ? 'embedding' and (jsonb_typeof(item -> 'embedding') <> 'array' or exists (
-            select from jsonb_array_elements(item -> 'embedding') as x where jsonb_typeof(x) <> 'number'
-        )) then
-            raise exception 'chunk %: "embedding" must be an array of numbers', i
-                using errcode = 'invalid_parameter_value';
-        end if;
-        ordinal := coalesce((item ->> 'ordinal')::integer, i);
-        if ordinal = any(ordinals) then
-            raise exception 'duplicate chunk ordinal %', ordinal using errcode = 'unique_violation';
-        end if;
-        ordinals := ordinals || ordinal;
-        content := item ->> 'content';
-        heading_path := coalesce(
-            (select array_agg(h order by n) from jsonb_array_elements_text(item -> 'heading_path')
-                with ordinality as x (h, n)),
-            '{}');
-        chunk_type := coalesce(item ->> 'chunk_type', 'text');
-        metadata := coalesce(item -> 'metadata', '{}');
-        embedding := item -> 'embedding';
-        return next;
-        i := i + 1;
-    end loop;
+
+    -- each check runs only when the ones before it passed (CASE order), so every cast is safe
+    select checked.problem into problem
+    from (
+        select e.i, case
+            when jsonb_typeof(e.item) <> 'object' then array[
+                '22023', format('chunk %s must be a JSON object, got %s', e.i, jsonb_typeof(e.item))]
+            when jsonb_typeof(e.item -> 'content') is distinct from 'string' or kb.is_blank(e.item ->> 'content')
+                then array['22023', format('chunk %s needs a non-empty "content" string (white space, '
+                    'zero-width and control characters alone do not count)', e.i)]
+            when e.item ? 'ordinal' and (jsonb_typeof(e.item -> 'ordinal') <> 'number'
+                or (e.item ->> 'ordinal') !~ '^[0-9]{1,9}$') then array[
+                '22023', format('chunk %s: "ordinal" must be a non-negative integer', e.i)]
+            when e.item ? 'heading_path' and (jsonb_typeof(e.item -> 'heading_path') <> 'array'
+                or jsonb_path_exists(e.item -> 'heading_path', '$[*] ? (@.type() != "string")')) then array[
+                '22023', format('chunk %s: "heading_path" must be an array of strings', e.i)]
+            when coalesce(e.item ->> 'chunk_type', 'text') not in ('text', 'table', 'code', 'faq', 'image_caption')
+                then array['22023', format(
+                    'chunk %s: unknown chunk_type "%s" (text, table, code, faq, image_caption)',
+                    e.i, left(e.item ->> 'chunk_type', 50))]
+            when e.item ? 'metadata' and jsonb_typeof(e.item -> 'metadata') <> 'object' then array[
+                '22023', format('chunk %s: "metadata" must be an object', e.i)]
+            when not e.item ? 'embedding' then null
+            when jsonb_typeof(e.item -> 'embedding') <> 'array'
+                or jsonb_path_exists(e.item -> 'embedding', '$[*] ? (@.type() != "number")') then array[
+                '22023', format('chunk %s: "embedding" must be an array of numbers', e.i)]
+            when model.id is null or jsonb_array_length(e.item -> 'embedding') <> model.dimension then array[
+                '22000', format('chunk %s: embedding dimension does not match model "%s" (%s dimensions, got %s)',
+                    e.i, model.name, model.dimension, jsonb_array_length(e.item -> 'embedding'))]
+            when jsonb_path_exists(e.item -> 'embedding', '$[*] ? (@ > 3.4e38 || @ < -3.4e38)')
+                or not kb.usable_embedding((e.item -> 'embedding')::text::vector) then array[
+                '22000', format('chunk %s: "embedding" has a zero or degenerate norm (or values beyond float4); '
+                    'cosine distance to it is undefined', e.i)]
+        end as problem
+        from jsonb_array_elements(chunks) with ordinality as x (item, pos),
+            lateral (select x.item, (x.pos - 1)::integer as i) as e
+    ) as checked
+    where checked.problem is not null
+    order by checked.i
+    limit 1;
+    if problem is not null then
+        raise exception '%', problem[2] using errcode = problem[1];
+    end if;
+
+    select o.ordinal into duplicate
+    from (
+        select coalesce((x.item ->> 'ordinal')::integer, (x.pos - 1)::integer) as ordinal
+        from jsonb_array_elements(chunks) with ordinality as x (item, pos)
+    ) as o
+    group by o.ordinal
+    having count(*) > 1
+    order by o.ordinal
+    limit 1;
+    if duplicate is not null then
+        raise exception 'duplicate chunk ordinal %', duplicate using errcode = 'unique_violation';
+    end if;
+    return n;
 end
 $$;
 
 -- Replace a document's chunks in one transaction: readers see the old or the new version, never a mix.
 -- Creates the knowledge base (private, owned by the caller) if missing and the caller may. Unchanged
 -- content_hash -> no-op (changed = false). Chunks without an "embedding" are queued for every model.
+-- doc_key is NFC-normalised (kb.canonical_doc_key); chunks must be a non-empty array (kb.check_chunks).
 -- Returns the document id, its chunk count, whether anything changed and how many chunks were queued.
 create or replace function kb.replace_document(
     kb text,
@@ -120,6 +167,7 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
+    canonical_key text := kb.canonical_doc_key(replace_document.doc_key);
     target_kb integer;
     doc kb.documents;
     new_hash text;
@@ -128,10 +176,6 @@ declare
     target_model kb.embedding_models;
     n_queued integer := 0;
 begin
-    if doc_key is null or btrim(doc_key) = '' or length(doc_key) > 1000 then
-        raise exception 'doc_key must be a non-empty string of at most 1000 characters'
-            using errcode = 'invalid_parameter_value';
-    end if;
     if metadata is null or jsonb_typeof(metadata) <> 'object' then
         raise exception 'metadata must be a JSON object' using errcode = 'invalid_parameter_value';
     end if;
@@ -142,17 +186,10 @@ begin
         raise exception 'title is longer than 1000 characters' using errcode = 'invalid_parameter_value';
     end if;
     -- validate everything before touching anything
-    perform count(*) from kb.parse_chunks(chunks);
     if model is not null or jsonb_path_exists(chunks, '$[*].embedding') then
         target_model := kb.resolve_model(model);
-        if exists (
-            select from kb.parse_chunks(chunks) as p
-            where p.embedding is not null and jsonb_array_length(p.embedding) <> target_model.dimension
-        ) then
-            raise exception 'embedding dimension does not match model "%" (% dimensions)',
-                target_model.name, target_model.dimension using errcode = 'data_exception';
-        end if;
     end if;
+    perform kb.check_chunks(chunks, target_model);
     new_hash := coalesce(nullif(content_hash, ''), encode(sha256(convert_to(
         jsonb_build_array(title, source_url, metadata, source_type, chunks)::text, 'UTF8')), 'hex'));
 
@@ -177,7 +214,7 @@ begin
 
     -- unchanged document: report without taking any lock
     select * into doc from kb.documents as d
-    where d.kb_id = target_kb and d.doc_key = replace_document.doc_key and d.content_hash = new_hash;
+    where d.kb_id = target_kb and d.doc_key = canonical_key and d.content_hash = new_hash;
     if doc.id is not null then
         return query select doc.id, doc.chunk_count, false, 0;
         return;
@@ -185,10 +222,10 @@ begin
     -- writers of one knowledge base serialise on its row (BM25 statistics), then lock the document row
     perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     insert into kb.documents as d (kb_id, doc_key, content_hash)
-    values (target_kb, doc_key, '')
+    values (target_kb, canonical_key, '')
     on conflict on constraint documents_kb_id_doc_key_key do nothing;
     select * into doc from kb.documents as d
-    where d.kb_id = target_kb and d.doc_key = replace_document.doc_key
+    where d.kb_id = target_kb and d.doc_key = canonical_key
     for update;
     if doc.content_hash = new_hash then
         return query select doc.id, doc.chunk_count, false, 0;
@@ -200,28 +237,41 @@ begin
     -- old chunks go with their embeddings and queue entries (ON DELETE CASCADE)
     delete from kb.chunks as c where c.id = any(old_chunk_ids);
 
-    with inserted as (
+    -- one pass over the (checked) array: chunks, their terms (computed once each) and given embeddings
+    with parsed as materialized (
+        select coalesce((x.item ->> 'ordinal')::integer, (x.pos - 1)::integer) as ordinal,
+            x.item ->> 'content' as content,
+            array(select jsonb_array_elements_text(x.item -> 'heading_path')) as heading_path,
+            coalesce(x.item ->> 'chunk_type', 'text') as chunk_type,
+            coalesce(x.item -> 'metadata', '{}') as metadata,
+            x.item -> 'embedding' as embedding
+        from jsonb_array_elements(chunks) with ordinality as x (item, pos)
+    ),
+    inserted as (
         insert into kb.chunks as c (
             document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
             term_freqs, term_count
         )
         select doc.id, target_kb, p.ordinal, p.content, p.heading_path, p.chunk_type, length(p.content),
             p.metadata, kb.term_freqs(terms.list), cardinality(terms.list)
-        from kb.parse_chunks(chunks) as p,
-            lateral (select kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content)) as list) as terms
-        returning c.id
+        from parsed as p,
+            lateral (
+                select kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content)) as list
+                offset 0    -- keeps the subquery, so lexical_terms runs once per chunk, not once per use
+            ) as terms
+        returning c.id, c.ordinal
+    ),
+    embedded as (
+        insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)
+        select i.id, target_model.id, target_kb, p.embedding::text::vector
+        from inserted as i
+        inner join parsed as p on i.ordinal = p.ordinal
+        where p.embedding is not null
     )
     select coalesce(array_agg(inserted.id), '{}') into new_chunk_ids from inserted;
 
     perform kb.adjust_term_stats(target_kb, new_chunk_ids, 1);
 
-    if target_model.id is not null then
-        insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)
-        select c.id, target_model.id, target_kb, p.embedding::text::vector
-        from kb.parse_chunks(chunks) as p
-        join kb.chunks as c on c.document_id = doc.id and c.ordinal = p.ordinal
-        where p.embedding is not null;
-    end if;
     insert into kb.embedding_queue (chunk_id, model_id, kb_id)
     select c.id, m.id, target_kb
     from kb.chunks as c cross join kb.embedding_models as m
@@ -238,18 +288,20 @@ begin
         metadata = replace_document.metadata, chunk_count = cardinality(new_chunk_ids),
         status = case when n_queued > 0 then 'embedding' else 'ready' end, updated_at = now()
     where d.id = doc.id;
-    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = replace_document.doc_key;
+    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = canonical_key;
     return query select doc.id, cardinality(new_chunk_ids), true, n_queued;
 end
 $$;
 
--- Delete a document and everything derived from it. Returns true if it existed.
+-- Delete a document and everything derived from it. Returns true if it existed. doc_key is
+-- NFC-normalised like in kb.replace_document.
 create or replace function kb.delete_document(kb text, doc_key text)
 returns boolean
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    canonical_key text := kb.canonical_doc_key(delete_document.doc_key);
     target_kb integer := kb.resolve_kb(delete_document.kb);
     doc_id bigint;
     old_chunk_ids bigint [];
@@ -260,7 +312,7 @@ begin
     end if;
     perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     select d.id into doc_id from kb.documents as d
-    where d.kb_id = target_kb and d.doc_key = delete_document.doc_key
+    where d.kb_id = target_kb and d.doc_key = canonical_key
     for update;
     if doc_id is null then
         return false;
@@ -268,13 +320,17 @@ begin
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc_id;
     perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
     delete from kb.documents as d where d.id = doc_id;
-    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = delete_document.doc_key;
+    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = canonical_key;
     return true;
 end
 $$;
 
 -- Store embeddings computed outside the database (ingestion, worker) for one model: checks the
--- dimension, skips chunks that no longer exist, removes their queue entries and marks documents ready.
+-- dimension and norm (kb.usable_embedding) of every vector, removes the chunks' queue entries and marks
+-- documents ready once none of their entries is left. Chunk ids that do not exist (any more) or that the
+-- caller may not write are skipped alike, so the answer tells nothing about other users' chunks.
+-- Writers of one document serialise on its row (locked in id order, before anything else), so the last
+-- of two workers finishing one document always sees the other's queue entries gone.
 -- Returns the number of embeddings stored.
 create or replace function kb.store_embeddings(model text, chunk_ids bigint[], embeddings vector[])
 returns integer
@@ -283,33 +339,73 @@ set search_path = pg_catalog, public, pg_temp
 as $$
 declare
     target kb.embedding_models := kb.resolve_model(model);
+    admin boolean := kb.current_is_admin();
+    bad bigint;
+    writable bigint [];
+    doc_ids bigint [];
     stored integer;
 begin
-    if cardinality(chunk_ids) is distinct from cardinality(embeddings) then
-        raise exception 'chunk_ids and embeddings differ in length' using errcode = 'invalid_parameter_value';
+    if chunk_ids is null or embeddings is null or cardinality(chunk_ids) <> cardinality(embeddings) then
+        raise exception 'chunk_ids and embeddings must be arrays of the same length'
+            using errcode = 'invalid_parameter_value';
     end if;
-    if exists (select from unnest(embeddings) as e where e is null or vector_dims(e) <> target.dimension) then
-        raise exception 'embedding dimension does not match model "%" (% dimensions)',
-            target.name, target.dimension using errcode = 'data_exception';
+    if cardinality(chunk_ids) > 100000 then
+        raise exception 'at most 100000 embeddings per call, got %', cardinality(chunk_ids)
+            using errcode = 'program_limit_exceeded';
     end if;
-    if exists (
-        select from kb.chunks as c
-        where c.id = any(chunk_ids) and not kb.can_write_kb(c.kb_id)
-    ) then
-        raise exception 'you may not write to these chunks' using errcode = 'insufficient_privilege';
+    if array_position(chunk_ids, null) is not null
+        or (select count(distinct x) from unnest(chunk_ids) as x) <> cardinality(chunk_ids) then
+        raise exception 'chunk_ids must be distinct and not NULL' using errcode = 'invalid_parameter_value';
     end if;
+    select x.n into bad from unnest(embeddings) with ordinality as x (e, n)
+    where x.e is null or vector_dims(x.e) <> target.dimension
+    order by x.n limit 1;
+    if bad is not null then
+        raise exception 'embedding dimension does not match model "%" (% dimensions): embeddings[%]',
+            target.name, target.dimension, bad using errcode = 'data_exception';
+    end if;
+    select x.n into bad from unnest(embeddings) with ordinality as x (e, n)
+    where not kb.usable_embedding(x.e)
+    order by x.n limit 1;
+    if bad is not null then
+        raise exception 'embeddings[%] has a zero or degenerate norm; cosine distance to it is undefined', bad
+            using errcode = 'data_exception';
+    end if;
+
+    -- lock the documents first, in id order (no deadlocks between workers), then re-read which chunks
+    -- are still there: under READ COMMITTED every statement below sees what earlier lock holders committed
+    select coalesce(array_agg(d.id), '{}') into doc_ids
+    from (
+        select d.id from kb.documents as d
+        where d.id in (
+            select c.document_id from kb.chunks as c
+            where c.id = any(chunk_ids) and (admin or kb.can_write_kb(c.kb_id))
+        )
+        order by d.id
+        for no key update of d
+    ) as d;
+    select coalesce(array_agg(c.id), '{}') into writable
+    from kb.chunks as c
+    where c.id = any(chunk_ids) and c.document_id = any(doc_ids) and (admin or kb.can_write_kb(c.kb_id));
+
     insert into kb.embeddings as e (chunk_id, model_id, kb_id, embedding)
     select c.id, target.id, c.kb_id, x.embedding
     from unnest(chunk_ids, embeddings) as x (chunk_id, embedding)
-    join kb.chunks as c on c.id = x.chunk_id
+    inner join kb.chunks as c on x.chunk_id = c.id
+    where c.id = any(writable)
     on conflict (chunk_id, model_id) do update set embedding = excluded.embedding, created_at = now();
     get diagnostics stored = row_count;
-    delete from kb.embedding_queue as q where q.model_id = target.id and q.chunk_id = any(chunk_ids);
+    delete from kb.embedding_queue as q
+    where q.model_id = target.id and q.chunk_id in (
+        select l.chunk_id from kb.embedding_queue as l     -- in chunk id order, like kb.fail_embedding_batch
+        where l.model_id = target.id and l.chunk_id = any(writable)
+        order by l.chunk_id
+        for update
+    );
     update kb.documents as d set status = 'ready'
-    where d.status = 'embedding'
-        and d.id in (select c.document_id from kb.chunks as c where c.id = any(chunk_ids))
+    where d.id = any(doc_ids) and d.status = 'embedding'
         and not exists (
-            select from kb.embedding_queue as q join kb.chunks as c on c.id = q.chunk_id
+            select from kb.embedding_queue as q inner join kb.chunks as c on q.chunk_id = c.id
             where c.document_id = d.id
         );
     return stored;
@@ -330,12 +426,8 @@ begin
         raise exception 'you may not write to knowledge base "%"', record_ingest_failure.kb
             using errcode = 'insufficient_privilege';
     end if;
-    if doc_key is null or btrim(doc_key) = '' or length(doc_key) > 1000 then
-        raise exception 'doc_key must be a non-empty string of at most 1000 characters'
-            using errcode = 'invalid_parameter_value';
-    end if;
     insert into kb.ingest_failures as f (kb_id, doc_key, error)
-    values (target_kb, doc_key, left(coalesce(error, 'unknown error'), 2000))
+    values (target_kb, kb.canonical_doc_key(doc_key), left(coalesce(error, 'unknown error'), 2000))
     on conflict on constraint ingest_failures_pkey do update set error = excluded.error, failed_at = now();
 end
 $$;

@@ -98,7 +98,10 @@ $$;
 -- Report that embedding these claimed chunks for one model (NULL: the default) failed: records the
 -- error and retries after 30 s x 2^(attempts - 1), capped at 1 hour; entries claimed max_attempts times
 -- are parked (see kb.parked_embeddings, kb.retry_parked_embeddings). Unknown, already embedded or parked
--- chunk ids are ignored. Returns how many entries will be retried and how many were parked.
+-- chunk ids, and those of knowledge bases the caller may not write, are ignored alike (the answer tells
+-- nothing about other users' chunks). Entries are locked in chunk id order, like kb.store_embeddings
+-- does, so a late report racing a store of the same entries cannot deadlock with it.
+-- Returns how many entries will be retried and how many were parked.
 create or replace function kb.fail_embedding_batch(
     model text,
     chunk_ids bigint[],
@@ -125,21 +128,23 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     target := kb.resolve_model(model);
-    if not admin and exists (
-        select from kb.embedding_queue as q
-        where q.model_id = target.id and q.chunk_id = any(chunk_ids) and not kb.can_write_kb(q.kb_id)
-    ) then
-        raise exception 'you may not write to these chunks' using errcode = 'insufficient_privilege';
-    end if;
     return query
-    with failed as (
+    with locked as (
+        select l.chunk_id from kb.embedding_queue as l
+        where l.model_id = target.id and l.chunk_id = any(chunk_ids) and not l.parked
+            and (admin or kb.can_write_kb(l.kb_id))
+        order by l.chunk_id
+        for update
+    ),
+    failed as (
         update kb.embedding_queue as q
         set last_error = left(error, 2000),
             parked = q.attempts >= max_attempts,
             next_attempt_at = now() + least(
                 interval '30 seconds' * power(2, least(greatest(q.attempts - 1, 0), 10)), interval '1 hour'
             )
-        where q.model_id = target.id and q.chunk_id = any(chunk_ids) and not q.parked
+        from locked
+        where q.model_id = target.id and q.chunk_id = locked.chunk_id
         returning q.parked
     )
     select (count(*) filter (where not f.parked))::integer, (count(*) filter (where f.parked))::integer

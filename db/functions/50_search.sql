@@ -137,8 +137,9 @@ $$;
 -- run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
 -- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
--- (empty or oversized query, top_k outside 1..100, unknown kb, model or fusion, wrong embedding
--- dimension). vector_used is false when no query embedding could be had (lexical legs only).
+-- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
+-- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding).
+-- vector_used is false when no query embedding could be had (lexical legs only).
 create or replace function kb.search(
     query text,
     top_k integer,
@@ -173,8 +174,9 @@ declare
         (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_words'), 2
     );
 begin
-    if query is null or btrim(query, E' \t\r\n\u3000') = '' then
-        raise exception 'query must not be empty' using errcode = 'invalid_parameter_value';
+    if query is null or kb.is_blank(query) then
+        raise exception 'query must not be empty (white space and invisible characters alone do not count)'
+            using errcode = 'invalid_parameter_value';
     end if;
     if length(query) > 4000 then
         raise exception 'query is % characters long; at most 4000 are accepted', length(query)
@@ -188,14 +190,18 @@ begin
         raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
             using errcode = 'invalid_parameter_value';
     end if;
-    if least(vector_weight, lexical_weight, fuzzy_weight) < 0
-        or coalesce(vector_weight + lexical_weight + fuzzy_weight, 0) <= 0 then
-        raise exception 'leg weights must be >= 0 and not all 0' using errcode = 'invalid_parameter_value';
+    -- 'NaN' sorts above every number (so "< 0" lets it pass) and 'Infinity' passes any lower bound:
+    -- every float is checked against both ends of a finite range, and NULL fails too
+    if not coalesce(vector_weight between 0 and 1e6 and lexical_weight between 0 and 1e6
+        and fuzzy_weight between 0 and 1e6 and vector_weight + lexical_weight + fuzzy_weight > 0, false) then
+        raise exception 'leg weights must be >= 0 and not all 0 (finite numbers up to 1e6), got %, %, %',
+            coalesce(vector_weight::text, 'NULL'), coalesce(lexical_weight::text, 'NULL'),
+            coalesce(fuzzy_weight::text, 'NULL') using errcode = 'invalid_parameter_value';
     end if;
-    if rrf_k is null or rrf_k <= 0 or bm25_k1 is null or bm25_k1 < 0 or bm25_b is null
-        or bm25_b not between 0 and 1 then
-        raise exception 'rrf_k must be > 0, bm25_k1 >= 0 and bm25_b in [0, 1]'
-            using errcode = 'invalid_parameter_value';
+    if not coalesce(rrf_k > 0 and rrf_k <= 1e6 and bm25_k1 between 0 and 1e6 and bm25_b between 0 and 1, false) then
+        raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
+            'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
+            coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
     end if;
     if fusion is null or fusion not in ('dbsf', 'rrf') then
         raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
@@ -218,8 +224,17 @@ begin
             raise exception 'query_embedding has % dimensions; model "%" has %',
                 vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
         end if;
+        if embedding is not null and not kb.usable_embedding(embedding) then
+            raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
+                using errcode = 'data_exception';
+        end if;
         if embedding is null then
             embedding := kb.embed_query(query, target);
+            if embedding is not null and not kb.usable_embedding(embedding) then
+                raise notice 'pgkb: the embedding endpoint returned a zero or degenerate vector; '
+                    'searching with the lexical legs only';
+                embedding := null;
+            end if;
         end if;
     end if;
 
