@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import psycopg
@@ -113,8 +114,20 @@ def test_readers_never_see_a_mix_of_versions(db, connect_as):
         ({"chunks": [{"content": "a", "metadata": [1]}]}, '"metadata" must be an object'),
         ({"chunks": [{"content": "a", "embedding": [0.1, 0.2]}]}, "embedding dimension does not match"),
         ({"chunks": [{"content": "a", "embedding": ["x"]}]}, "array of numbers"),
+        # issue 9: empty arrays, invisible content, unusable vectors, keys too long in bytes
+        ({"chunks": []}, "chunks must not be empty"),
+        ({"chunks": [{"content": "\u3000\u3000"}]}, 'chunk 0 needs a non-empty "content"'),
+        ({"chunks": [{"content": "\u00a0 \u00a0\n"}]}, 'chunk 0 needs a non-empty "content"'),
+        ({"chunks": [{"content": "正文"}, {"content": "\u200b\u200c\u200d\u2060\ufeff"}]}, "chunk 1 needs a"),
+        ({"chunks": [{"content": "a", "embedding": [0.0] * 384}]}, "zero or degenerate norm"),
+        ({"chunks": [{"content": "a", "embedding": [1e-30] * 384}]}, "zero or degenerate norm"),
+        ({"chunks": [{"content": "a", "embedding": [1e20] + [0.0] * 383}]}, "zero or degenerate norm"),
+        ({"chunks": [{"content": "a", "embedding": [1e39] + [0.0] * 383}]}, "beyond float4"),
         ({"doc_key": ""}, "doc_key must be a non-empty"),
-        ({"doc_key": "x" * 1001}, "doc_key must be a non-empty"),
+        ({"doc_key": "\u200b\u00a0\u3000"}, "doc_key must be a non-empty"),
+        ({"doc_key": "x" * 1001}, "doc_key must be a non-empty string of at most 1000 characters"),
+        ({"doc_key": "文" * 1000}, "at most 1000 characters and 2000 bytes, got 1000 characters and 3000 bytes"),
+        ({"doc_key": "文" * 667}, "2000 bytes"),
         ({"kb": "bad name!"}, "invalid knowledge base name"),
         ({"metadata": json.dumps([1])}, "metadata must be a JSON object"),
         ({"model": "no-such-model"}, 'unknown embedding model "no-such-model"'),
@@ -147,6 +160,113 @@ def test_store_embeddings_empties_queue_and_marks_document_ready(db):
     assert db.execute("select status from kb.documents where id = %s", [doc_id]).fetchone()[0] == "ready"
     with pytest.raises(psycopg.Error, match="dimension does not match"):
         db.execute("select kb.store_embeddings('multilingual-e5-small', %s, %s)", [ids[:1], [Vector([1.0, 0.0])]])
+
+
+def test_store_embeddings_rejects_zero_and_degenerate_vectors(db):
+    """Issue 9: a zero vector has no direction; cosine distances to it are NaN, and one NaN vector score
+    made every fused DBSF score NaN."""
+    replace(db)
+    ids = [r[0] for r in db.execute("select chunk_id from kb.embedding_queue order by 1").fetchall()]
+    good = Vector(np.eye(384, dtype=np.float32)[0])
+    before = snapshot(db)
+    for bad in (np.zeros(384), np.full(384, 1e-25), np.r_[1e20, np.zeros(383)]):
+        with pytest.raises(psycopg.errors.DataException, match=r"embeddings\[2\] has a zero or degenerate norm"):
+            db.execute(
+                "select kb.store_embeddings('multilingual-e5-small', %s, %s)", [ids, [good, Vector(bad)]]
+            )
+    with pytest.raises(psycopg.errors.DataException, match="NaN not allowed"):
+        db.execute("select kb.store_embeddings(null, %s, %s)", [ids[:1], [Vector(np.full(384, np.nan))]])
+    for args, message in [
+        ((ids + ids[:1], [good] * 3), "must be distinct"),
+        ((ids, [good]), "same length"),
+        ((ids, None), "same length"),
+    ]:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+            db.execute("select kb.store_embeddings(null, %s, %s)", list(args))
+    assert snapshot(db) == before
+    assert db.execute("select count(*) from kb.embeddings").fetchone()[0] == 0
+
+
+def test_long_unbroken_runs_are_indexed_and_found(db):
+    """Issue 9: a 2.7 KB alphanumeric run failed with "index row size ... exceeds maximum 2712 for index
+    chunks_terms_idx". Word terms are cut to 64 characters, in documents and queries alike."""
+    run = "a1b2" * 750  # 3000 characters, one word
+    camel = "partOf" * 20_000  # 120 KB, one word with camelCase parts
+    replace(db, chunks=[{"content": f"前言 {run} 结尾"}, {"content": camel}, {"content": "z" * 1_000_000}])
+    longest = db.execute("select max(length(t)) from kb.chunks, unnest(terms) as t").fetchone()[0]
+    assert longest == 64
+    assert db.execute("select max(length(term)) from kb.term_stats").fetchone()[0] == 64
+    rows = db.execute("select chunk_index from kb.lexical_search(%s, 3)", [run]).fetchall()
+    assert rows[0] == (0,)
+    assert db.execute("select chunk_index from kb.lexical_search(%s, 1)", ["partOf" * 100]).fetchall() == [(1,)]
+
+
+def test_nfc_and_nfd_keys_name_one_document(db):
+    """Issue 9: 'café.md' composed (NFC) and decomposed (NFD) were two documents."""
+    nfc, nfd = "caf\u00e9.md", "cafe\u0301.md"
+    first = replace(db, doc_key=nfc, chunks=[{"content": "第一版"}])
+    second = replace(db, doc_key=nfd, chunks=[{"content": "第二版"}])
+    assert second[0] == first[0] and second[2] is True
+    assert db.execute("select doc_key from kb.documents").fetchall() == [(nfc,)]
+    assert replace(db, doc_key=nfd, chunks=[{"content": "第二版"}])[2] is False  # unchanged, whichever form
+    db.execute("select kb.record_ingest_failure('docs', %s, 'boom')", [nfd])
+    assert db.execute("select doc_key from kb.ingest_failures").fetchall() == [(nfc,)]
+    replace(db, doc_key=nfd, chunks=[{"content": "第三版"}])
+    assert db.execute("select count(*) from kb.ingest_failures").fetchone()[0] == 0  # cleared by the write
+    assert db.execute("select kb.delete_document('docs', %s)", [nfd]).fetchone()[0] is True
+    assert db.execute("select count(*) from kb.documents").fetchone()[0] == 0
+    with pytest.raises(psycopg.errors.CheckViolation):  # the table itself holds only NFC keys
+        db.execute(
+            "insert into kb.documents (kb_id, doc_key, content_hash)"
+            " select id, %s, 'x' from kb.knowledge_bases where name = 'docs'",
+            [nfd],
+        )
+
+
+def test_doc_keys_are_limited_in_bytes_everywhere(db):
+    """Issue 9: doc_key was limited to 1000 characters but indexed in bytes: 1000 CJK characters
+    (3000 bytes) failed with a raw btree row-size error."""
+    assert replace(db, doc_key="文" * 666)[2] is True  # 1998 bytes
+    before = snapshot(db)
+    for sql in [
+        "select kb.delete_document('docs', %s)",
+        "select kb.record_ingest_failure('docs', %s, 'boom')",
+        "select * from kb.replace_document('docs', %s, 't', '[{\"content\": \"x\"}]')",
+    ]:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 1000 characters and 2000 bytes"):
+            db.execute(sql, ["文" * 1000])
+    assert snapshot(db) == before
+
+
+def test_term_statistics_keep_no_zero_rows(db):
+    """Issue 9: kb.term_stats kept a row with df = 0 for every term that ever occurred."""
+    replace(db, chunks=[{"content": "独有词甲 uniqueAlpha"}])
+    replace(db, chunks=[{"content": "独有词乙 uniqueBeta"}])
+    terms = {r[0] for r in db.execute("select term from kb.term_stats")}
+    assert "uniquebeta" in terms and "uniquealpha" not in terms and "词甲" not in terms
+    assert db.execute("select count(*) from kb.term_stats where df <= 0").fetchone()[0] == 0
+    db.execute("select kb.delete_document('docs', 'a.md')")
+    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+
+
+def test_chunk_validation_is_linear(db):
+    """Issue 9: validating the chunks of kb.replace_document was quadratic (10k chunks 0.66 s, 20k 2.3 s,
+    about a minute at 100k). A document whose last chunk is bad is checked to the end and refused, so the
+    timing is validation alone; 4x the chunks must cost well under the 16x of a quadratic check."""
+
+    def seconds(n):
+        chunks = json.dumps([{"content": f"段落 {i}", "heading_path": ["H"]} for i in range(n)] + [{"content": " "}])
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"chunk {n} needs"):
+                db.execute("select * from kb.replace_document('docs', 'big.md', 't', %s)", [chunks])
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    small, large = seconds(10_000), seconds(40_000)
+    assert large < 8 * small, (small, large)
+    assert large < 10, large
 
 
 def test_delete_document_removes_everything(db):

@@ -198,11 +198,56 @@ def test_bm25_statistics_follow_replacements(kbdb):
         ("select * from kb.lexical_search('退款', bm25_b => 2)", [], "bm25_b"),
         ("select * from kb.hybrid_search('退款', fusion => 'borda')", [], "fusion must be 'dbsf' or 'rrf'"),
         ("select * from kb.hybrid_search('退款', fusion => null)", [], "fusion must be 'dbsf' or 'rrf'"),
+        # issue 9: NaN passed "< 0" checks, Infinity passed lower bounds
+        ("select * from kb.hybrid_search('退款', lexical_weight => 'NaN')", [], "weights"),
+        ("select * from kb.hybrid_search('退款', lexical_weight => 'Infinity')", [], "weights"),
+        ("select * from kb.hybrid_search('退款', vector_weight => 'NaN', lexical_weight => 0)", [], "weights"),
+        ("select * from kb.hybrid_search('退款', fuzzy_weight => '-Infinity')", [], "weights"),
+        ("select * from kb.hybrid_search('退款', vector_weight => 1e300, lexical_weight => 1e300)", [], "weights"),
+        ("select * from kb.hybrid_search('退款', vector_weight => null)", [], "weights"),
+        ("select * from kb.hybrid_search('退款', bm25_k1 => 'NaN')", [], "bm25_k1"),
+        ("select * from kb.hybrid_search('退款', bm25_k1 => 'Infinity')", [], "bm25_k1"),
+        ("select * from kb.hybrid_search('退款', bm25_b => 'NaN')", [], "bm25_b"),
+        ("select * from kb.hybrid_search('退款', rrf_k => 'Infinity', fusion => 'rrf')", [], "rrf_k"),
+        ("select * from kb.hybrid_search('退款', rrf_k => 'NaN')", [], "rrf_k"),
+        ("select * from kb.lexical_search('退款', bm25_k1 => 'NaN')", [], "bm25_k1"),
+        ("select * from kb.lexical_search('退款', bm25_b => 'Infinity')", [], "bm25_b"),
+        ("select * from kb.hybrid_search('退款', query_embedding => %s)", [Vector([0.0] * 384)], "degenerate norm"),
+        ("select * from kb.vector_search('退款', query_embedding => %s)", [Vector([1e-30] * 384)], "degenerate norm"),
+        ("select * from kb.hybrid_search('退款', query_embedding => '[NaN]')", [], "NaN not allowed"),
     ],
 )
 def test_bad_search_input_is_a_clear_error(kbdb, sql, params, message):
     with pytest.raises(psycopg.Error, match=message):
         kbdb.execute(sql, params)
+
+
+@pytest.mark.parametrize("fn", ["hybrid_search", "vector_search", "lexical_search", "fuzzy_search"])
+@pytest.mark.parametrize(
+    "query",
+    ["\u00a0\u00a0", "\u200b", "\u200b\u200c\u200d\u2060\ufeff", " \u3000\u00a0\t\u202f", "\u2028\u2029"],
+    ids=["nbsp", "zwsp", "zero-width-mix", "spaces-mix", "separators"],
+)
+def test_blank_queries_are_rejected_by_every_search_function(db, fn, query):
+    """Issue 9: a query of only no-break or zero-width spaces was searched as if it said something."""
+    db.execute("select kb.replace_document('docs', 'refund.md', '退款', '[{\"content\": \"退款规则\"}]')")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="query must not be empty"):
+        db.execute(f"select * from kb.{fn}(%s)", [query])
+    # invisible characters around real words change nothing
+    assert db.execute("select count(*) from kb.lexical_search(%s)", ["\u200b退款\u00a0"]).fetchone()[0] == 1
+
+
+def test_long_identifier_queries_match_their_documents(db):
+    """Word terms are cut to 64 characters on both sides, so an identifier longer than that still finds
+    the chunk it occurs in."""
+    ident = "very_long_configuration_key_" + "segment_" * 12 + "end"
+    assert len(ident) > 64
+    for key, text in [("long.md", f"配置项 {ident} 控制超时"), ("other.md", "配置项 very_long_configuration_key 别的")]:
+        db.execute(
+            "select kb.replace_document('docs', %s, '长标识符', %s)", [key, json.dumps([{"content": text}])]
+        )
+    rows = search(db, "select doc_key, lexical_rank from kb.lexical_search(%s, 1)", ident)
+    assert rows == [{"doc_key": "long.md", "lexical_rank": 1}]
 
 
 def test_nul_byte_in_query_is_rejected_before_the_database(kbdb):

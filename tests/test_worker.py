@@ -20,6 +20,7 @@ from pgkb.config import ConfigError, Settings
 from pgkb.models.embedding import HttpEmbedder, ModelSpec, model_spec, prefixed
 from pgkb.worker import embedding_text, run_worker
 from pgvector import Vector
+from pgvector.psycopg import register_vector
 
 MODEL = "multilingual-e5-small"
 
@@ -172,6 +173,129 @@ def test_two_workers_in_parallel_never_embed_a_chunk_twice(db, settings, embedde
     assert {r[0] for r in db.execute("select status from kb.documents")} == {"ready"}
 
 
+class UnitEmbedder:
+    """A stand-in model for queue tests: a fixed unit vector per text (cheap, so the database is the
+    bottleneck). Counts the texts it embedded."""
+
+    name, dimension = MODEL, 384
+
+    def __init__(self):
+        self.texts = 0
+        self._lock = threading.Lock()
+
+    def embed(self, texts):
+        with self._lock:
+            self.texts += len(texts)
+        out = []
+        for text in texts:
+            v = np.zeros(384, dtype=np.float32)
+            v[sum(text.encode()) % 384] = 1.0
+            out.append(v)
+        return out
+
+
+def log_stores(conn):
+    """Log every store of an embedding (insert, or update by a second store) into public.stored_log."""
+    conn.execute("create table public.stored_log (chunk_id bigint not null)")
+    conn.execute(
+        "create function public.log_store() returns trigger language plpgsql as"
+        " $$ begin insert into public.stored_log values (new.chunk_id); return null; end $$"
+    )
+    conn.execute(
+        "create trigger log_store after insert or update on kb.embeddings"
+        " for each row execute function public.log_store()"
+    )
+
+
+def test_two_workers_storing_the_last_chunks_of_a_document_mark_it_ready(db):
+    """Issue 9: each worker deleted its own queue entries and then looked for the document's remaining
+    ones; under READ COMMITTED each still saw the other's uncommitted deletes undone, so neither marked
+    the document ready. Two open transactions make that instant last as long as the test needs."""
+    write(db, "a.md", ["第一段", "第二段"])
+    first, second = [r[0] for r in db.execute("select chunk_id from kb.claim_embedding_batch(%s, 2)", [MODEL])]
+    vec = Vector(np.eye(384, dtype=np.float32)[0])
+    one = psycopg.connect(db.info.dsn)
+    two = psycopg.connect(db.info.dsn)
+    try:
+        register_vector(one)
+        register_vector(two)
+        one.execute("select kb.store_embeddings(%s, %s, %s)", [MODEL, [first], [vec]])  # not committed yet
+        errors = []
+
+        def store_second():
+            try:
+                two.execute("select kb.store_embeddings(%s, %s, %s)", [MODEL, [second], [vec]])
+            except psycopg.Error as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        thread = threading.Thread(target=store_second)
+        thread.start()
+        thread.join(timeout=2)  # the fix makes it wait for the first store's transaction
+        one.commit()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and errors == []
+        two.commit()
+    finally:
+        one.close()
+        two.close()
+    assert queue(db) == []
+    assert db.execute("select status from kb.documents").fetchone()[0] == "ready"
+
+
+def test_many_concurrent_workers_leave_no_document_embedding(db, settings):
+    """Stress: 8 workers (real connections, pgkb.worker with a cheap stand-in model, one chunk per claim)
+    over many small documents, several rounds. Every chunk is embedded exactly once, the queue ends
+    empty and no document stays 'embedding'."""
+    log_stores(db)
+    n_workers, n_docs, n_chunks, rounds = 8, 30, 3, 4
+    embedder = UnitEmbedder()
+
+    def work(barrier, results, i):
+        barrier.wait()
+        results[i] = run_worker(settings, once=True, batch=1, embedder=embedder)
+
+    deadline = time.monotonic() + 240
+    for r in range(rounds):
+        db.execute("truncate public.stored_log")
+        for d in range(n_docs):
+            write(db, f"doc{d}.md", [f"第{r}轮 第{d}篇 第{i}段" for i in range(n_chunks)])
+        expected = sorted(row[0] for row in db.execute("select chunk_id from kb.embedding_queue"))
+        assert len(expected) == n_docs * n_chunks
+        barrier = threading.Barrier(n_workers)
+        results: list = [None] * n_workers
+        threads = [threading.Thread(target=work, args=(barrier, results, i)) for i in range(n_workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=max(deadline - time.monotonic(), 1))
+        assert not any(t.is_alive() for t in threads), "workers did not finish in time"
+        assert all(res is not None for res in results), "a worker raised"
+        assert sum(res.embedded for res in results) == len(expected)
+        assert sorted(row[0] for row in db.execute("select chunk_id from public.stored_log")) == expected
+        assert db.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 0
+        stuck = db.execute("select doc_key from kb.documents where status <> 'ready' order by 1").fetchall()
+        assert stuck == [], f"round {r}: documents left 'embedding': {stuck}"
+
+
+def test_a_store_after_the_lease_ran_out_and_a_second_claim_is_harmless(db):
+    """Lease expiry: a slow worker's entries are claimed again; both workers store (in either order), or
+    the slow one reports a failure after the other stored. The document ends ready with one embedding
+    per chunk and nothing left in the queue."""
+    write(db, "a.md", ["慢的一段", "快的一段"])
+    claim = "select chunk_id from kb.claim_embedding_batch(%s, 10, interval '1 second')"
+    slow = sorted(r[0] for r in db.execute(claim, [MODEL]))
+    make_due(db)  # the lease ran out
+    fast = sorted(r[0] for r in db.execute(claim, [MODEL]))
+    assert slow == fast and len(slow) == 2
+    vecs = [Vector(np.eye(384, dtype=np.float32)[i]) for i in range(2)]
+    assert db.execute("select kb.store_embeddings(%s, %s, %s)", [MODEL, fast, vecs]).fetchone()[0] == 2
+    assert db.execute("select * from kb.fail_embedding_batch(%s, %s, 'too slow')", [MODEL, slow]).fetchone() == (0, 0)
+    assert db.execute("select kb.store_embeddings(%s, %s, %s)", [MODEL, slow, vecs]).fetchone()[0] == 2
+    assert queue(db) == []
+    assert db.execute("select count(*) from kb.embeddings").fetchone()[0] == 2
+    assert db.execute("select status from kb.documents").fetchone()[0] == "ready"
+
+
 def test_claims_are_disjoint_and_leased(db):
     write(db, "a.md", [f"段落 {i}" for i in range(5)])
     first = [r[0] for r in db.execute("select chunk_id from kb.claim_embedding_batch(%s, 3)", [MODEL])]
@@ -296,8 +420,46 @@ def test_non_admin_claims_only_knowledge_bases_they_may_write(db, connect_as):
     alice = connect_as("alice")
     assert [r[0] for r in alice.execute("select content from kb.claim_embedding_batch(null, 10)")] == ["alice 的段落"]
     public_chunk = db.execute("select id from kb.chunks where content = '公开段落'").fetchone()[0]
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not write"):
-        alice.execute("select * from kb.fail_embedding_batch(null, %s, 'x')", [[public_chunk]])
+    before = queue(db)
+    # a chunk she may not write is ignored exactly like one that does not exist (no existence oracle)
+    assert alice.execute("select * from kb.fail_embedding_batch(null, %s, 'x')", [[public_chunk]]).fetchone() == (0, 0)
+    assert queue(db) == before
+
+
+def test_store_and_fail_answer_alike_for_unknown_and_foreign_chunks(db, connect_as):
+    """Issue 9 (L3): "you may not write to these chunks" for other users' chunk ids but 0 for ids that do
+    not exist told a user which ids exist. Both are now skipped alike, changing nothing."""
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute("select kb.create_user('bob', 'bob')")
+    db.execute("select kb.create_knowledge_base('alice-kb', owner => 'alice')")
+    write(db, "secret.md", ["alice 的秘密段落"], kb="alice-kb")
+    db.execute("select kb.create_knowledge_base('bob-kb', owner => 'bob')")
+    write(db, "b.md", ["bob 的段落"], kb="bob-kb")
+    secret = db.execute("select id from kb.chunks where content = 'alice 的秘密段落'").fetchone()[0]
+    own = db.execute("select id from kb.chunks where content = 'bob 的段落'").fetchone()[0]
+    missing = db.execute("select max(id) + 1000 from kb.chunks").fetchone()[0]
+    bob = connect_as("bob")
+    db.execute("grant execute on function kb.fail_embedding_batch to pgkb_user")
+    vec = Vector(np.eye(384, dtype=np.float32)[0])
+    before = (queue(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall())
+
+    def answers(ids):
+        out = []
+        for sql, args in [
+            ("select kb.store_embeddings(%s, %s, %s)", [MODEL, ids, [vec] * len(ids)]),
+            ("select * from kb.fail_embedding_batch(%s, %s, 'boom')", [MODEL, ids]),
+        ]:
+            try:
+                out.append(("ok", bob.execute(sql, args).fetchone()))
+            except psycopg.Error as e:
+                out.append(("error", e.sqlstate, str(e)))
+        return out
+
+    assert answers([secret]) == answers([missing]) == [("ok", (0,)), ("ok", (0, 0))]
+    assert (queue(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall()) == before
+    # mixed with a chunk of his own, only his own counts
+    assert answers([own, secret])[0] == answers([own, missing])[0] == ("ok", (1,))
+    assert db.execute("select chunk_id from kb.embeddings").fetchall() == [(own,)]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -402,11 +402,14 @@ begin
         order by l.chunk_id
         for update
     );
+    -- a locking read: under REPEATABLE READ an entry deleted by a worker that committed after this
+    -- transaction began raises a serialization failure (retry) instead of leaving the document 'embedding'
     update kb.documents as d set status = 'ready'
     where d.id = any(doc_ids) and d.status = 'embedding'
         and not exists (
             select from kb.embedding_queue as q inner join kb.chunks as c on q.chunk_id = c.id
             where c.document_id = d.id
+            for key share of q
         );
     return stored;
 end

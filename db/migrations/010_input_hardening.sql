@@ -15,7 +15,10 @@ drop function if exists kb.parse_chunks(jsonb);
 create temporary table pgkb_010_long on commit drop as
 select c.id
 from kb.chunks as c
-where exists (select from unnest(c.terms) as t (term) where length(t.term) > 64);
+where exists (
+    select from unnest(c.terms) as t (term)
+    where length(t.term) > 64
+);
 
 update kb.term_stats as s
 set df = s.df - o.n
@@ -32,16 +35,17 @@ from (
 where s.kb_id = o.kb_id and s.term = o.term;
 
 update kb.chunks as c
-set term_freqs = (
-    select jsonb_object_agg(f.term, f.n)
-    from (
-        select
-            left(e.key, 64) as term,
-            sum(e.value::integer) as n
-        from jsonb_each_text(c.term_freqs) as e
-        group by left(e.key, 64)
-    ) as f
-)
+set
+    term_freqs = (
+        select jsonb_object_agg(f.term, f.n)
+        from (
+            select
+                left(e.key, 64) as term,
+                sum(e.value::integer) as n
+            from jsonb_each_text(c.term_freqs) as e
+            group by left(e.key, 64)
+        ) as f
+    )
 where c.id in (select l.id from pgkb_010_long as l);
 
 insert into kb.term_stats as s (kb_id, term, df)
@@ -56,6 +60,7 @@ group by c.kb_id, t.term
 on conflict (kb_id, term) do update set df = s.df + excluded.df;
 
 -- document keys ----------------------------------------------------------------------------------------
+-- (noqa RF02/RF03: the linter takes the normal form nfc in normalize(text, nfc) for a column.)
 
 create temporary table pgkb_010_duplicates on commit drop as
 select ranked.id
@@ -63,12 +68,13 @@ from (
     select
         d.id,
         row_number() over (
-            partition by d.kb_id, normalize(d.doc_key, nfc)
+            partition by d.kb_id, normalize(d.doc_key, nfc)  -- noqa: RF02,RF03
             order by d.doc_key is nfc normalized desc, d.updated_at desc, d.id desc
         ) as position
     from kb.documents as d
-    where normalize(d.doc_key, nfc) in (
-        select normalize(x.doc_key, nfc) from kb.documents as x where x.doc_key is not nfc normalized
+    where normalize(d.doc_key, nfc) in (  -- noqa: RF02,RF03
+        select normalize(x.doc_key, nfc) from kb.documents as x  -- noqa: RF02,RF03
+        where x.doc_key is not nfc normalized
     )
 ) as ranked
 where ranked.position > 1;
@@ -105,7 +111,7 @@ using pgkb_010_duplicates as u
 where d.id = u.id;
 
 update kb.documents
-set doc_key = normalize(doc_key, nfc)
+set doc_key = normalize(doc_key, nfc)  -- noqa: RF02,RF03
 where doc_key is not nfc normalized;
 
 delete from kb.ingest_failures as f
@@ -114,8 +120,8 @@ using (
         x.kb_id,
         x.doc_key,
         row_number() over (
-            partition by x.kb_id, normalize(x.doc_key, nfc)
-            order by x.doc_key is nfc normalized desc, x.failed_at desc, x.doc_key
+            partition by x.kb_id, normalize(x.doc_key, nfc)  -- noqa: RF02,RF03
+            order by x.doc_key is nfc normalized desc, x.failed_at desc, x.doc_key asc
         ) as position
     from kb.ingest_failures as x
 ) as ranked
@@ -123,7 +129,7 @@ where
     f.kb_id = ranked.kb_id and f.doc_key = ranked.doc_key and ranked.position > 1;
 
 update kb.ingest_failures
-set doc_key = normalize(doc_key, nfc)
+set doc_key = normalize(doc_key, nfc)  -- noqa: RF02,RF03
 where doc_key is not nfc normalized;
 
 alter table kb.documents add constraint documents_doc_key_nfc check (doc_key is nfc normalized);
@@ -149,7 +155,8 @@ $bytes$;
 
 -- term statistics --------------------------------------------------------------------------------------
 
-delete from kb.term_stats where df <= 0;
+delete from kb.term_stats
+where df <= 0;
 
 -- degenerate embeddings --------------------------------------------------------------------------------
 
