@@ -55,6 +55,13 @@ def queue(conn):
     ).fetchall()
 
 
+def queue_state(conn):
+    """The queue's rows as stored (no clock-relative columns): for "nothing changed" checks."""
+    return conn.execute(
+        "select chunk_id, model_id, attempts, parked, last_error, next_attempt_at from kb.embedding_queue order by 1, 2"
+    ).fetchall()
+
+
 def make_due(conn):
     """Pretend the backoff has passed."""
     conn.execute("update kb.embedding_queue set next_attempt_at = now() where not parked")
@@ -420,10 +427,10 @@ def test_non_admin_claims_only_knowledge_bases_they_may_write(db, connect_as):
     alice = connect_as("alice")
     assert [r[0] for r in alice.execute("select content from kb.claim_embedding_batch(null, 10)")] == ["alice 的段落"]
     public_chunk = db.execute("select id from kb.chunks where content = '公开段落'").fetchone()[0]
-    before = queue(db)
+    before = queue_state(db)
     # a chunk she may not write is ignored exactly like one that does not exist (no existence oracle)
     assert alice.execute("select * from kb.fail_embedding_batch(null, %s, 'x')", [[public_chunk]]).fetchone() == (0, 0)
-    assert queue(db) == before
+    assert queue_state(db) == before
 
 
 def test_store_and_fail_answer_alike_for_unknown_and_foreign_chunks(db, connect_as):
@@ -441,7 +448,7 @@ def test_store_and_fail_answer_alike_for_unknown_and_foreign_chunks(db, connect_
     bob = connect_as("bob")
     db.execute("grant execute on function kb.fail_embedding_batch to pgkb_user")
     vec = Vector(np.eye(384, dtype=np.float32)[0])
-    before = (queue(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall())
+    before = (queue_state(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall())
 
     def answers(ids):
         out = []
@@ -456,7 +463,7 @@ def test_store_and_fail_answer_alike_for_unknown_and_foreign_chunks(db, connect_
         return out
 
     assert answers([secret]) == answers([missing]) == [("ok", (0,)), ("ok", (0, 0))]
-    assert (queue(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall()) == before
+    assert (queue_state(db), db.execute("select chunk_id from kb.embeddings order by 1").fetchall()) == before
     # mixed with a chunk of his own, only his own counts
     assert answers([own, secret])[0] == answers([own, missing])[0] == ("ok", (1,))
     assert db.execute("select chunk_id from kb.embeddings").fetchall() == [(own,)]

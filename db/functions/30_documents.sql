@@ -13,7 +13,7 @@ set search_path = pg_catalog, pg_temp
 as $$
     insert into kb.term_stats as s (kb_id, term, df)
     select target_kb, t.term, sign * count(*)
-    from kb.chunks as c, unnest(c.terms) as t (term)
+    from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
     where c.id = any(chunk_ids)
     group by t.term
     order by t.term
@@ -21,7 +21,9 @@ as $$
 
     delete from kb.term_stats as s
     where sign < 0 and s.kb_id = target_kb and s.df <= 0
-        and s.term in (select t.term from kb.chunks as c, unnest(c.terms) as t (term) where c.id = any(chunk_ids));
+        and s.term in (
+            select t.term from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term) where c.id = any(chunk_ids)
+        );
 
     update kb.knowledge_bases as k
     set chunk_count = k.chunk_count + sign * totals.n, term_total = k.term_total + sign * totals.terms,
