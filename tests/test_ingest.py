@@ -284,7 +284,7 @@ def test_database_errors_fail_only_their_document(db, docs, embedder):
     summary = ingest(db, url, docs, "docs", SPEC, embedder, IngestOptions())
     failed = {f["doc_key"]: f for f in summary.failures}
     assert set(failed) == {"rejected.md", "slow.md", "kill.md", long_key, wide_key}
-    assert "index row size" in failed[wide_key]["error"] and "54000" in failed[wide_key]["error"]
+    assert "2000 bytes" in failed[wide_key]["error"] and "22023" in failed[wide_key]["error"]  # checked, not raw
     assert "test_no_rejected" in failed["rejected.md"]["error"] and "23514" in failed["rejected.md"]["error"]
     assert "statement timeout" in failed["slow.md"]["error"] and "57014" in failed["slow.md"]["error"]
     assert "connection was lost" in failed["kill.md"]["error"]
