@@ -281,7 +281,7 @@ def test_vector_leg_uses_hnsw_for_the_owner_too(admin):
 
 def test_filtered_vector_search_fills_top_k_on_a_small_slice(admin, connect):
     alice = connect("alice")
-    assert alice.execute("select count(*) from kb.embeddings").fetchone()[0] == ALICE_ROWS
+    assert alice.execute("select embedded from kb.embedding_status()").fetchone()[0] == ALICE_ROWS
     assert admin.execute("select count(*) from kb.embeddings").fetchone()[0] == ALICE_ROWS + (N_KBS - 1) * ROWS_PER_KB
     for seed in range(5):
         rows = alice.execute(
@@ -320,10 +320,17 @@ def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):
 
 
 def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
-    """No index assertion: RLS keeps non-leakproof && from becoming an index condition (pitfall 1),
-    which is why search goes through the SECURITY DEFINER functions. The result is still right."""
-    alice = connect("alice")
-    assert alice.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3
+    """End users hold no table privilege (they read through functions); RLS is the second line: a role
+    given SELECT on kb.chunks by hand still sees only its visible rows. No index assertion: RLS keeps
+    non-leakproof && from becoming an index condition (pitfall 1), which is why search goes through the
+    SECURITY DEFINER functions. The result is still right."""
+    alice, bob = connect("alice"), connect("bob")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        alice.execute("select count(*) from kb.chunks")
+    admin.execute("grant select on kb.chunks to alice, bob")
+    try:
+        assert alice.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3
+        assert bob.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 60
+    finally:
+        admin.execute("revoke select on kb.chunks from alice, bob")
     assert admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * N_KBS
-    bob = connect("bob")
-    assert bob.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * 20
