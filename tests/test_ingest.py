@@ -348,3 +348,18 @@ def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs):
     assert summary["failed"] == 3 and summary["added"] == 0 and "looks down" in summary["stopped"]
     assert set(recorded_failures(db)) == {"guide/login.md", "notes.txt", "policy.md"}
     assert "unreachable" in summary["failures"][0]["error"] and "(after 4 attempts)" in summary["failures"][0]["error"]
+
+
+def test_decomposed_file_names_are_one_nfc_document(db, docs, embedder):
+    """A decomposed (NFD) file name, as macOS writes them, is stored under its NFC key, and a re-run finds
+    it unchanged instead of deleting and re-adding it."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "café.md")
+    (docs / nfd).write_text("# Café\n\nLe café ouvre à 8 h.\n", encoding="utf-8")
+    first = run(db, docs, embedder)
+    assert not first.failures
+    keys = {r[0] for r in db.execute("select doc_key from kb.documents")}
+    assert "café.md" in keys and nfd not in keys
+    again = run(db, docs, embedder)
+    assert (again.added, again.changed, again.removed, again.unchanged) == (0, 0, 0, first.added)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import fixture_docs
+import numpy as np
 import psycopg
 import pytest
 from pgkb.config import Settings
@@ -76,6 +77,22 @@ def test_failing_embedder_degrades_to_lexical_only(kbdb):
     assert response.degraded and "unreachable" in response.degraded_reason
     assert not response.vector_used and response.results[0].doc_key == "policy/refund.md"
     assert all(h.vector_rank is None for h in response.results)
+
+
+@pytest.mark.parametrize("value", [0.0, float("nan")])
+def test_unusable_query_vector_degrades_to_lexical_only(kbdb, embedder, value):
+    """A zero or NaN query vector (a broken embedder) would make the database refuse the search: the client
+    sends none and says why."""
+
+    class Broken:
+        name, dimension = embedder.name, embedder.dimension
+
+        def embed(self, texts):
+            return np.full((len(texts), self.dimension), value, dtype=np.float32)
+
+    response = search(kbdb, settings(), "退款", 3, embedder=Broken())
+    assert response.degraded and "unusable query vector" in response.degraded_reason
+    assert not response.vector_used and response.results[0].doc_key == "policy/refund.md"
 
 
 def test_unknown_kb_raises(kbdb, embedder):

@@ -564,3 +564,29 @@ def test_worker_process_logs_progress_and_stops_gracefully_on_sigterm(db, settin
     assert "pgkb worker: model multilingual-e5-small (384-d" in err
     assert "embedded 2 chunks in 1 batches" in err and "chunks/s" in err
     assert "SIGTERM: stopping after the current batch" in err
+
+
+class _ZeroFor:
+    """The offline model, except that texts containing ``word`` get an all-zero vector (which
+    kb.store_embeddings refuses as unusable)."""
+
+    def __init__(self, inner, word: str) -> None:
+        self.inner, self.word, self.name, self.dimension = inner, word, inner.name, inner.dimension
+
+    def embed(self, texts):
+        out = np.array(self.inner.embed(texts), dtype=np.float32)
+        for i, text in enumerate(texts):
+            if self.word in text:
+                out[i] = 0.0
+        return out
+
+
+def test_an_unusable_vector_fails_only_its_chunk_and_the_worker_goes_on(db, settings, embedder):
+    """A zero vector from the embedder is refused by the database (22000); the worker records it as that
+    chunk's failure -- its batch mates are stored -- instead of crashing."""
+    write(db, "a.md", ["第一段", "毒药 ZEROWORD", "第三段", "第四段"])
+    stats = run_worker(settings, once=True, embedder=_ZeroFor(embedder, "ZEROWORD"), max_attempts=1)
+    assert (stats.embedded, stats.failed, stats.parked) == (3, 1, 1)
+    rows = queue(db)
+    assert len(rows) == 1 and rows[0][2] is True and "unusable vector" in rows[0][3]
+    assert db.execute("select count(*) from kb.embeddings").fetchone()[0] == 3

@@ -28,6 +28,7 @@ import queue
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,7 +92,8 @@ class IngestOptions:
 
 
 def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
-    """(doc_key, path) for every file under root matching an include glob and no exclude glob, sorted.
+    """(doc_key, path) for every file under root matching an include glob and no exclude glob, sorted; the
+    doc_key is the relative path in NFC (a decomposed file name, as macOS writes them, is the same key).
 
     Globs match the file name or the relative path; an exclude glob matching a directory name prunes it.
     """
@@ -105,7 +107,7 @@ def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> 
         if any(matches("/".join(parts[: i + 1]), parts[i], exclude) for i in range(len(parts) - 1)):
             continue
         if path.is_file() and matches(rel, path.name, include) and not matches(rel, path.name, exclude):
-            yield rel, path
+            yield unicodedata.normalize("NFC", rel), path  # the database keeps doc_keys in NFC
 
 
 def content_hash(data: bytes, options: ChunkingOptions) -> str:

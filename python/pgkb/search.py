@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pgkb.chunking import breadcrumb
 from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
@@ -207,6 +209,10 @@ def search(
         response.model = spec.name
         embedder = embedder or load_embedder(settings, spec)
         embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
+        norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
+        if not 1e-15 <= norm <= 1e15:  # kb.usable_embedding's bounds: zero, NaN or degenerate vectors
+            embedding = None
+            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         response.degraded = True
         response.degraded_reasons.append(f"query embedding failed, lexical-only results ({e})")

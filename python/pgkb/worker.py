@@ -269,9 +269,12 @@ class _Worker:
                 elapsed,
                 self.lease.total_seconds(),
             )
-        stored = self.conn.execute(
-            "select kb.store_embeddings(%s, %s, %s)", [self.spec.name, ids, list(vectors)]
-        ).fetchone()[0]
+        try:
+            stored = self.conn.execute(
+                "select kb.store_embeddings(%s, %s, %s)", [self.spec.name, ids, list(vectors)]
+            ).fetchone()[0]
+        except psycopg.errors.DataError as e:  # an unusable vector (zero norm, NaN): that input's failure
+            return f"the embedder returned an unusable vector: {e.diag.message_primary or e}"
         self.stats.embedded += stored
         return None
 
