@@ -6,7 +6,10 @@
 -- under row-level security; the legs are not executable by pgkb users.
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
--- small visible slice still fills n rows. Rank 1 = nearest; score = cosine similarity.
+-- small visible slice still fills n rows. When the index still yields fewer than n rows (the visible
+-- slice holds fewer, or the graph lost them: many dead duplicate vectors of other knowledge bases before
+-- VACUUM), an exact scan of the visible slice (btree on model_id, kb_id) answers instead, so what a user
+-- finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
 create or replace function kb.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -16,10 +19,11 @@ set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
 set "hnsw.ef_search" = 100
 as $$
-begin
-    return query execute format($sql$
-        select nearest.chunk_id, (row_number() over (order by nearest.distance, nearest.chunk_id))::integer,
-            1 - nearest.distance
+declare
+    -- %3$s is empty for the HNSW scan; ' + 0' orders by an expression the index cannot serve (exact)
+    nearest_sql constant text := $sql$
+        select coalesce(array_agg(nearest.chunk_id order by nearest.distance, nearest.chunk_id), '{}'),
+            coalesce(array_agg(nearest.distance order by nearest.distance, nearest.chunk_id), '{}')
         from (
             select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
             from kb.embeddings as e
@@ -28,11 +32,21 @@ begin
                     select from kb.chunks as c join kb.documents as d on d.id = c.document_id
                     where c.id = e.chunk_id and d.metadata @> $4
                 ))
-            order by e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+            order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
         ) as nearest
-        $sql$, model.dimension, model.id)
-    using query_embedding, kb_ids, n, doc_filter;
+    $sql$;
+    ids bigint [];
+    distances double precision [];
+begin
+    execute format(nearest_sql, model.dimension, model.id, '')
+    into ids, distances using query_embedding, kb_ids, n, doc_filter;
+    if cardinality(ids) < n then
+        execute format(nearest_sql, model.dimension, model.id, ' + 0')
+        into ids, distances using query_embedding, kb_ids, n, doc_filter;
+    end if;
+    return query select x.chunk_id, x.ord::integer, 1 - x.distance
+    from unnest(ids, distances) with ordinality as x (chunk_id, distance, ord);
 end
 $$;
 
