@@ -357,3 +357,17 @@ def test_python_defaults_are_the_sql_defaults(db):
         assert float(sql[field]) == float(getattr(settings, field)), field
     assert sql["fusion"] == settings.fusion
     assert int(sql["candidates"]) == DEFAULT_CANDIDATES
+
+
+def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):
+    """kb.setting is the one reader of kb.settings: no function falls back to a literal of its own."""
+    kbdb.execute("update kb.settings set value = 'many' where key = 'lexical_probe_budget'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match='setting "lexical_probe_budget" must be an integer'):
+        kbdb.execute("select * from kb.lexical_search('退款')")
+    kbdb.execute("delete from kb.settings where key = 'lexical_probe_budget'")
+    with pytest.raises(psycopg.errors.UndefinedObject, match='setting "lexical_probe_budget" is missing'):
+        kbdb.execute("select * from kb.lexical_search('退款')")
+    bodies = kbdb.execute(
+        "select string_agg(prosrc, ' ') from pg_proc where pronamespace = 'kb'::regnamespace and proname <> 'setting'"
+    ).fetchone()[0]
+    assert "kb.settings" not in bodies.replace("kb.settings.", "")

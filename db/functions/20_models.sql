@@ -56,9 +56,8 @@ as $$
 declare
     existing kb.embedding_models;
     mid integer;
-    m integer := coalesce(hnsw_m, (select s.value::integer from kb.settings as s where s.key = 'hnsw_m'), 16);
-    efc integer := coalesce(hnsw_ef_construction,
-        (select s.value::integer from kb.settings as s where s.key = 'hnsw_ef_construction'), 64);
+    m integer := coalesce(hnsw_m, kb.setting_int('hnsw_m'));
+    efc integer := coalesce(hnsw_ef_construction, kb.setting_int('hnsw_ef_construction'));
 begin
     perform kb.require_admin('register embedding models');
     if name is null or btrim(name) = '' or length(name) > 200 then

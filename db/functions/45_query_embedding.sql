@@ -9,9 +9,9 @@ language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    url text := (select s.value from kb.settings as s where s.key = 'embedding_url');
-    api_key text := (select s.value from kb.settings as s where s.key = 'embedding_api_key');
-    timeout_ms integer := (select s.value::integer from kb.settings as s where s.key = 'embedding_timeout_ms');
+    url text := kb.setting('embedding_url');
+    api_key text := kb.setting('embedding_api_key');
+    timeout_ms integer := kb.setting_int('embedding_timeout_ms');
     result real [];
 begin
     if coalesce(url, '') = '' then
@@ -26,7 +26,7 @@ begin
     begin
         execute 'select kb.http_embedding($1, $2, $3, $4, $5)'
         into result
-        using url, model.name, model.query_prefix || query, coalesce(api_key, ''), coalesce(timeout_ms, 3000);
+        using url, model.name, model.query_prefix || query, api_key, timeout_ms;
     exception when others then
         raise notice 'pgkb: query embedding failed (%); searching with the lexical legs only', sqlerrm;
         return null;

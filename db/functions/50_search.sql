@@ -178,15 +178,9 @@ declare
     kb_ids integer [];
     target kb.embedding_models;
     embedding vector := query_embedding;
-    probe_budget integer := coalesce(
-        (select s.value::integer from kb.settings as s where s.key = 'lexical_probe_budget'), 2000
-    );
-    fuzzy_max_chars integer := coalesce(
-        (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_chars'), 32
-    );
-    fuzzy_max_words integer := coalesce(
-        (select s.value::integer from kb.settings as s where s.key = 'fuzzy_max_query_words'), 2
-    );
+    probe_budget integer := kb.setting_int('lexical_probe_budget');
+    fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
+    fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
 begin
     if query is null or kb.is_blank(query) then
         raise exception 'query must not be empty (white space and invisible characters alone do not count)'
