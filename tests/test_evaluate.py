@@ -206,7 +206,6 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
         (parse("--docs", str(tmp_path)), "needs both --docs DIR and --questions"),
         (parse(str(folder), "--docs", str(tmp_path), "--questions", "q.jsonl"), "not both"),
         (parse(str(folder), "--depth", "0"), "--depth must be between"),
-        (parse(str(folder), "--vector-weight", "0", "--lexical-weight", "0", "--fuzzy-weight", "0"), "weights"),
         (parse(str(folder), "--max-queries", "0"), "--max-queries must be at least 1"),
     ]
     for args, message in cases:

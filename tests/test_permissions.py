@@ -121,6 +121,8 @@ PUBLIC_API = {
     "get_document",
     "embedding_status",
     "service_role_problem",
+    "search_defaults",
+    "check_search_input",
 }
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]

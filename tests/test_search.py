@@ -10,8 +10,7 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
-from pgkb.quality.evaluate import SearchSettings
-from pgkb.search import DEFAULT_CANDIDATES
+from pgkb.quality.evaluate import SETTING_TYPES, SearchSettings
 from pgvector import Vector
 
 
@@ -87,10 +86,12 @@ def test_result_columns_and_dbsf_score(kbdb, embedder):
     assert top["kb"] == "team-docs" and top["title"] == "退款政策"
     assert top["heading_path"] == ["规则"] and top["chunk_index"] == 0 and top["chunk_type"] == "text"
     assert top["lexical_score"] > 0 and -1 <= top["vector_score"] <= 1
-    defaults = SearchSettings()  # = the SQL defaults (test_python_defaults_are_the_sql_defaults)
-    legs = leg_scores(kbdb, embedder, "退款", defaults.candidates)
+    vw, lw, fw, candidates = kbdb.execute(
+        "select vector_weight, lexical_weight, fuzzy_weight, candidates from kb.search_defaults()"
+    ).fetchone()
+    legs = leg_scores(kbdb, embedder, "退款", candidates)
     assert all(legs.values()), "every leg must contribute for this check"
-    weights = {"vector": defaults.vector_weight, "lexical": defaults.lexical_weight, "fuzzy": defaults.fuzzy_weight}
+    weights = {"vector": vw, "lexical": lw, "fuzzy": fw}
 
     def normalised(leg, score):
         scores = np.array([s for _, s in legs[leg].values()])
@@ -197,14 +198,12 @@ def test_bm25_statistics_follow_replacements(kbdb):
         ("select * from kb.hybrid_search('退款', filter => '[1]')", [], "filter must be a JSON object"),
         ("select * from kb.lexical_search('退款', bm25_b => 2)", [], "bm25_b"),
         ("select * from kb.hybrid_search('退款', fusion => 'borda')", [], "fusion must be 'dbsf' or 'rrf'"),
-        ("select * from kb.hybrid_search('退款', fusion => null)", [], "fusion must be 'dbsf' or 'rrf'"),
         # issue 9: NaN passed "< 0" checks, Infinity passed lower bounds
         ("select * from kb.hybrid_search('退款', lexical_weight => 'NaN')", [], "weights"),
         ("select * from kb.hybrid_search('退款', lexical_weight => 'Infinity')", [], "weights"),
         ("select * from kb.hybrid_search('退款', vector_weight => 'NaN', lexical_weight => 0)", [], "weights"),
         ("select * from kb.hybrid_search('退款', fuzzy_weight => '-Infinity')", [], "weights"),
         ("select * from kb.hybrid_search('退款', vector_weight => 1e300, lexical_weight => 1e300)", [], "weights"),
-        ("select * from kb.hybrid_search('退款', vector_weight => null)", [], "weights"),
         ("select * from kb.hybrid_search('退款', bm25_k1 => 'NaN')", [], "bm25_k1"),
         ("select * from kb.hybrid_search('退款', bm25_k1 => 'Infinity')", [], "bm25_k1"),
         ("select * from kb.hybrid_search('退款', bm25_b => 'NaN')", [], "bm25_b"),
@@ -343,20 +342,31 @@ def test_fuzzy_leg_only_runs_for_short_queries(kbdb):
     assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query"))
 
 
-def test_python_defaults_are_the_sql_defaults(db):
-    """pgkb eval / sweep / search restate kb.hybrid_search's defaults; they must not drift apart."""
-
-    args = db.execute("select pg_get_function_arguments('kb.hybrid_search'::regproc)").fetchone()[0]
-    sql = {}
-    for arg in args.split(", "):
-        name, _, default = arg.partition(" DEFAULT ")
-        if default:
-            sql[name.split()[0]] = default.split("::")[0].strip("'")
-    settings = SearchSettings()
-    for field in ("rrf_k", "vector_weight", "lexical_weight", "fuzzy_weight", "candidates", "bm25_k1", "bm25_b"):
-        assert float(sql[field]) == float(getattr(settings, field)), field
-    assert sql["fusion"] == settings.fusion
-    assert int(sql["candidates"]) == DEFAULT_CANDIDATES
+def test_null_settings_take_the_databases_defaults(kbdb, embedder):
+    """kb.search_defaults() is the one place the search defaults live: NULL (what every client passes for
+    a setting it was not told) gives the same ranking and scores as the defaults spelled out, and no Python
+    restates them."""
+    d = kbdb.execute("select * from kb.search_defaults()").fetchone()
+    emb = Vector(embedder.embed(["query: 退款多久到账"])[0])
+    explicit = kbdb.execute(
+        "select chunk_id, score from kb.hybrid_search('退款多久到账', 10, query_embedding => %s, vector_weight => %s,"
+        " lexical_weight => %s, fuzzy_weight => %s, rrf_k => %s, candidates => %s, bm25_k1 => %s, bm25_b => %s,"
+        " fusion => %s)",
+        [emb, *d],
+    ).fetchall()
+    nulls = kbdb.execute(
+        "select chunk_id, score from kb.hybrid_search('退款多久到账', 10, query_embedding => %s, vector_weight => null,"
+        " lexical_weight => null, fuzzy_weight => null, rrf_k => null, candidates => null, bm25_k1 => null,"
+        " bm25_b => null, fusion => null)",
+        [emb],
+    ).fetchall()
+    assert explicit and explicit == nulls
+    assert all(getattr(SearchSettings(), f) is None for f in SETTING_TYPES)
+    # candidates left NULL are at least top_k (a rerank fetch of 100 gets 100 candidates per leg)
+    rows = kbdb.execute(
+        "select count(*) from kb.lexical_search('退款', 100) where lexical_rank is not null"
+    ).fetchone()[0]
+    assert rows >= 1
 
 
 def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):

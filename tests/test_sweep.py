@@ -41,8 +41,6 @@ def test_grid_is_the_cartesian_product_over_the_defaults():
         (["candidates=ten"], "invalid literal"),
         (["candidates="], "has no values"),
         (["fusion=borda"], "choose from dbsf, rrf"),
-        (["candidates=0"], "--candidates must be between 1 and 1000"),
-        (["lexical_weight=-1"], "weights must be >= 0"),
         (["rrf_k=10", "rrf_k=20"], "given twice"),
     ],
 )
@@ -87,7 +85,6 @@ def test_sweep_arguments_are_checked(db, embedder, tmp_path, capsys):
         (("--beir", str(folder), "--modes", "hybrid+rerank"), "--modes: choose from"),
         (("--beir", str(folder), "--max-queries", "0"), "--max-queries must be at least 1"),
         (("--beir", str(tmp_path / "absent")), "absent"),
-        (("--beir", str(folder), "--grid", "bm25_b=2"), "--bm25-b in [0, 1]"),
     ]:
         assert sweep.run(sweep_args(*argv), settings_for(db), embedder=embedder) == 2, argv
         assert message in capsys.readouterr().err, argv

@@ -147,8 +147,46 @@ as $$
     ) as matched
 $$;
 
--- The one search implementation: validate, resolve visibility and model, embed the query if needed,
--- run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
+-- The search defaults, in one place: every NULL setting of kb.search (and so of hybrid_search and the
+-- single-leg wrappers, whose parameters default to NULL) takes its value from here. Tuned by the sweeps
+-- in docs/quality.md. candidates: rows per leg before fusion (at least top_k when left NULL).
+create or replace function kb.search_defaults()
+returns table (
+    vector_weight double precision, lexical_weight double precision, fuzzy_weight double precision,
+    rrf_k double precision, candidates integer, bm25_k1 double precision, bm25_b double precision, fusion text
+)
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select 1.0::float8, 0.6::float8, 0.5::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
+$$;
+
+-- Raise unless query and top_k are acceptable to every search function: a query that is not blank
+-- (white space and invisible characters do not count) of at most 4000 characters, top_k in 1..100.
+-- Clients call it before they spend time embedding a query the search would refuse.
+create or replace function kb.check_search_input(query text, top_k integer)
+returns void
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if query is null or kb.is_blank(query) then
+        raise exception 'query must not be empty (white space and invisible characters alone do not count)'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if length(query) > 4000 then
+        raise exception 'query is % characters long; at most 4000 are accepted', length(query)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    if top_k is null or top_k not between 1 and 100 then
+        raise exception 'top_k must be between 1 and 100, got %', coalesce(top_k::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+end
+$$;
+
+-- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
+-- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
 -- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
@@ -181,25 +219,24 @@ declare
     probe_budget integer := kb.setting_int('lexical_probe_budget');
     fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
     fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
+    defaults record;
 begin
-    if query is null or kb.is_blank(query) then
-        raise exception 'query must not be empty (white space and invisible characters alone do not count)'
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if length(query) > 4000 then
-        raise exception 'query is % characters long; at most 4000 are accepted', length(query)
-            using errcode = 'program_limit_exceeded';
-    end if;
-    if top_k is null or top_k not between 1 and 100 then
-        raise exception 'top_k must be between 1 and 100, got %', coalesce(top_k::text, 'NULL')
-            using errcode = 'invalid_parameter_value';
-    end if;
+    select * into defaults from kb.search_defaults();
+    vector_weight := coalesce(vector_weight, defaults.vector_weight);
+    lexical_weight := coalesce(lexical_weight, defaults.lexical_weight);
+    fuzzy_weight := coalesce(fuzzy_weight, defaults.fuzzy_weight);
+    rrf_k := coalesce(rrf_k, defaults.rrf_k);
+    candidates := coalesce(candidates, greatest(defaults.candidates, top_k));
+    bm25_k1 := coalesce(bm25_k1, defaults.bm25_k1);
+    bm25_b := coalesce(bm25_b, defaults.bm25_b);
+    fusion := coalesce(fusion, defaults.fusion);
+    perform kb.check_search_input(query, top_k);
     if candidates is null or candidates not between 1 and 1000 then
         raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
             using errcode = 'invalid_parameter_value';
     end if;
     -- 'NaN' sorts above every number (so "< 0" lets it pass) and 'Infinity' passes any lower bound:
-    -- every float is checked against both ends of a finite range, and NULL fails too
+    -- every float is checked against both ends of a finite range
     if not coalesce(vector_weight between 0 and 1e6 and lexical_weight between 0 and 1e6
         and fuzzy_weight between 0 and 1e6 and vector_weight + lexical_weight + fuzzy_weight > 0, false) then
         raise exception 'leg weights must be >= 0 and not all 0 (finite numbers up to 1e6), got %, %, %',
@@ -299,7 +336,8 @@ end
 $$;
 
 -- Hybrid search: vector + BM25 + fuzzy legs fused (see kb.search: distribution-based score fusion by
--- default, fusion => 'rrf' for weighted RRF); higher score is better.
+-- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
+-- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.5, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
 -- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE).
 create or replace function kb.hybrid_search(
@@ -308,15 +346,15 @@ create or replace function kb.hybrid_search(
     kb text default null,
     query_embedding vector default null,
     model text default null,
-    vector_weight double precision default 1.0,
-    lexical_weight double precision default 0.6,
-    fuzzy_weight double precision default 0.5,
-    rrf_k double precision default 60,
-    candidates integer default 80,
+    vector_weight double precision default null,
+    lexical_weight double precision default null,
+    fuzzy_weight double precision default null,
+    rrf_k double precision default null,
+    candidates integer default null,
     filter jsonb default null,
-    bm25_k1 double precision default 1.2,
-    bm25_b double precision default 0.75,
-    fusion text default 'dbsf'
+    bm25_k1 double precision default null,
+    bm25_b double precision default null,
+    fusion text default null
 )
 returns setof kb.search_result
 language sql volatile security definer
@@ -341,8 +379,8 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, 60, greatest(top_k, 40),
-        filter, 1.2, 0.75, 'rrf')
+    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, greatest(top_k, 40),
+        filter, null, null, 'rrf')
 $$;
 
 -- BM25 leg alone (same columns; lexical_score is the BM25 score).
@@ -351,14 +389,14 @@ create or replace function kb.lexical_search(
     top_k integer default 5,
     kb text default null,
     filter jsonb default null,
-    bm25_k1 double precision default 1.2,
-    bm25_b double precision default 0.75
+    bm25_k1 double precision default null,
+    bm25_b double precision default null
 )
 returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, 60, greatest(top_k, 40),
+    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, null, greatest(top_k, 40),
         filter, bm25_k1, bm25_b, 'rrf')
 $$;
 
@@ -373,6 +411,6 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, 60, greatest(top_k, 40),
-        filter, 1.2, 0.75, 'rrf')
+    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, null, greatest(top_k, 40),
+        filter, null, null, 'rrf')
 $$;

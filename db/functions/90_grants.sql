@@ -52,7 +52,9 @@ kb.list_documents(text),
 kb.list_ingest_failures(text),
 kb.get_document(text, text, integer, integer),
 kb.embedding_status(text),
-kb.service_role_problem()
+kb.service_role_problem(),
+kb.search_defaults(),
+kb.check_search_input(text, integer)
 to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;

@@ -3,8 +3,8 @@
 ``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
 MCP server (pgkb.mcp) call:
 
-1. validates the input (empty or whitespace-only query, > 4000 characters, top_k outside 1..MAX_TOP_K:
-   ``ValueError`` with a message meant for people and models);
+1. checks the input with the database's own rule (kb.check_search_input: blank query, > 4000
+   characters, top_k outside 1..100; ``ValueError`` with a message meant for people and models);
 2. embeds the query with the configured embedder (PGKB_EMBED_PROVIDER; the registry's query prefix, e.g.
    ``query: ``). When that fails (HttpEmbedder gives up after its bounded retries, the model cannot be
    loaded ...) the search runs the lexical legs only -- ``query_embedding => NULL, vector_weight => 0``, so
@@ -37,10 +37,8 @@ import numpy as np
 from pgkb.chunking import breadcrumb
 from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
-MAX_TOP_K = 100  # kb.hybrid_search's own limit
-MAX_QUERY_CHARS = 4000
+MAX_TOP_K = 100  # kb.check_search_input's limit: bounds PGKB_RERANK_DEPTH and the rerank fetch
 DEFAULT_RERANK_DEPTH = 40
-DEFAULT_CANDIDATES = 80  # rows per leg before fusion: kb.hybrid_search's default (tests keep them equal)
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 _BLANK = " \t\r\n\u3000"
 
@@ -148,15 +146,26 @@ class SearchResponse:
 
 
 def validate(query: object, top_k: object, max_top_k: int = MAX_TOP_K) -> tuple[str, int]:
-    """The query (stripped) and top_k, or ValueError saying what is wrong."""
-    if not isinstance(query, str) or not query.strip(_BLANK):
+    """The query (stripped) and top_k, or ValueError for the wrong types or a top_k above the caller's own
+    cap (``max_top_k``: the MCP server's 20). Whether the query is blank or too long and top_k in range is
+    the database's rule (kb.check_search_input), which ``search`` asks before embedding anything."""
+    if not isinstance(query, str):
         raise ValueError("query must not be empty: pass the question or keywords to search for")
-    query = query.strip(_BLANK)
-    if len(query) > MAX_QUERY_CHARS:
-        raise ValueError(f"query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are accepted")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
         raise ValueError(f"top_k must be an integer between 1 and {max_top_k}, got {top_k!r}")
-    return query, top_k
+    return query.strip(_BLANK), top_k
+
+
+def check_input(conn, query: str, top_k: int) -> None:
+    """kb.check_search_input: ValueError with the database's message for a blank or over-long query or a
+    top_k out of range (one round trip, before any embedding work)."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute("select kb.check_search_input(%s, %s)", [query, top_k])
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded) as e:
+        raise ValueError(e.diag.message_primary or str(e)) from None
 
 
 def rerank_text(hit: SearchHit) -> str:
@@ -199,6 +208,7 @@ def search(
     """
     options = options or SearchOptions.from_env()
     query, top_k = validate(query, top_k, max_top_k)
+    check_input(conn, query, top_k)
     kb = kb or None
     started = time.perf_counter()
     response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
@@ -226,14 +236,15 @@ def search(
         "kb": kb,
         "emb": None if embedding is None else _vector(embedding),
         "model": response.model,
-        "vw": 1.0 if embedding is not None else 0.0,
-        "cand": max(DEFAULT_CANDIDATES, depth),
+        # every other setting is left to the database (kb.search_defaults(); candidates >= top_k); without
+        # an embedding the vector leg is off, so the database does not try its own HTTP embedding either
+        "vw": None if embedding is not None else 0.0,
     }
     with conn.transaction():
         _acting(conn, user, options.statement_timeout_ms)
         cur = conn.execute(
             f"select {_COLUMNS} from kb.hybrid_search(%(query)s, top_k => %(top_k)s, kb => %(kb)s,"
-            " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s, candidates => %(cand)s)",
+            " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s)",
             params,
         )
         rows = cur.fetchall()

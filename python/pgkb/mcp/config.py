@@ -15,6 +15,8 @@ from pgkb.service_role import service_database_url
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8766
 MCP_MAX_TOP_K = 20
+# arguments longer than these are refused before any work (transport hygiene; the search rules are SQL's)
+MAX_QUERY_ARGUMENT_CHARS = 10_000
 RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + structured content)
 RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
 MAX_WINDOW = 20

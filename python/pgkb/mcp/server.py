@@ -25,6 +25,7 @@ from pgkb.mcp.config import (
     MAX_CHUNK_INDEX,
     MAX_DOC_ID_CHARS,
     MAX_KB_NAME_CHARS,
+    MAX_QUERY_ARGUMENT_CHARS,
     MAX_WINDOW,
     MCP_MAX_TOP_K,
     RESOURCE_BUDGET_CHARS,
@@ -40,7 +41,7 @@ from pgkb.mcp.output import (
 from pgkb.mcp.render import render_document, render_search
 from pgkb.mcp.stdio import serve_stdio
 from pgkb.models.embedding import EmbeddingError
-from pgkb.search import MAX_QUERY_CHARS, validate
+from pgkb.search import validate
 from pgkb.service_role import PrivilegedRoleError
 
 log = logging.getLogger("pgkb.mcp")
@@ -100,8 +101,8 @@ def build_server(backend: Backend):
             if check_int("top_k", top_k, 1) > MCP_MAX_TOP_K:
                 notes.append(f"top_k {_shown(top_k, 20)} was capped at {MCP_MAX_TOP_K}")
                 top_k = MCP_MAX_TOP_K
-            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)  # empty or longer than MAX_QUERY_CHARS
-            check_text("query", query, MAX_QUERY_CHARS)
+            check_text("query", query, MAX_QUERY_ARGUMENT_CHARS)
+            query, top_k = validate(query, top_k, MCP_MAX_TOP_K)
             check_text("kb", kb, MAX_KB_NAME_CHARS)
             user = user_of(ctx)
             response = backend.search(user, query, top_k, kb.strip() or None)

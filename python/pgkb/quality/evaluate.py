@@ -64,7 +64,6 @@ from typing import Any
 
 from pgkb.chunking import ChunkedDocument, ChunkingOptions, breadcrumb, chunk_text
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
-from pgkb.search import DEFAULT_CANDIDATES
 
 MODES = ("vector", "lexical", "fuzzy", "hybrid", "hybrid+rerank")
 DEFAULT_DEPTH = 50
@@ -448,35 +447,41 @@ def missing_embeddings(conn, kb: str, spec: ModelSpec) -> int:
 # ------------------------------------------------------------------------------------------- searching
 
 
+# kb.hybrid_search's settings a run may set, with their types; the defaults are the database's own
+# (kb.search_defaults()), which it applies to every setting passed as NULL.
+SETTING_TYPES: dict[str, type] = {
+    "fusion": str,
+    "rrf_k": float,
+    "vector_weight": float,
+    "lexical_weight": float,
+    "fuzzy_weight": float,
+    "candidates": int,
+    "bm25_k1": float,
+    "bm25_b": float,
+}
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    """kb.hybrid_search's parameters, defaulting to its SQL defaults (tests/test_search.py checks)."""
+    """kb.hybrid_search's settings for a run; None leaves one to the database (kb.search_defaults()), which
+    also checks them (a bad value is the database's clear error). depth and rerank_depth are this tool's."""
 
-    rrf_k: float = 60.0
-    vector_weight: float = 1.0
-    lexical_weight: float = 0.6
-    fuzzy_weight: float = 0.5
-    candidates: int = DEFAULT_CANDIDATES
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
+    rrf_k: float | None = None
+    vector_weight: float | None = None
+    lexical_weight: float | None = None
+    fuzzy_weight: float | None = None
+    candidates: int | None = None
+    bm25_k1: float | None = None
+    bm25_b: float | None = None
     rerank_depth: int = 40
     depth: int = DEFAULT_DEPTH  # chunks fetched per query (deduplicated to documents afterwards)
-    fusion: str = "dbsf"
+    fusion: str | None = None
 
     def validate(self) -> None:
         if not 1 <= self.depth <= MAX_TOP_K:
             raise EvalError(f"--depth must be between 1 and {MAX_TOP_K}")
         if not 1 <= self.rerank_depth <= MAX_TOP_K:
             raise EvalError(f"--rerank-depth must be between 1 and {MAX_TOP_K}")
-        if not 1 <= self.candidates <= 1000:
-            raise EvalError("--candidates must be between 1 and 1000")
-        if self.rrf_k <= 0 or self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
-            raise EvalError("--rrf-k must be > 0, --bm25-k1 >= 0 and --bm25-b in [0, 1]")
-        if self.fusion not in FUSIONS:
-            raise EvalError(f"--fusion must be one of {', '.join(FUSIONS)}")
-        weights = (self.vector_weight, self.lexical_weight, self.fuzzy_weight)
-        if min(weights) < 0 or sum(weights) <= 0:
-            raise EvalError("leg weights must be >= 0 and not all 0")
 
 
 _COLS = "doc_key, title, heading_path, content"
@@ -646,16 +651,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate a seeded sample of N queries")
     parser.add_argument("--seed", type=int, default=0, help="sample seed for --max-queries (default 0)")
     d = SearchSettings()
-    parser.add_argument(
-        "--fusion", default=d.fusion, choices=FUSIONS, help=f"how hybrid fuses the legs (default {d.fusion})"
-    )
-    parser.add_argument("--rrf-k", type=float, default=d.rrf_k, help=f"RRF k (default {d.rrf_k:g})")
-    parser.add_argument("--vector-weight", type=float, default=d.vector_weight)
-    parser.add_argument("--lexical-weight", type=float, default=d.lexical_weight)
-    parser.add_argument("--fuzzy-weight", type=float, default=d.fuzzy_weight)
-    parser.add_argument("--candidates", type=int, default=d.candidates, help="rows per leg before fusion")
-    parser.add_argument("--bm25-k1", type=float, default=d.bm25_k1)
-    parser.add_argument("--bm25-b", type=float, default=d.bm25_b)
+    db_default = "default: the database's, SELECT * FROM kb.search_defaults()"
+    parser.add_argument("--fusion", default=None, choices=FUSIONS, help=f"how hybrid fuses the legs ({db_default})")
+    parser.add_argument("--rrf-k", type=float, default=None, help=f"RRF k ({db_default})")
+    parser.add_argument("--vector-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--lexical-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--fuzzy-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--candidates", type=int, default=None, help=f"rows per leg before fusion ({db_default})")
+    parser.add_argument("--bm25-k1", type=float, default=None, help=db_default)
+    parser.add_argument("--bm25-b", type=float, default=None, help=db_default)
     parser.add_argument(
         "--rerank-depth", type=int, default=None, help="fused chunks reranked (default PGKB_RERANK_DEPTH or 40)"
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from pgkb.quality.evaluate import (
     FUSIONS,
+    SETTING_TYPES,
     Dataset,
     EvalError,
     ModeResult,
@@ -33,15 +34,15 @@ from pgkb.quality.evaluate import (
     search_mode,
 )
 
-SWEEPABLE = ("fusion", "rrf_k", "vector_weight", "lexical_weight", "fuzzy_weight", "candidates", "bm25_k1", "bm25_b")
+SWEEPABLE = tuple(SETTING_TYPES)
 SWEEP_MODES = ("hybrid", "lexical", "vector", "fuzzy")
 
 
 def parse_grid(items: list[str]) -> list[tuple[dict[str, Any], SearchSettings]]:
     """``["lexical_weight=0.5,1", "fusion=dbsf,rrf"]`` -> every combination as (varied values, settings).
 
-    Raises EvalError for an unknown key, a value of the wrong type, a key given twice or settings that
-    kb.search would refuse."""
+    Raises EvalError for an unknown key, a value of the wrong type or a key given twice; values kb.search
+    refuses are its error at the first query."""
     defaults = SearchSettings()
     axes: dict[str, list[Any]] = {}
     for item in items:
@@ -51,7 +52,7 @@ def parse_grid(items: list[str]) -> list[tuple[dict[str, Any], SearchSettings]]:
             raise EvalError(f"--grid {item!r}: expected KEY=V1,V2,... with KEY one of {', '.join(SWEEPABLE)}")
         if key in axes:
             raise EvalError(f"--grid {key} is given twice")
-        kind = type(getattr(defaults, key))
+        kind = SETTING_TYPES[key]
         try:
             values = [kind(v.strip()) for v in raw.split(",") if v.strip()]
         except ValueError as e:
