@@ -398,4 +398,4 @@ else
     log "pgvector $have ready for PostgreSQL $PG_MAJOR"
 fi
 
-log "done (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"
+log "done in ${SECONDS} s (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"
