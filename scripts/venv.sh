@@ -109,7 +109,12 @@ if [[ "$want" == dev ]]; then
         log "installing $torch_req (CPU build) from $TORCH_INDEX"
         if ! "$VENV/bin/python" -m pip install "${PIP_OPTS[@]}" --index-url "$TORCH_INDEX" --retries 1 --timeout 30 \
             "$torch_req" 2>"$VENV/torch-index.log"; then
-            log "could not get $torch_req from $TORCH_INDEX: $(grep -m1 '^ERROR' "$VENV/torch-index.log" | cut -c1-160)"
+            if grep -q -E 'NameResolution|Failed to establish|ConnectTimeout|Network is unreachable' "$VENV/torch-index.log"; then
+                why="the index cannot be reached"
+            else
+                why="$(grep -m1 '^ERROR' "$VENV/torch-index.log" | cut -c1-160)"
+            fi
+            log "could not get $torch_req from $TORCH_INDEX: ${why:-pip failed}"
             log "  it comes from the default index instead (on Linux x86_64 that is the CUDA build, several GB more)"
         fi
         rm -f "$VENV/torch-index.log"
