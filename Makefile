@@ -3,39 +3,40 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+export PYTHON VENV
 
-.PHONY: setup venv run stop test lint pytest bench clean
+.PHONY: system setup setup-dev run stop test lint pytest bench clean
 
-## setup: install PostgreSQL, plpython3u, pg_trgm, pgvector (scripts/setup.sh) and the Python venv
-setup: venv
+## system: install python3 + python3-venv, PostgreSQL, plpython3u, pg_trgm, pgvector (scripts/setup.sh; as root
+## or with sudo; quick when everything is there)
+system:
 	@bash scripts/setup.sh
 
-venv: $(STAMP)
+## setup: system packages, then .venv with pgkb and what running it needs (scripts/venv.sh; a broken or
+## half-made .venv is rebuilt)
+setup: system
+	@bash scripts/venv.sh run
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "setup: installing Python packages into $(VENV)"
-	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
-	@touch $(STAMP)
+## setup-dev: setup plus the test/dev extras (pytest, ruff, sqlfluff, sentence-transformers, torch CPU)
+setup-dev: system
+	@bash scripts/venv.sh dev
 
 ## run: setup, then start the database, embed-server and MCP server, ingest examples/kb (or DOCS=...),
 ## run a sample search and print psql + IDE (MCP) configuration. `make stop` stops it all.
 run: setup
 	@$(BIN)/pgkb up $(if $(DOCS),--docs "$(DOCS)")
 
-stop: venv
-	@$(BIN)/pgkb down
+stop:
+	@if [ -x $(BIN)/pgkb ]; then $(BIN)/pgkb down; else echo "stop: no $(BIN)/pgkb, so nothing was started by make run"; fi
 
-## test: setup, then ruff + sqlfluff + pytest (exit code 5 = no tests collected is a failure)
-test: setup lint pytest
+## test: setup-dev, then ruff + sqlfluff + pytest (exit code 5 = no tests collected is a failure)
+test: setup-dev lint pytest
 
-lint: venv
+lint: setup-dev
 	$(BIN)/ruff check python tests
 	$(BIN)/sqlfluff lint db examples
 
-pytest: venv
+pytest: setup-dev
 	@set +e; $(BIN)/pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure" >&2; exit 1; fi; \
 	exit $$rc

@@ -2,6 +2,8 @@
 # scripts/setup.sh - install the system packages pgkb needs (called by `make setup`).
 #
 # Ensures, on Debian (12+) or Ubuntu:
+#   0. python3 with venv support (python3, python3-venv), so that the Makefile can make .venv next
+#      (scripts/venv.sh);
 #   1. a PostgreSQL server >= 15 (the newest one installed, else the distro default),
 #      including pg_trgm (contrib);
 #   2. PL/Python 3 for that server (postgresql-plpython3-N);
@@ -20,6 +22,8 @@
 # that need it, and only when something actually has to be installed.
 #
 # Environment knobs (all optional):
+#   PYTHON               the interpreter the venv is made with (default python3; only python3 is
+#                        installed when missing)
 #   PGKB_PG_VERSION      use this PostgreSQL major version instead of detecting it
 #   PGKB_MIN_PGVECTOR    minimum acceptable pgvector version (default 0.8.0)
 #   PGKB_PGVECTOR_SUITES Debian suites to look in for the pgvector source
@@ -152,6 +156,23 @@ apt_install() {
 }
 
 version_ge() { dpkg --compare-versions "$1" ge "$2"; }
+
+# ---------------------------------------------------------------------------
+# 0. Python 3 with venv support (Debian splits ensurepip into python3-venv), before the Makefile makes
+#    .venv. Checked by running the interpreter, so a python3 from elsewhere (pyenv, a venv) that has
+#    ensurepip is used as it is.
+PYTHON="${PYTHON:-python3}"
+if "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    log "$PYTHON with venv support already present ($("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))"
+elif [[ "$PYTHON" != python3 ]] && command -v "$PYTHON" >/dev/null 2>&1; then
+    die "$PYTHON has no venv/ensurepip module: install its venv package (e.g. ${PYTHON##*/}-venv) or use PYTHON=python3"
+elif [[ "$PYTHON" != python3 ]]; then
+    die "PYTHON=$PYTHON not found: install it or use the default python3"
+else
+    apt_install python3 python3-venv
+    python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+        die "python3 still has no venv support after installing python3-venv ($(command -v python3 || echo 'python3 not on PATH'))"
+fi
 
 # ---------------------------------------------------------------------------
 # 1. PostgreSQL server >= 15.
@@ -377,12 +398,4 @@ else
     log "pgvector $have ready for PostgreSQL $PG_MAJOR"
 fi
 
-# ---------------------------------------------------------------------------
-# 4. Python venv support for the Makefile's .venv (Debian splits ensurepip into python3-venv).
-if python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    log "python3 venv support already present"
-else
-    apt_install python3-venv
-fi
-
-log "done (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"
+log "done in ${SECONDS} s (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"

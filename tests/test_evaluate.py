@@ -311,6 +311,33 @@ def test_beir_end_to_end_and_reuse(db, embedder, tmp_path, capsys):
     assert "### tiny-set — 2 queries" in capsys.readouterr().out
 
 
+def test_beir_option_is_the_positional_folder(db, embedder, tmp_path, capsys):
+    folder = write_beir(tmp_path / "opt-set")
+    reports = []
+    for argv in (("--beir", str(folder)), (str(folder),), (str(folder), "--beir", str(folder))):
+        out = tmp_path / f"report{len(reports)}.json"
+        args = parse(*argv, "--modes", "lexical,vector", "--out", str(out))
+        assert evaluate.run(args, settings_for(db), embedder=embedder) == 0, capsys.readouterr().err
+        reports.append(json.loads(out.read_text("utf-8")))
+    assert reports[0]["dataset"] == "opt-set" and reports[0]["n_queries"] == 4
+    assert [
+        {m: {k: v for k, v in r.items() if "ms" not in k} for m, r in report["modes"].items()} for report in reports
+    ] == [{m: {k: v for k, v in r.items() if "ms" not in k} for m, r in reports[0]["modes"].items()}] * 3
+    assert "kb `eval-opt-set`" in capsys.readouterr().out
+
+    other = write_beir(tmp_path / "other-set")
+    for args, message in [
+        (parse(str(folder), "--beir", str(other)), "two BEIR folders given"),
+        (parse("--beir", str(folder), "--docs", str(tmp_path), "--questions", "q.jsonl"), "not both"),
+        (parse("--beir", str(tmp_path / "nope")), "dataset folder not found"),
+    ]:
+        assert evaluate.run(args, settings_for(db), embedder=embedder) == 2, message
+        assert message in capsys.readouterr().err
+    from pgkb.cli import build_parser
+
+    assert build_parser().parse_args(["eval", "--beir", str(folder)]).beir == str(folder)
+
+
 MD = {
     "guide/login.md": "# 登录态失效排查\n\n## 排查步骤\n\n用户登录后 token 过期会导致登录态失效，先查 session。\n",
     "guide/refund.md": "# 退款政策\n\n订单签收后 7 天内可申请无理由退款，3 个工作日内原路退回。\n",

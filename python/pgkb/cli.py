@@ -18,7 +18,7 @@ from pgkb.models.embedding import EmbeddingError
 
 def _cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "migrate":
-        with connect(vector=False) as conn:
+        with connect(database_url(settings, migrated=False), vector=False) as conn:
             report = migrate(conn, settings.db_dir)
         for line in report.lines():
             print(f"pgkb: {line}")

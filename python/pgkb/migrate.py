@@ -27,6 +27,10 @@ class MigrationError(RuntimeError):
     """A migration cannot be applied (changed after it was applied, bad file name, SQL error)."""
 
 
+class NotMigratedError(MigrationError):
+    """The database lacks the kb schema or some of db/migrations; the message names `pgkb db migrate`."""
+
+
 @dataclass
 class MigrateReport:
     applied: list[str] = field(default_factory=list)
@@ -68,6 +72,24 @@ def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
     if not trusted:
         return f"extension {extension} is untrusted and needs a superuser to install"
     return None
+
+
+def pending_migrations(conn: psycopg.Connection, db_dir: Path) -> list[str] | None:
+    """The db/migrations files not applied to this database yet (all of them when there is no kb schema),
+    in order; None when the connected role may not read kb.schema_migrations (nothing can be told).
+    Reads the catalogs only, so it works for every role and changes nothing."""
+    row = conn.execute(
+        "select c.oid, has_table_privilege(c.oid, 'select') from pg_class as c"
+        " join pg_namespace as n on n.oid = c.relnamespace"
+        " where n.nspname = 'kb' and c.relname = 'schema_migrations'"
+    ).fetchone()
+    files = _migrations(db_dir)
+    if row is None:
+        return [path.name for _, path in files]
+    if not row[1]:
+        return None
+    applied = {r[0] for r in conn.execute("select version from kb.schema_migrations").fetchall()}
+    return [path.name for version, path in files if version not in applied]
 
 
 def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WAIT_S) -> MigrateReport:

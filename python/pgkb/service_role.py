@@ -41,11 +41,11 @@ def ensure_service_role(admin: psycopg.Connection, role: str = SERVICE_ROLE) -> 
 
 def service_database_url(settings: Settings) -> str:
     """PGKB_DATABASE_URL when set (the operator chose the role; ``refuse_privileged`` still checks it),
-    else the embedded cluster as SERVICE_ROLE."""
-    if settings.database_url:
-        return settings.database_url
+    else the embedded cluster as SERVICE_ROLE. Either is migrated first (see pgkb.db.database_url)."""
     from pgkb.db import connect, database_url
 
+    if settings.database_url:
+        return database_url(settings)
     admin_url = database_url(settings)
     with connect(admin_url, vector=False) as admin:
         ensure_service_role(admin)

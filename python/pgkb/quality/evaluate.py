@@ -641,6 +641,7 @@ def markdown(report: dict[str, Any], kb: str | None = None) -> str:
 def add_arguments(parser) -> None:
     """The `pgkb eval` options (argparse)."""
     parser.add_argument("beir_dir", nargs="?", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv)")
+    parser.add_argument("--beir", metavar="DIR", help="the same as the positional BEIR folder (as in pgkb sweep)")
     parser.add_argument("--docs", help="doc-questions: folder of documents to ingest (paths are doc keys)")
     parser.add_argument("--questions", help="doc-questions: JSONL of {id, query, relevant: [paths], kind}")
     parser.add_argument("--kb", default=None, help="knowledge base to load into (default eval-<dataset>)")
@@ -690,10 +691,13 @@ def _modes(raw: str | None, rerank_available: bool) -> list[str]:
 
 
 def load_dataset(args, warn: Callable[[str], None]) -> Dataset:
-    if args.beir_dir and (args.docs or args.questions):
+    if args.beir_dir and args.beir and Path(args.beir_dir).resolve() != Path(args.beir).resolve():
+        raise EvalError(f"two BEIR folders given ({args.beir_dir} and --beir {args.beir}): give one")
+    beir_dir = args.beir or args.beir_dir
+    if beir_dir and (args.docs or args.questions):
         raise EvalError("give either a BEIR folder or --docs with --questions, not both")
-    if args.beir_dir:
-        return load_beir(Path(args.beir_dir), warn)
+    if beir_dir:
+        return load_beir(Path(beir_dir), warn)
     if args.docs and args.questions:
         return load_questions(Path(args.docs), Path(args.questions))
     if args.docs or args.questions:
