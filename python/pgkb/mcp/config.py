@@ -71,27 +71,9 @@ class McpConfig:
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> McpConfig:
         env = os.environ if env is None else env
         log_path = env.get("PGKB_QUERY_LOG", "").strip()
-        raw_pool = env.get("PGKB_MCP_POOL_SIZE", "").strip()
-        try:
-            pool_size = int(raw_pool) if raw_pool else DEFAULT_POOL_SIZE
-        except ValueError:
-            pool_size = 0
-        if pool_size < 1:
-            raise ConfigError(f"PGKB_MCP_POOL_SIZE must be a whole number >= 1, got {raw_pool!r}")
-        raw_concurrent = env.get("PGKB_MCP_MAX_CONCURRENT", "").strip()
-        try:
-            max_concurrent = int(raw_concurrent) if raw_concurrent else 2 * pool_size
-        except ValueError:
-            max_concurrent = 0
-        if max_concurrent < 1:
-            raise ConfigError(f"PGKB_MCP_MAX_CONCURRENT must be a whole number >= 1, got {raw_concurrent!r}")
-        raw_timeout = env.get("PGKB_MCP_EMBED_TIMEOUT_MS", "").strip()
-        try:
-            embed_timeout_ms = int(raw_timeout) if raw_timeout else DEFAULT_EMBED_TIMEOUT_MS
-        except ValueError:
-            embed_timeout_ms = -1
-        if embed_timeout_ms < 0:
-            raise ConfigError(f"PGKB_MCP_EMBED_TIMEOUT_MS must be a whole number >= 0, got {raw_timeout!r}")
+        pool_size = _whole_number(env, "PGKB_MCP_POOL_SIZE", DEFAULT_POOL_SIZE, 1)
+        max_concurrent = _whole_number(env, "PGKB_MCP_MAX_CONCURRENT", 2 * pool_size, 1)
+        embed_timeout_ms = _whole_number(env, "PGKB_MCP_EMBED_TIMEOUT_MS", DEFAULT_EMBED_TIMEOUT_MS, 0)
         return cls(
             settings=settings,
             database_url=service_database_url(settings),
@@ -105,3 +87,15 @@ class McpConfig:
             embed_timeout_ms=embed_timeout_ms,
             max_concurrent=max_concurrent,
         )
+
+
+def _whole_number(env, name: str, default: int, minimum: int) -> int:
+    """An integer environment variable of at least ``minimum`` (``default`` when unset or empty)."""
+    raw = env.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {raw!r}")
+    return value
