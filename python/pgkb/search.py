@@ -186,6 +186,51 @@ def _acting(conn, user: str | None, timeout_ms: int) -> None:
     conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
 
 
+# The SQL functions behind each mode and the settings each accepts by name (anything not given is left to the
+# database: kb.search_defaults()).
+MODE_FUNCTIONS = {
+    "hybrid": "kb.hybrid_search",
+    "vector": "kb.vector_search",
+    "lexical": "kb.lexical_search",
+    "fuzzy": "kb.fuzzy_search",
+}
+MODE_SETTINGS = {
+    "hybrid": (
+        "query_embedding", "model", "vector_weight", "lexical_weight", "fuzzy_weight", "rrf_k", "candidates",
+        "filter", "bm25_k1", "bm25_b", "fusion",
+    ),
+    "vector": ("query_embedding", "model", "filter"),
+    "lexical": ("filter", "bm25_k1", "bm25_b"),
+    "fuzzy": ("filter",),
+}  # fmt: skip
+
+
+def query_rows(
+    conn, mode: str, query: str, top_k: int, kb: str | None, **settings: Any
+) -> tuple[list[SearchHit], bool]:
+    """The one SQL call of every search client (CLI, MCP, eval, sweep): ``kb.<mode>_search`` with the
+    settings given by name. Returns the hits and whether the vector leg ran (vector_used)."""
+    unknown = set(settings) - set(MODE_SETTINGS[mode])
+    if unknown:
+        raise ValueError(f"{mode} search takes no {', '.join(sorted(unknown))}")
+    named = "".join(f", {k} => %({k})s" for k in settings)
+    rows = conn.execute(
+        f"select {_COLUMNS} from {MODE_FUNCTIONS[mode]}(%(query)s, top_k => %(top_k)s, kb => %(kb)s{named})",
+        {"query": query, "top_k": top_k, "kb": kb, **settings},
+    ).fetchall()
+    return [SearchHit(*row[:-1]) for row in rows], any(row[-1] for row in rows)
+
+
+def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
+    """The hits reordered by the reranker's score (set as ``rerank_score``); raises if it fails."""
+    scores = list(reranker.score(query, [rerank_text(h) for h in hits]))
+    if len(scores) != len(hits):
+        raise RuntimeError(f"reranker returned {len(scores)} scores for {len(hits)} documents")
+    for hit, score in zip(hits, scores, strict=True):
+        hit.rerank_score = float(score)
+    return sorted(hits, key=lambda h: -h.rerank_score)
+
+
 def search(
     conn,
     settings,
@@ -230,40 +275,17 @@ def search(
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
     depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
-    params: dict[str, Any] = {
-        "query": query,
-        "top_k": depth,
-        "kb": kb,
-        "emb": None if embedding is None else _vector(embedding),
-        "model": response.model,
-        # every other setting is left to the database (kb.search_defaults(); candidates >= top_k); without
-        # an embedding the vector leg is off, so the database does not try its own HTTP embedding either
-        "vw": None if embedding is not None else 0.0,
-    }
+    # without an embedding the vector leg is off, so the database does not try its own HTTP embedding either
+    vector = {"vector_weight": 0.0} if embedding is None else {"query_embedding": _vector(embedding)}
     with conn.transaction():
         _acting(conn, user, options.statement_timeout_ms)
-        cur = conn.execute(
-            f"select {_COLUMNS} from kb.hybrid_search(%(query)s, top_k => %(top_k)s, kb => %(kb)s,"
-            " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s)",
-            params,
-        )
-        rows = cur.fetchall()
+        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, model=response.model, **vector)
     t_search = time.perf_counter()
     response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
-    hits = []
-    for row in rows:
-        *values, vector_used = row
-        hits.append(SearchHit(*values))
-        response.vector_used = response.vector_used or bool(vector_used)
 
     if reranker is not None and hits:
         try:
-            scores = list(reranker.score(query, [rerank_text(h) for h in hits]))
-            if len(scores) != len(hits):
-                raise RuntimeError(f"reranker returned {len(scores)} scores for {len(hits)} documents")
-            for hit, s in zip(hits, scores, strict=True):
-                hit.rerank_score = float(s)
-            hits.sort(key=lambda h: -h.rerank_score)
+            hits = rerank(reranker, query, hits)
             response.reranked = True
             if options.rerank_min_score is not None:
                 kept = [h for h in hits if h.rerank_score >= options.rerank_min_score]

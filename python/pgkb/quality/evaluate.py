@@ -62,8 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgkb.chunking import ChunkedDocument, ChunkingOptions, breadcrumb, chunk_text
+from pgkb.chunking import ChunkedDocument, ChunkingOptions, chunk_text
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
+from pgkb.search import MODE_SETTINGS, query_rows, rerank
 
 MODES = ("vector", "lexical", "fuzzy", "hybrid", "hybrid+rerank")
 DEFAULT_DEPTH = 50
@@ -484,50 +485,23 @@ class SearchSettings:
             raise EvalError(f"--rerank-depth must be between 1 and {MAX_TOP_K}")
 
 
-_COLS = "doc_key, title, heading_path, content"
-
-
-def _sql(mode: str) -> str:
-    if mode == "vector":
-        return (
-            f"select {_COLS} from kb.vector_search(%(q)s, top_k => %(top_k)s, kb => %(kb)s,"
-            " query_embedding => %(emb)s, model => %(model)s)"
-        )
-    if mode == "lexical":
-        return (
-            f"select {_COLS} from kb.lexical_search(%(q)s, top_k => %(top_k)s, kb => %(kb)s,"
-            " bm25_k1 => %(k1)s, bm25_b => %(b)s)"
-        )
-    if mode == "fuzzy":
-        return f"select {_COLS} from kb.fuzzy_search(%(q)s, top_k => %(top_k)s, kb => %(kb)s)"
-    return (
-        f"select {_COLS} from kb.hybrid_search(%(q)s, top_k => %(top_k)s, kb => %(kb)s,"
-        " query_embedding => %(emb)s, model => %(model)s, vector_weight => %(vw)s, lexical_weight => %(lw)s,"
-        " fuzzy_weight => %(fw)s, rrf_k => %(rrf_k)s, candidates => %(cand)s, bm25_k1 => %(k1)s, bm25_b => %(b)s,"
-        " fusion => %(fusion)s)"
-    )
-
-
 def search_mode(conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec, s: SearchSettings, reranker=None):
-    """(document keys in rank order (deduplicated), milliseconds) for one query in one mode."""
-    top_k = max(s.depth, s.rerank_depth) if mode == "hybrid+rerank" else s.depth
-    params: dict[str, Any] = {
-        "q": query, "top_k": top_k, "kb": kb, "emb": embedding, "model": spec.name,
-        "vw": s.vector_weight, "lw": s.lexical_weight, "fw": s.fuzzy_weight, "rrf_k": s.rrf_k,
-        "cand": s.candidates, "k1": s.bm25_k1, "b": s.bm25_b, "fusion": s.fusion,
+    """(document keys in rank order (deduplicated), milliseconds) for one query in one mode, through the
+    search client's own SQL call and reranker (pgkb.search.query_rows / rerank)."""
+    leg = "hybrid" if mode == "hybrid+rerank" else mode
+    given = {
+        "query_embedding": embedding, "model": spec.name, "vector_weight": s.vector_weight,
+        "lexical_weight": s.lexical_weight, "fuzzy_weight": s.fuzzy_weight, "rrf_k": s.rrf_k,
+        "candidates": s.candidates, "bm25_k1": s.bm25_k1, "bm25_b": s.bm25_b, "fusion": s.fusion,
     }  # fmt: skip
+    settings = {k: v for k, v in given.items() if k in MODE_SETTINGS[leg] and v is not None}
+    top_k = max(s.depth, s.rerank_depth) if mode == "hybrid+rerank" else s.depth
     started = time.perf_counter()
-    rows = conn.execute(_sql(mode), params).fetchall()
-    if mode == "hybrid+rerank" and rows:
-        head, tail = rows[: s.rerank_depth], rows[s.rerank_depth :]
-        texts = [f"{breadcrumb(title or key, path or [])}\n{content}" for key, title, path, content in head]
-        scores = list(reranker.score(query, texts))
-        if len(scores) != len(head):
-            raise RuntimeError(f"reranker returned {len(scores)} scores for {len(head)} documents")
-        order = sorted(range(len(head)), key=lambda i: -float(scores[i]))
-        rows = [head[i] for i in order] + tail
+    hits, _ = query_rows(conn, leg, query, top_k, kb, **settings)
+    if mode == "hybrid+rerank" and hits:
+        hits = rerank(reranker, query, hits[: s.rerank_depth]) + hits[s.rerank_depth :]
     ms = (time.perf_counter() - started) * 1000
-    return dedupe(row[0] for row in rows), ms
+    return dedupe(h.doc_key for h in hits), ms
 
 
 @dataclass
