@@ -249,6 +249,6 @@ def test_the_checker_sees_each_kind_of_violation():
     check_results([("a", 0, "ver3"), ("a", 1, "ver3")], seen, tally, "t", "a")
     assert dict(tally.count) == {} and seen == {"a": 3}
     check_results([("a", 0, "ver4"), ("a", 1, "ver5")], seen, tally, "t", None)
-    check_results([("a", 3, "ver4")], seen, tally, "t", None)  # version 4 has 2 chunks
+    check_results([("a", 3, "ver5")], seen, tally, "t", None)  # version 5 has 3 chunks
     check_results([("a", 0, "ver2")], seen, tally, "t", "b")
     assert dict(tally.count) == {"mixed": 1, "impossible_chunk": 1, "time_travel": 1, "lost": 1}
