@@ -459,10 +459,10 @@ class Child:
 
 
 def spawn(args: list[str], env: dict[str, str], logdir: Path, name: str) -> Child:
-    """Start ``python -m pgkb.cli <args>`` (or ``-m module`` when args[0] starts with '-m')."""
+    """Start ``python -m pgkb.cli <args>`` (``python <args>`` when args[0] is ``-m`` or ``-c``)."""
     logdir.mkdir(parents=True, exist_ok=True)
     out, err = logdir / f"{name}.out", logdir / f"{name}.err"
-    argv = [sys.executable, *args] if args[0] == "-m" else [sys.executable, "-m", "pgkb.cli", *args]
+    argv = [sys.executable, *args] if args[0] in ("-m", "-c") else [sys.executable, "-m", "pgkb.cli", *args]
     with out.open("wb") as o, err.open("wb") as e:
         proc = subprocess.Popen(argv, env=env, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
     return Child(proc, out, err)
