@@ -313,7 +313,7 @@ def snapshot(admin: psycopg.Connection) -> dict[str, tuple[int, str]]:
 def integrity_problems(admin: psycopg.Connection) -> list[str]:
     """Derived state that must always agree with the rows it derives from (whatever crashed when)."""
     problems = []
-    for (doc_key, stored, actual) in admin.execute(
+    for doc_key, stored, actual in admin.execute(
         "select d.doc_key, d.chunk_count, count(c.id) from kb.documents as d"
         " left join kb.chunks as c on c.document_id = d.id group by d.id having d.chunk_count <> count(c.id)"
     ):
@@ -484,9 +484,7 @@ def wait_port(port: int, child: Child, timeout: float = 60) -> None:
 def mcp_http_server(database_url: str, embed_url: str, logdir: Path, tokens: dict[str, str], **extra: str):
     """`pgkb mcp --transport http` on a free loopback port; returns (Child, base URL)."""
     port = free_port()
-    env = child_env(
-        database_url, embed_url, PGKB_MCP_TOKENS=",".join(f"{t}:{u}" for t, u in tokens.items()), **extra
-    )
+    env = child_env(database_url, embed_url, PGKB_MCP_TOKENS=",".join(f"{t}:{u}" for t, u in tokens.items()), **extra)
     child = spawn(["-m", "pgkb.mcp_server", "--transport", "http", "--port", str(port)], env, logdir, f"mcp-{port}")
     wait_port(port, child)
     return child, f"http://127.0.0.1:{port}"

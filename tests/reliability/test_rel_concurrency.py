@@ -171,9 +171,7 @@ def test_concurrent_writers_and_readers(rdb, dsn_of, fake):
                         query = token(*wanted) if wanted else "relword 连接池"
                         t0 = time.perf_counter()
                         try:
-                            result = await client.call_tool(
-                                "search_knowledge", {"query": query, "top_k": 20, "kb": KB}
-                            )
+                            result = await client.call_tool("search_knowledge", {"query": query, "top_k": 20, "kb": KB})
                         except Exception as e:
                             tally.bad("errors", f"mcp reader {r}: {type(e).__name__}: {e}")
                             await anyio.sleep(0.1)
