@@ -109,8 +109,9 @@ class FakeEmbedder:
     """An OpenAI-compatible ``POST /v1/embeddings`` on 127.0.0.1 (port 0) with switchable behaviour.
 
     ``mode``: ``ok``; ``slow`` (sleeps ``delay`` seconds, then answers); ``error500``; ``wrong_dim`` (vectors
-    of ``dim + 1``); ``wrong_count`` (one vector too few); ``garbage`` (not JSON). ``poison``: a word whose
-    presence in any input makes that request fail with 500 (whatever the mode). ``delay`` also applies in
+    of ``dim + 1``); ``wrong_count`` (one vector too few); ``garbage`` (not JSON); ``reset`` (the connection
+    is dropped unanswered). ``poison``: a word whose presence in any input makes that request fail with 500
+    (whatever the mode). ``delay`` also applies in
     ``ok`` mode when ``always_delay`` is set (a slow but healthy endpoint). Counts requests and texts.
     """
 
@@ -151,6 +152,9 @@ class FakeEmbedder:
                     return
                 if mode == "error500":
                     self._reply(500, {"error": {"message": "internal failure (fake)"}})
+                    return
+                if mode == "reset":  # the connection is dropped without an answer (a crashing server)
+                    self.close_connection = True
                     return
                 if mode == "garbage":
                     self._raw(200, b"<html>not json")
