@@ -34,7 +34,10 @@ import psycopg
 SOAK = os.environ.get("PGKB_SOAK", "").strip() not in ("", "0")
 DIM = 384  # the default model's dimension (multilingual-e5-small)
 MODEL = "multilingual-e5-small"
-FIGURES: list[dict] = []  # printed by tests/reliability/conftest.py at the end of the run
+FIGURES: list[dict] = []
+PYTHON_DIR = str(
+    Path(__file__).resolve().parents[2] / "python"
+)  # child processes run this checkout's pgkb  # printed by tests/reliability/conftest.py at the end of the run
 
 
 def soak_seconds(fast: float) -> float:
@@ -426,6 +429,7 @@ def child_env(database_url: str, embed_url: str | None = None, **extra: str) -> 
     ``embed_url`` (provider http) when given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGKB_")}
     env.update({"PGKB_DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH", "")) if p)
     if embed_url:
         env.update({"PGKB_EMBED_PROVIDER": "http", "PGKB_EMBED_URL": embed_url})
     env.update(extra)
@@ -489,7 +493,7 @@ def mcp_http_server(database_url: str, embed_url: str, logdir: Path, tokens: dic
     """`pgkb mcp --transport http` on a free loopback port; returns (Child, base URL)."""
     port = free_port()
     env = child_env(database_url, embed_url, PGKB_MCP_TOKENS=",".join(f"{t}:{u}" for t, u in tokens.items()), **extra)
-    child = spawn(["-m", "pgkb.mcp_server", "--transport", "http", "--port", str(port)], env, logdir, f"mcp-{port}")
+    child = spawn(["mcp", "--transport", "http", "--port", str(port)], env, logdir, f"mcp-{port}")
     wait_port(port, child)
     return child, f"http://127.0.0.1:{port}"
 
@@ -506,11 +510,11 @@ def http_client(base: str, token: str | None, **kwargs):
 
 
 def stdio_client(database_url: str, embed_url: str, **extra: str):
-    """An MCP SDK client that starts `python -m pgkb.mcp_server` (stdio) itself."""
+    """An MCP SDK client that starts `pgkb mcp` (stdio) itself."""
     from mcp import Client, StdioServerParameters
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "pgkb.mcp_server"], env=child_env(database_url, embed_url, **extra)
+        command=sys.executable, args=["-m", "pgkb.cli", "mcp"], env=child_env(database_url, embed_url, **extra)
     )
     return Client(params, read_timeout_seconds=60)
 

@@ -194,7 +194,7 @@ def read_responses(proc, found: dict, stop: threading.Event) -> None:
 def test_stdio_server_survives_garbage_lines(world, dsn_of, fake):
     env = rh.child_env(dsn_of("svc"), fake.url, PGKB_USER="alice")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgkb.mcp_server"],
+        [sys.executable, "-m", "pgkb.cli", "mcp"],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -228,11 +228,13 @@ def test_stdio_server_survives_garbage_lines(world, dsn_of, fake):
 
 
 def raw_request(port: int, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> int:
+    """The status of one request (an event stream's body is not waited for: the status line is the answer)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CALL_SECONDS)
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
-        response.read()
+        if "text/event-stream" not in (response.getheader("content-type") or ""):
+            response.read()
         return response.status
     finally:
         conn.close()

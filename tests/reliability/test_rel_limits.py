@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import relhelpers as rh
 from pgkb.config import Settings
-from pgkb.embedding import HttpEmbedder
+from pgkb.models.embedding import HttpEmbedder
 
 pytestmark = pytest.mark.reliability
 
