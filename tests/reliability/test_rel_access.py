@@ -139,14 +139,23 @@ def sql_trial(conn, trials: Trials, rng: random.Random, world: World, who: str, 
                 rows += conn.execute(f"select t::text from kb.{table} as t").fetchall()
         trials.check(label, markers_in(rows), visible, None)
         return
-    if kind == "functions":
+    if kind == "functions":  # the reading functions (they replace direct SELECTs for end users)
         rows = []
-        calls = [("kb.list_knowledge_bases()", []), ("kb.list_documents(%s)", [kb_name])]
+        name = kb_name or rng.choice(list(world.kbs))
+        doc = f"doc-{world.kbs[name][0]}-{rng.randint(0, 1)}.md" if name in world.kbs else "doc-mknox-0.md"
+        calls = [
+            ("kb.list_knowledge_bases()", []),
+            ("kb.list_documents(%s)", [name]),
+            ("kb.get_document(%s, %s)", [doc, kb_name]),
+        ]
         for call, params in calls:
             if not conn.execute("select to_regproc(%s)", [call.split("(")[0]]).fetchone()[0]:
                 continue  # not on this version
             with contextlib.suppress(psycopg.errors.NoDataFound):
-                rows += conn.execute(f"select t::text from {call} as t", params).fetchall()
+                got = conn.execute(f"select t::text from {call} as t", params).fetchall()
+                rows += got
+                if call.startswith("kb.list_knowledge_bases") and markers_in(got) != visible:
+                    trials.problems.append(f"{label}: listed {sorted(markers_in(got))}, expected {sorted(visible)}")
         trials.check(label, markers_in(rows), visible, None)
         return
     sql = SQL_READS[kind]
