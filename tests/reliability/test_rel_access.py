@@ -11,7 +11,7 @@ anywhere in the row), an invisible name refused exactly like a nonexistent one, 
 Separately: the scores a user sees do not move when someone else's private knowledge base gains or loses
 documents that match the same query.
 
-Fast: ~800 trials; long (PGKB_SOAK=1): >= 10,000 trials and 200 score probes.
+Fast: ~500 trials; long (PGKB_SOAK=1): >= 10,000 trials and 200 score probes.
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def mcp_trial(portal, client, trials: Trials, rng, world: World, who: str, visib
 def test_randomized_access_trials(rdb, connect_as, dsn_of, fake, tmp_path):
     rng = random.Random(SEED)
     world = build(rdb, rng)
-    n_trials = rh.scale(800, 10_000)
+    n_trials = rh.scale(500, 10_000)
     trials = Trials()
     logins = {u: connect_as(u) for u in [*LOGIN_USERS, "mallory"]}
     service = connect_as("svc")

@@ -103,7 +103,7 @@ def test_ingest_records_documents_it_could_not_embed(rdb, fake, tmp_path, fault)
 
 
 def test_ingest_cli_with_the_endpoint_down_says_so(rdb, tmp_path):
-    root = corpus(tmp_path / "src", 2)
+    root = corpus(tmp_path / "src", 1)  # one document: the HTTP embedder's retries take ~3.5 s
     env = rh.child_env(rdb.info.dsn, rh.dead_url(), PGKB_EMBED_BATCH="16")
     child = rh.spawn(["ingest", str(root), "--kb", "faults"], env, tmp_path, "ingest")
     code = child.proc.wait(120)

@@ -3,7 +3,7 @@ arguments through the SDK's real client), raw garbage on the stdio stream, and f
 MCP HTTP endpoint and to the embed-server. 0 crashes (the servers keep answering), 0 5xx for bad input,
 tool errors that read as messages (no tracebacks), every answer within a bounded time.
 
-Fast: ~100 tool calls per transport and ~100 HTTP requests per server; long (PGKB_SOAK=1): thousands.
+Fast: 80 tool calls per transport and 80 HTTP requests per server; long (PGKB_SOAK=1): thousands.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 pytestmark = pytest.mark.reliability
 
 FUZZ = settings(
-    max_examples=rh.scale(100, 2500),
+    max_examples=rh.scale(80, 2500),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=not rh.SOAK,

@@ -181,7 +181,7 @@ def test_mcp_http_database_connections_stay_within_the_pool(world, dsn_of, fake,
 def test_mcp_requests_beyond_a_concurrency_bound_are_answered_promptly(world, dsn_of, fake, tmp_path):
     server, base = rh.mcp_http_server(dsn_of("svc"), fake.url, tmp_path, {"tok": "alice"}, PGKB_MCP_POOL_SIZE=str(POOL))
     try:
-        lock = TableLock(dsn_of(world.info.user), 7.0)
+        lock = TableLock(dsn_of(world.info.user), 6.0)
         results = burst(base, 32, 20)
         lock.close()
     finally:
