@@ -359,16 +359,12 @@ def test_scores_do_not_move_with_others_private_knowledge_bases(rdb, connect_as)
     assert changed == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the vector leg loses a user's chunks after other users' documents with identical embeddings are "
-    "written and deleted repeatedly (dead duplicate entries in the shared HNSW index, before VACUUM): here "
-    "carol's kb.vector_search returns 0 of her 14 embedded chunks after 33 write/delete cycles in knowledge "
-    "bases she cannot see -- even with hnsw.ef_search = 1000 or any iterative_scan mode; an exact scan finds "
-    "all 14, and VACUUM of kb.embeddings restores them. Re-ingesting unchanged content (new chunks, same "
-    "vectors) builds the same pattern",
-)
 def test_vector_leg_keeps_finding_a_users_chunks_while_others_rewrite_duplicates(rdb, connect_as):
+    """Found by this suite: other users' documents with identical embeddings, written and deleted again and
+    again (what re-ingesting unchanged content does), left dead duplicate entries in the shared HNSW index
+    that cut carol's 14 chunks off from the graph -- kb.vector_search returned 0 of them after 33 cycles,
+    whatever hnsw.ef_search or iterative_scan, until VACUUM. The vector leg now falls back to an exact scan
+    of the visible slice when HNSW yields fewer than n rows."""
     rng = random.Random(SEED + 1)
     world = build(rdb, rng)
     rdb.execute("revoke pgkb_user from mallory")

@@ -3,7 +3,8 @@ kb.replace_document, kb.delete_document and metadata filters, called as a pgkb u
 real database. Every call either succeeds or fails with a clear error of an input class (22 data
 exception, 23 integrity, 42501 privilege, 54 limit, P0002 unknown name) -- never an internal error, a lost
 connection, a server crash or a NaN score -- and a rejected call changes nothing (a fingerprint of every kb
-table before and after). Known defects other work is fixing have their own targeted tests below.
+table before and after). The defects found this way (zero-norm vectors, NaN parameters, long words,
+multi-byte doc_keys; fixed on main since) keep targeted tests below.
 
 Fast: a few hundred examples in all; long (PGKB_SOAK=1): thousands.
 """
@@ -204,10 +205,6 @@ def test_fuzz_hybrid_search(world):
     @FUZZ
     @given(p=mostly_valid(valid, hostile))
     def fuzz(p):
-        if p["emb"] is not None and not any(p["emb"]):
-            return  # zero-norm vectors: test_zero_norm_query_embedding
-        if any(isinstance(v, float) and math.isnan(v) for k, v in p.items() if k != "emb"):
-            return  # NaN parameters: test_nan_parameters_are_rejected
         params = [p["query"], p["top_k"], p["kb"], vec(p["emb"]), p["vector_weight"], p["lexical_weight"]]
         params += [p["fuzzy_weight"], p["rrf_k"], p["candidates"], _json(p["filter"]), p["bm25_k1"], p["bm25_b"]]
         rows = call(admin, alice, outcomes, SEARCH_SQL, params + [p["fusion"]], write=False)
@@ -251,10 +248,6 @@ def test_fuzz_single_legs(world):
     @given(p=mostly_valid(valid, hostile))
     def fuzz(p):
         leg, query, top_k, kb, emb, filter_, bm25 = (p[k] for k in valid)
-        if emb is not None and not any(emb):
-            return  # zero-norm vectors: test_zero_norm_query_embedding
-        if any(isinstance(x, float) and math.isnan(x) for x in bm25):
-            return  # NaN parameters: test_nan_parameters_are_rejected
         f = _json(filter_)
         if leg == "vector":
             sql, params = (
@@ -321,12 +314,6 @@ def test_fuzz_replace_and_delete_document(world):
         kb, doc_key, title, chunks, source_url, metadata, source_type, content_hash, model, delete = (
             p[k] for k in valid
         )
-        if isinstance(doc_key, str) and len(doc_key.encode()) > 2000 and len(doc_key) <= 1000:
-            return  # multi-byte doc_keys: test_doc_key_limit_counts_what_the_index_can_hold
-        if _has_long_word(chunks) or _has_long_word(title):
-            return  # very long words: test_a_very_long_word_does_not_make_a_document_unstorable
-        if _zero_embedding(chunks):
-            return  # zero-norm vectors: test_zero_norm_query_embedding
         sql = (
             "select document_id, chunk_count, changed, queued from kb.replace_document(%s, %s, %s, %s, %s, %s,"
             " %s, %s, %s)"
@@ -350,27 +337,9 @@ def test_fuzz_replace_and_delete_document(world):
     assert outcomes.ok > 0 and outcomes.rejected
 
 
-def _has_long_word(value) -> bool:
-    import re
-
-    return bool(re.search(r"[A-Za-z0-9_]{200,}", json.dumps(value, ensure_ascii=False)))
+# ------------------------------------------------------------------- defects found by fuzzing, targeted
 
 
-def _zero_embedding(chunks) -> bool:
-    return isinstance(chunks, list) and any(
-        isinstance(c, dict) and isinstance(c.get("embedding"), list) and c["embedding"] and not any(c["embedding"])
-        for c in chunks
-    )
-
-
-# -------------------------------------------------------------------------------- known defects, targeted
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a zero query_embedding gives NaN scores: cosine distance to a zero vector is NaN and the vector "
-    "leg and the fusion pass it through (being fixed on main: zero-norm vectors)",
-)
 def test_zero_norm_query_embedding(world):
     """A zero vector has no direction: a clear error (or the lexical legs only), never NaN scores."""
     admin, alice = world
@@ -404,18 +373,7 @@ def test_zero_norm_stored_embedding(world):
     )
 
 
-NAN_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="NaN passes kb.search's range checks (NaN compares greater than every number) and the scores "
-    "come out NaN (being fixed on main: NaN parameters)",
-)
-
-
-@pytest.mark.parametrize(
-    "param",
-    [pytest.param(p, marks=NAN_XFAIL) for p in ("vector_weight", "lexical_weight", "fuzzy_weight", "rrf_k", "bm25_k1")]
-    + ["bm25_b"],
-)
+@pytest.mark.parametrize("param", ["vector_weight", "lexical_weight", "fuzzy_weight", "rrf_k", "bm25_k1", "bm25_b"])
 def test_nan_parameters_are_rejected(world, param):
     admin, alice = world
     with pytest.raises(psycopg.errors.InvalidParameterValue):
@@ -425,11 +383,6 @@ def test_nan_parameters_are_rejected(world, param):
         ).fetchall()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a word longer than ~2700 bytes makes replace_document fail with 'index row size exceeds maximum' "
-    "on chunks_terms_idx (no cap on term length; being fixed on main: term length cap)",
-)
 def test_a_very_long_word_does_not_make_a_document_unstorable(world):
     """A 5000-character identifier (a minified line, a base64 blob) must not exceed an index's row size."""
     admin, alice = world
@@ -439,12 +392,6 @@ def test_a_very_long_word_does_not_make_a_document_unstorable(world):
     assert rh.integrity_problems(admin) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="doc_key is limited to 1000 characters, but 1000 CJK characters are 3000 bytes and the unique "
-    "index (kb_id, doc_key) takes at most 2704: 'index row size exceeds btree maximum' (being fixed on main: "
-    "doc_key bytes)",
-)
 def test_doc_key_limit_counts_what_the_index_can_hold(world):
     """A doc_key within the documented 1000 characters is stored, or refused with the doc_key message --
     not with an index row size error (1000 CJK characters are 3000 bytes)."""
