@@ -120,7 +120,7 @@ end
 $$;
 
 -- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
--- pgkb_user. Returns the user id.
+-- pgkb_user and bounded by the default timeouts (kb.bound_sessions). Returns the user id.
 create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
 returns bigint
 language plpgsql volatile security definer
@@ -140,8 +140,40 @@ begin
     returning u.id into uid;
     if db_role is not null then
         execute format('grant pgkb_user to %I', db_role);
+        perform kb.bound_sessions(db_role);
     end if;
     return uid;
+end
+$$;
+
+-- Internal: give a login role's sessions in this database the default statement and lock timeouts of
+-- kb.settings (user_statement_timeout, user_lock_timeout), so a psql user's read waits behind a stuck lock
+-- or runs for at most that long. A user may still SET them in a session; the search functions also bound
+-- their own work (top_k, candidates, probe budget). Superusers and roles already given one are left alone.
+create or replace function kb.bound_sessions(login_role name)
+returns void
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    given text [] := coalesce((
+        select s.setconfig from pg_db_role_setting as s
+        join pg_roles as r on r.oid = s.setrole
+        join pg_database as db on db.oid = s.setdatabase
+        where r.rolname = login_role and db.datname = current_database()
+    ), '{}');
+begin
+    if coalesce((select r.rolsuper from pg_roles as r where r.rolname = login_role), true) then
+        return;
+    end if;
+    if not exists (select from unnest(given) as g where g like 'statement\_timeout=%') then
+        execute format('alter role %I in database %I set statement_timeout = %L', login_role,
+            current_database(), kb.setting('user_statement_timeout'));
+    end if;
+    if not exists (select from unnest(given) as g where g like 'lock\_timeout=%') then
+        execute format('alter role %I in database %I set lock_timeout = %L', login_role,
+            current_database(), kb.setting('user_lock_timeout'));
+    end if;
 end
 $$;
 

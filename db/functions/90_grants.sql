@@ -69,3 +69,10 @@ begin
     end if;
 end
 $seed$;
+
+-- Login roles of pgkb users mapped before kb.bound_sessions existed get the default timeouts too.
+select kb.bound_sessions(u.db_role)
+from kb.users as u
+where
+    u.db_role is not null and not u.is_admin
+    and u.db_role in (select r.rolname from pg_roles as r);
