@@ -201,14 +201,6 @@ def test_cli_json_summary_and_exit_code(db, docs, tmp_path):
 # ------------------------------------------------------------------------------ failures that must not stop a run
 
 
-def dead_url() -> str:
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1/embeddings"
-
-
 def recorded_failures(db) -> dict[str, str]:
     return dict(db.execute("select doc_key, error from kb.ingest_failures").fetchall())
 
@@ -218,11 +210,11 @@ def more_docs(docs: Path, n: int) -> None:
         (docs / f"extra{i}.md").write_text(f"# 补充文档 {i}\n\n第 {i} 份补充说明。\n", encoding="utf-8")
 
 
-def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder):
+def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder, dead_embedding_url):
     from pgkb.models.embedding import HttpEmbedder
 
     more_docs(docs, 3)  # 6 files: 3 fail in a row, then the run stops
-    down = HttpEmbedder(dead_url(), SPEC.name, SPEC.dimension, retries=0)
+    down = HttpEmbedder(dead_embedding_url, SPEC.name, SPEC.dimension, retries=0)
     summary = run(db, docs, down)
     assert (summary.added, summary.failed, summary.not_attempted) == (0, 3, 3)
     assert summary.stopped and "embedding endpoint looks down" in summary.stopped
@@ -339,8 +331,10 @@ def test_lost_database_aborts_with_the_summary_so_far(db, docs):
     assert (again["added"], again["unchanged"], again["failed"], again["stopped"]) == (1, 2, 0, None)
 
 
-def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs):
-    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_url())
+def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs, dead_embedding_url):
+    env = dict(
+        os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_embedding_url
+    )
     cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json"]
     result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 1, result.stderr
