@@ -1,4 +1,7 @@
-"""pgkb.chunking: real Vue docs (zh-CN) plus hand-written edge cases. Pure Python, no database."""
+"""pgkb.chunking: documents in the repository (examples/kb and the fixture corpus tests/fixtures/chunking:
+Markdown with front matter, containers, raw HTML, code blocks, tables, FAQ entries; an HTML page), the real
+Vue docs (zh-CN) when the shared datasets folder is next to the checkout, plus hand-written edge cases.
+Pure Python, no database."""
 
 from __future__ import annotations
 
@@ -22,9 +25,15 @@ from pgkb.chunking import (
     chunk_text,
 )
 
-VUE = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "vue-docs-zh-cn" / "files"
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "chunking"
+REPO_FILES = sorted((REPO / "examples" / "kb").rglob("*.md")) + sorted(FIXTURES.glob("*.md"))
+VUE = REPO.parent / "shared" / "datasets" / "vue-docs-zh-cn" / "files"
 VUE_FILES = sorted(VUE.rglob("*.md")) if VUE.is_dir() else []
 needs_vue = pytest.mark.skipif(not VUE_FILES, reason=f"Vue docs dataset not found at {VUE} (not part of the repo)")
+# the Markdown corpora the "no text dropped" properties run on: the repository's always, the Vue docs as an extra
+CORPORA = {"repo": (REPO, REPO_FILES), "vue": (VUE, VUE_FILES)}
+each_corpus = pytest.mark.parametrize("corpus", ["repo", pytest.param("vue", marks=needs_vue)])
 
 # --------------------------------------------------------------------------------------------------
 # "No text dropped", checked independently of the implementation: the reference is the Markdown source
@@ -107,14 +116,28 @@ def _assert_no_text_dropped(md: str, doc: ChunkedDocument, where: str) -> None:
 # Real documents
 
 
-@needs_vue
-def test_vue_all_files_no_text_dropped_and_within_limits() -> None:
-    assert len(VUE_FILES) == 116
+def test_repo_corpus_has_every_construct() -> None:
+    """The repository's corpus keeps exercising what the properties below are about: front matter (YAML
+    and TOML), containers, raw HTML and scripts, code and tables long enough to be split, FAQ entries."""
+    sources = "\n".join(f.read_text("utf-8") for f in REPO_FILES)
+    for construct in ("\n+++\n", "\n::: tip", "\n<script setup>", "\n<div", "\n<style", "{#", "\n~~~", "Q:", "问："):
+        assert construct in sources, construct
+    chunks = [c for f in REPO_FILES for c in chunk_file(f).chunks]
+    assert {c.chunk_type for c in chunks} == {"text", "code", "table", "faq"}
+    assert {c.chunk_type for c in chunks if c.metadata.get("parts", 1) > 1} >= {"code", "table"}
+    assert len(REPO_FILES) >= 15
+
+
+@each_corpus
+def test_all_files_no_text_dropped_and_within_limits(corpus: str) -> None:
+    root, files = CORPORA[corpus]
+    if corpus == "vue":
+        assert len(files) == 116
     opts = ChunkingOptions()
-    for f in VUE_FILES:
+    for f in files:
         md = f.read_text("utf-8")
         doc = chunk_file(f, opts)
-        where = str(f.relative_to(VUE))
+        where = str(f.relative_to(root))
         _assert_no_text_dropped(md, doc, where)
         expected, _ = _reference(md)
         actual = _norm("".join(c.content for c in doc.chunks))
@@ -131,19 +154,41 @@ def test_vue_all_files_no_text_dropped_and_within_limits() -> None:
         assert doc.title and doc.source_type == "markdown"
 
 
-@needs_vue
-def test_vue_no_text_dropped_with_small_limit_and_overlap() -> None:
+@each_corpus
+def test_no_text_dropped_with_small_limit_and_overlap(corpus: str) -> None:
+    root, files = CORPORA[corpus]
     opts = ChunkingOptions(max_chars=300, overlap=60, min_chars=40, heading_levels=2)
-    for f in VUE_FILES[::7]:
+    for f in files if corpus == "repo" else files[::7]:
         md = f.read_text("utf-8")
-        _assert_no_text_dropped(md, chunk_file(f, opts), str(f))
+        doc = chunk_file(f, opts)
+        _assert_no_text_dropped(md, doc, str(f.relative_to(root)))
+        assert all(len(c.content) <= opts.max_chars for c in doc.chunks if c.chunk_type == "text"), f
 
 
-@needs_vue
-def test_vue_deterministic() -> None:
-    first = [chunk_file(f).chunks for f in VUE_FILES]
-    second = [chunk_file(f).chunks for f in VUE_FILES]
+@each_corpus
+def test_deterministic(corpus: str) -> None:
+    _, files = CORPORA[corpus]
+    first = [chunk_file(f).chunks for f in files]
+    second = [chunk_file(f).chunks for f in files]
     assert first == second
+
+
+def test_html_page_no_text_dropped() -> None:
+    """An HTML page: every character of <main> reaches the chunks, except its <script> and <nav>; the page
+    chrome outside <main> (head, nav, footer) does not. The reference is a regex over this hand-written page."""
+    page = (FIXTURES / "page.html").read_text("utf-8")
+    main = re.search(r"<main>(.*)</main>", page, re.DOTALL).group(1)
+    main = re.sub(r"<(script|nav)\b.*?</\1>", "", main, flags=re.DOTALL)
+    headings = [_norm(h) for h in re.findall(r"<h[1-6]>(.*?)</h[1-6]>", main)]
+    body = _norm(re.sub(r"<h[1-6]>.*?</h[1-6]>", "", main))
+    for opts in (ChunkingOptions(), ChunkingOptions(max_chars=60, min_chars=0)):
+        doc = chunk_file(FIXTURES / "page.html", opts)
+        text = "\n".join(c.content for c in doc.chunks)
+        _assert_subsequence(body, _norm(text), f"page.html {opts}")
+        assert [h for h in headings if h not in {_norm(p) for c in doc.chunks for p in c.heading_path}] == []
+        for chrome in ("首页", "本页目录", "版权所有", "analytics", "console", "sans-serif"):
+            assert chrome not in text, chrome
+    assert doc.source_type == "html" and doc.title == "值班手册（HTML 版）"
 
 
 @needs_vue
@@ -651,7 +696,6 @@ def test_chunk_file_errors(tmp_path: Path) -> None:
         chunk_file(tmp_path / "missing.md")
     with pytest.raises(ChunkingError, match="NUL"):
         chunk_markdown("a\x00b")
-    assert isinstance(ChunkingError("x"), ValueError)
 
 
 def test_bom_is_dropped(tmp_path: Path) -> None:

@@ -4,12 +4,7 @@ pgkb embed-server and against a scripted flaky endpoint."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -184,11 +179,8 @@ def test_http_client_errors_are_not_retried(server):
     assert after[("/v1/embeddings", 404)] == before.get(("/v1/embeddings", 404), 0) + 1
 
 
-def test_http_unreachable():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again before use: nothing listens there
-    client = HttpEmbedder(f"http://127.0.0.1:{port}/v1/embeddings", "m", 4, retries=1, backoff=0.01)
+def test_http_unreachable(dead_embedding_url):
+    client = HttpEmbedder(dead_embedding_url, "m", 4, retries=1, backoff=0.01)
     with pytest.raises(EmbeddingError, match=r"unreachable.*after 2 attempts"):
         client.embed(["x"])
 
@@ -201,83 +193,49 @@ def test_http_url_must_be_http():
 # ------------------------------------------------------------------------------- http: a flaky endpoint
 
 
-class _Scripted(BaseHTTPRequestHandler):
-    """Answers with the next status of ``script`` (then 200 with a 4-d vector per input)."""
-
-    script: list[int] = []
-    calls: list[float] = []
-
-    def do_POST(self):  # noqa: N802 (http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.calls.append(time.monotonic())
-        status = self.script.pop(0) if self.script else 200
-        if status == 200:
-            answer = {
-                "object": "list",
-                "data": [{"index": i, "embedding": [3.0, 4.0, 0.0, float(i)]} for i in range(len(body["input"]))],
-            }
-        else:
-            answer = {"error": {"message": f"scripted {status}", "type": "x", "code": "x"}}
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def scripted():
-    def start(*statuses: int):
-        handler = type("Handler", (_Scripted,), {"script": list(statuses), "calls": []})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1/embeddings", handler
+def scripted(fake_embeddings):
+    """An endpoint answering with the given statuses first, then 200 with a 4-d vector per input."""
 
-    servers: list[ThreadingHTTPServer] = []
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    def start(*statuses: int):
+        return fake_embeddings(lambda texts: [[3.0, 4.0, 0.0, float(i)] for i in range(len(texts))], statuses)
+
+    return start
 
 
 def test_http_retries_transient_failures_with_backoff(scripted):
-    url, handler = scripted(503, 503)
-    client = HttpEmbedder(url, "m", 4, retries=3, backoff=0.05)
+    endpoint = scripted(503, 503)
+    client = HttpEmbedder(endpoint.url, "m", 4, retries=3, backoff=0.05)
     vectors = client.embed(["a", "b"])
-    assert len(handler.calls) == 3
-    gaps = np.diff(handler.calls)
+    assert endpoint.requests == [{"model": "m", "input": ["a", "b"]}] * 3
+    gaps = np.diff(endpoint.times)
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1  # exponential: backoff, then 2 * backoff
     np.testing.assert_allclose(vectors[0], [0.6, 0.8, 0, 0], atol=1e-6)  # normalized by the client
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
 
 
 def test_http_429_is_retried(scripted):
-    url, handler = scripted(429)
-    assert HttpEmbedder(url, "m", 4, retries=1, backoff=0.01).embed(["a"]).shape == (1, 4)
-    assert len(handler.calls) == 2
+    endpoint = scripted(429)
+    assert HttpEmbedder(endpoint.url, "m", 4, retries=1, backoff=0.01).embed(["a"]).shape == (1, 4)
+    assert len(endpoint.requests) == 2
 
 
 def test_http_gives_up_after_retries_plus_one_attempts(scripted):
-    url, handler = scripted(*[500] * 10)
-    client = HttpEmbedder(url, "m", 4, retries=2, backoff=0.01)
+    endpoint = scripted(*[500] * 10)
+    client = HttpEmbedder(endpoint.url, "m", 4, retries=2, backoff=0.01)
     with pytest.raises(EmbeddingError, match=r"HTTP 500.*scripted 500.*after 3 attempts"):
         client.embed(["a"])
-    assert len(handler.calls) == 3
+    assert len(endpoint.requests) == 3
 
 
 def test_http_400_is_not_retried(scripted):
-    url, handler = scripted(400)
+    endpoint = scripted(400)
     with pytest.raises(EmbeddingError, match="HTTP 400"):
-        HttpEmbedder(url, "m", 4, retries=3, backoff=5).embed(["a"])
-    assert len(handler.calls) == 1
+        HttpEmbedder(endpoint.url, "m", 4, retries=3, backoff=5).embed(["a"])
+    assert len(endpoint.requests) == 1
 
 
 def test_http_wrong_dimension_from_endpoint(scripted):
-    url, _ = scripted()
+    endpoint = scripted()
     with pytest.raises(EmbeddingError, match="expected 1 of 8"):
-        HttpEmbedder(url, "m", 8, retries=0).embed(["a"])
+        HttpEmbedder(endpoint.url, "m", 8, retries=0).embed(["a"])

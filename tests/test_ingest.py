@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -141,12 +146,65 @@ def test_bad_files_are_reported_recorded_and_skipped(db, docs, embedder):
     assert "latin1.md" not in dict(db.execute("select doc_key, error from kb.ingest_failures").fetchall())
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="running as root: file permissions cannot make a file unreadable")
+@contextlib.contextmanager
+def tcp_relay(unix_socket: str) -> Iterator[int]:
+    """A TCP port on 127.0.0.1 relaying every connection to a Unix socket (the test cluster listens on a
+    socket in a mode-0700 directory, which a process without file-permission overrides cannot enter)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    opened: list[socket.socket] = []
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            opened.extend((client, upstream))
+            upstream.connect(unix_socket)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        for s in (listener, *opened):
+            s.close()
+
+
 def test_unreadable_file_is_a_failure_not_a_deletion(db, docs, embedder):
+    """A file the ingest cannot read is recorded as failed; its indexed version stays. The second run is
+    `pgkb ingest` in a subprocess; as root it runs without the capabilities that bypass file permissions
+    (setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from its bounding set), so mode 000 bites, and
+    it reaches the database through a TCP relay to the cluster's socket."""
     run(db, docs, embedder)
     (docs / "policy.md").chmod(0)
-    summary = run(db, docs, embedder)
-    assert [f["doc_key"] for f in summary.failures] == ["policy.md"] and summary.removed == 0
+    drop = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        assert setpriv, "running as root needs setpriv (util-linux, like the runuser the test cluster uses)"
+        drop = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+    info = db.info
+    cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json", "--defer-embedding"]
+    with tcp_relay(f"{info.host}/.s.PGSQL.{info.port}") as port:
+        url = f"host=127.0.0.1 port={port} dbname={info.dbname} user={info.user} sslmode=disable"
+        env = dict(os.environ, PGKB_DATABASE_URL=url)
+        result = subprocess.run(drop + cli, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["failures"] == [{"doc_key": "policy.md", "error": "cannot read: Permission denied"}]
+    assert (summary["removed"], summary["unchanged"], summary["failed"]) == (0, 2, 1)
+    assert recorded_failures(db) == {"policy.md": "cannot read: Permission denied"}
+    kept = db.execute("select chunk_count from kb.documents where doc_key = 'policy.md'").fetchone()
+    assert kept is not None and kept[0] >= 1
 
 
 def test_interrupted_run_leaves_whole_documents_and_rerun_completes(db, docs, embedder):
@@ -201,14 +259,6 @@ def test_cli_json_summary_and_exit_code(db, docs, tmp_path):
 # ------------------------------------------------------------------------------ failures that must not stop a run
 
 
-def dead_url() -> str:
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1/embeddings"
-
-
 def recorded_failures(db) -> dict[str, str]:
     return dict(db.execute("select doc_key, error from kb.ingest_failures").fetchall())
 
@@ -218,11 +268,11 @@ def more_docs(docs: Path, n: int) -> None:
         (docs / f"extra{i}.md").write_text(f"# 补充文档 {i}\n\n第 {i} 份补充说明。\n", encoding="utf-8")
 
 
-def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder):
+def test_embedding_endpoint_down_records_failures_stops_early_and_rerun_resumes(db, docs, embedder, dead_embedding_url):
     from pgkb.models.embedding import HttpEmbedder
 
     more_docs(docs, 3)  # 6 files: 3 fail in a row, then the run stops
-    down = HttpEmbedder(dead_url(), SPEC.name, SPEC.dimension, retries=0)
+    down = HttpEmbedder(dead_embedding_url, SPEC.name, SPEC.dimension, retries=0)
     summary = run(db, docs, down)
     assert (summary.added, summary.failed, summary.not_attempted) == (0, 3, 3)
     assert summary.stopped and "embedding endpoint looks down" in summary.stopped
@@ -339,8 +389,10 @@ def test_lost_database_aborts_with_the_summary_so_far(db, docs):
     assert (again["added"], again["unchanged"], again["failed"], again["stopped"]) == (1, 2, 0, None)
 
 
-def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs):
-    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_url())
+def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs, dead_embedding_url):
+    env = dict(
+        os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_embedding_url
+    )
     cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json"]
     result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 1, result.stderr

@@ -193,8 +193,8 @@ def test_stdio_legacy_handshake_and_no_user(world):
     run(main)
 
 
-def test_degraded_when_the_embedding_endpoint_is_down(world):
-    dead = f"http://127.0.0.1:{free_port()}/v1/embeddings"
+def test_degraded_when_the_embedding_endpoint_is_down(world, dead_embedding_url):
+    dead = dead_embedding_url
 
     async def main():
         params = stdio_params(world, PGKB_USER="bob", PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead)
@@ -252,13 +252,18 @@ def http_server(world):
     assert b"Traceback" not in proc.stderr.read()
 
 
-def http_client(base: str, token: str | None, **kwargs) -> Client:
+def http_client(base: str, token: str | None, statuses: list[int] | None = None, **kwargs) -> Client:
+    """An MCP client over streamable HTTP; `statuses` collects the HTTP status of every response it gets."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    async def record(response) -> None:
+        if statuses is not None:
+            statuses.append(response.status_code)
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    transport = streamable_http_client(base + "/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=60))
-    return Client(transport, **kwargs)
+    http = httpx2.AsyncClient(headers=headers, timeout=60, event_hooks={"response": [record]})
+    return Client(streamable_http_client(base + "/mcp", http_client=http), **kwargs)
 
 
 def markers(result) -> set[str]:
@@ -320,12 +325,20 @@ def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
     assert raw_post(url, {**good, "Origin": "https://evil.example.com"}) == 403
     assert raw_post(url, {**good, "Origin": "http://localhost:3000"}) != 403
 
+    # the SDK client turns the 401 into an MCPError ("Server returned an error response") raised out of its
+    # task groups; the HTTP responses it got were all 401
+    statuses: list[int] = []
+    refused = pytest.RaisesGroup(
+        pytest.RaisesExc(MCPError, match="^Server returned an error response$"), flatten_subgroups=True
+    )
+
     async def main():
-        with pytest.raises(Exception):  # noqa: B017 - the client surfaces the 401 as a transport error
-            async with http_client(http_server, None) as client:
+        with refused:
+            async with http_client(http_server, None, statuses) as client:
                 await client.list_tools()
 
     run(main)
+    assert statuses and set(statuses) == {401}
 
 
 # -------------------------------------------------------------------------------------------- unit-level
@@ -681,27 +694,11 @@ def test_argument_checks():
     assert message == f'unknown document "{"z" * 200}…" in "{"z" * 200}…"'
 
 
-def test_slow_query_embedding_degrades_to_lexical(world):
+def test_slow_query_embedding_degrades_to_lexical(world, fake_embeddings):
     """An embedding endpoint that does not answer costs at most PGKB_MCP_EMBED_TIMEOUT_MS: the search comes
     back lexical-only, flagged degraded."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    release = threading.Event()
-
-    class Stalling(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server API)
-            release.wait(120)
-            self.send_response(503)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    stalling = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
-    stalling.daemon_threads = True
-    threading.Thread(target=stalling.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{stalling.server_address[1]}/v1/embeddings"
+    endpoint = fake_embeddings(stall=True)
+    url = endpoint.url
 
     async def main():
         params = stdio_params(
@@ -719,9 +716,5 @@ def test_slow_query_embedding_degrades_to_lexical(world):
                 assert all(r["vector_rank"] is None for r in out["results"])
                 assert elapsed < 10, elapsed
 
-    try:
-        run(main)
-    finally:
-        release.set()
-        stalling.shutdown()
-        stalling.server_close()
+    run(main)
+    assert endpoint.requests and endpoint.requests[0]["input"] == ["query: 退款"]  # it did ask, and waited

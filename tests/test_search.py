@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import fixture_docs
 import numpy as np
@@ -157,28 +155,40 @@ def test_query_metacharacters_are_plain_text(kbdb):
 
 
 def test_bm25_statistics_follow_replacements(kbdb):
-    n, total = kbdb.execute(
-        "select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'"
-    ).fetchone()
-    assert n == 7
-    assert total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
-    recomputed = dict(
-        kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
-    )
+    """kb.term_stats (document frequency per term) and the knowledge base's chunk and term totals always
+    equal what the stored chunks give when counted from scratch, before and after a delete and a replace."""
+
+    def counted_from_chunks() -> dict[str, int]:
+        return dict(
+            kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
+        )
+
+    def kept() -> dict[str, int]:
+        return dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())
+
+    def totals() -> tuple[int, int, int, int]:
+        return kbdb.execute(
+            "select k.chunk_count, k.term_total, (select count(*) from kb.chunks),"
+            " (select sum(term_count) from kb.chunks) from kb.knowledge_bases k where k.name = 'team-docs'"
+        ).fetchone()
+
+    gone = {"原路", "签收", "quota", "tidb_mem_quota_query"}  # only in the refund and the old TiDB text
+    before = counted_from_chunks()
+    assert kept() == before and before["退款"] == 1 and gone <= before.keys()
+    n, total, chunks, terms = totals()
+    assert (n, total) == (chunks, terms) and n == 7
+
     kbdb.execute("select kb.delete_document('team-docs', 'policy/refund.md')")
     kbdb.execute(
         "select kb.replace_document(kb => 'team-docs', doc_key => 'db/tidb.md', title => 'TiDB',"
         ' chunks => \'[{"content": "退款 退款 退款"}]\')'
     )
-    stats = dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())
-    recomputed = dict(
-        kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
-    )
-    assert stats == recomputed
-    n, total = kbdb.execute(
-        "select chunk_count, term_total from kb.knowledge_bases where name = 'team-docs'"
-    ).fetchone()
-    assert n == 6 and total == kbdb.execute("select sum(term_count) from kb.chunks").fetchone()[0]
+    after = counted_from_chunks()
+    assert kept() == after
+    # the terms of the deleted and the replaced text left with them; 退款 counts the new chunk only
+    assert after["退款"] == 1 and gone.isdisjoint(after)
+    n, total, chunks, terms = totals()
+    assert (n, total) == (chunks, terms) and n == 6
 
 
 @pytest.mark.parametrize(
@@ -263,55 +273,28 @@ def test_metadata_filter_restricts_every_leg(kbdb, embedder):
     assert [r["doc_key"] for r in rows] == ["policy/refund-v2.md"]
 
 
-class _EmbeddingHandler(BaseHTTPRequestHandler):
-    embedder = None
-    calls: list = []
-
-    def do_POST(self):  # noqa: N802 (http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.calls.append(body)
-        vectors = self.embedder.embed(body["input"])
-        answer = {
-            "object": "list",
-            "model": body["model"],
-            "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)],
-        }
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def embedding_endpoint(embedder):
-    """A small OpenAI-compatible /v1/embeddings server computing real embeddings with the offline model."""
-    handler = type("Handler", (_EmbeddingHandler,), {"embedder": embedder, "calls": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/embeddings", handler
-    server.shutdown()
-
-
-def test_database_embeds_the_query_itself_through_the_endpoint(kbdb, embedder, embedding_endpoint):
+def test_database_embeds_the_query_itself_through_the_endpoint(kbdb, embedder, fake_embeddings):
     if not kbdb.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
         pytest.skip("plpython3u is not installed on this server: in-database query embedding is unavailable")
-    url, handler = embedding_endpoint
-    kbdb.execute("update kb.settings set value = %s where key = 'embedding_url'", [url])
-    rows = search(kbdb, "select * from kb.hybrid_search('系统响应很慢怎么优化')")
-    assert handler.calls and handler.calls[0]["input"] == ["query: 系统响应很慢怎么优化"]
-    assert handler.calls[0]["model"] == "multilingual-e5-small"
+    endpoint = fake_embeddings(embedder.embed)  # real embeddings of the offline model
+    kbdb.execute("update kb.settings set value = %s where key = 'embedding_url'", [endpoint.url])
+    query = "系统响应很慢怎么优化"
+    rows = search(kbdb, "select * from kb.hybrid_search(%s)", query)
+    assert endpoint.requests == [{"model": "multilingual-e5-small", "input": ["query: " + query]}]
     assert rows[0]["vector_used"] is True and rows[0]["doc_key"] == "perf/tuning.md"
-    # the in-database embedding equals the client-side one
-    direct = embedder.embed(["query: 系统响应很慢怎么优化"])[0]
-    via_sql = hybrid(kbdb, embedder, "系统响应很慢怎么优化")
-    assert via_sql[0]["vector_score"] == pytest.approx(rows[0]["vector_score"], abs=1e-5)
-    assert np.isclose(np.linalg.norm(direct), 1.0, atol=1e-3)
+    # the in-database embedding (model prefix, then the endpoint) equals the client-side one ...
+    in_db = kbdb.execute(
+        "select kb.embed_query(%s, m) from kb.embedding_models m where m.name = 'multilingual-e5-small'", [query]
+    ).fetchone()[0]
+    direct = embedder.embed(["query: " + query])[0]
+    assert np.allclose(np.asarray(in_db.to_numpy() if hasattr(in_db, "to_numpy") else in_db), direct, atol=1e-6)
+    # ... so searching with either gives the same vector leg: same chunks, ranks and vector scores
+    via_client = hybrid(kbdb, embedder, query)
+
+    def vector_leg(result):
+        return [(r["chunk_id"], r["vector_rank"], round(r["vector_score"], 5)) for r in result]
+
+    assert vector_leg(via_client) == vector_leg(rows[:5]) and all(r["vector_rank"] for r in via_client)
 
 
 def test_unreachable_endpoint_degrades_to_lexical_with_a_notice(kbdb):
@@ -362,11 +345,16 @@ def test_null_settings_take_the_databases_defaults(kbdb, embedder):
     ).fetchall()
     assert explicit and explicit == nulls
     assert all(getattr(SearchSettings(), f) is None for f in SETTING_TYPES)
-    # candidates left NULL are at least top_k (a rerank fetch of 100 gets 100 candidates per leg)
-    rows = kbdb.execute(
-        "select count(*) from kb.lexical_search('退款', 100) where lexical_rank is not null"
+    # candidates left NULL are at least top_k (a rerank fetch of 100 gets 100 candidates per leg): with
+    # more matching chunks than the default number of candidates, a top_k of 100 returns all of them
+    default_candidates = kbdb.execute("select candidates from kb.search_defaults()").fetchone()[0]
+    more = json.dumps([{"content": f"退款记录 {i}"} for i in range(default_candidates + 9)])
+    kbdb.execute("select kb.replace_document('team-docs', 'refunds.md', '记录', %s)", [more])
+    matched = kbdb.execute(
+        "select count(*) from kb.hybrid_search('退款', 100, vector_weight => 0, candidates => null)"
+        " where lexical_rank is not null"
     ).fetchone()[0]
-    assert rows >= 1
+    assert matched == default_candidates + 10  # and policy/refund.md
 
 
 def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -65,13 +64,6 @@ def queue_state(conn):
 def make_due(conn):
     """Pretend the backoff has passed."""
     conn.execute("update kb.embedding_queue set next_attempt_at = now() where not parked")
-
-
-def dead_endpoint() -> HttpEmbedder:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
-    return HttpEmbedder(f"http://127.0.0.1:{port}/v1/embeddings", MODEL, 384, retries=0, timeout=2)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -351,9 +343,9 @@ def test_crashed_workers_lease_expires_and_repeated_crashes_park(db):
 # failures, backoff, parking
 
 
-def test_failing_embedder_backs_off_parks_and_can_be_retried(db, settings, embedder):
+def test_failing_embedder_backs_off_parks_and_can_be_retried(db, settings, embedder, dead_embedding_url):
     write(db, "a.md", ["第一段", "第二段", "第三段"])
-    dead = dead_endpoint()
+    dead = HttpEmbedder(dead_embedding_url, MODEL, 384, retries=0, timeout=2)
     expected_backoff = [30, 60, 120, 240]
     for attempt in range(1, 6):
         started = time.monotonic()

@@ -1,7 +1,9 @@
 """Concurrency sweep for ``pgkb bench``: C client threads, each with its own connection, each running the
 same fixed number of queries of one mode back to back; all clients start together (a barrier after
 connecting and one warm-up query each). Reports QPS (all queries / wall time from the barrier to the last
-client's end) and the latency percentiles of every call.
+client's end) and the latency percentiles of every call. The wall time starts when the barrier opens (its
+action, before any client is released) and ends at the last client's own end time, so it covers every timed
+query: a client's queries, one after the other, take at most the wall time.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class ConcurrencyRow:
 def _run(
     url: str, sql: str, setup: Sequence[str], params: Sequence[dict], clients: int, per_client: int
 ) -> ConcurrencyRow:
-    barrier = threading.Barrier(clients + 1)
+    started: list[float] = []
+    barrier = threading.Barrier(clients + 1, action=lambda: started.append(time.perf_counter()))
     latencies: list[list[float]] = [[] for _ in range(clients)]
+    ended = [0.0] * clients
     errors: list[BaseException] = []
 
     def client(c: int) -> None:
@@ -57,6 +61,7 @@ def _run(
                     t0 = time.perf_counter()
                     conn.execute(sql, p).fetchall()
                     latencies[c].append((time.perf_counter() - t0) * 1000.0)
+                ended[c] = time.perf_counter()
         except BaseException as e:  # re-raised in the main thread
             errors.append(e)
             barrier.abort()
@@ -66,12 +71,11 @@ def _run(
         t.start()
     with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: its error is raised below
         barrier.wait()
-    t0 = time.perf_counter()
     for t in threads:
         t.join()
-    seconds = time.perf_counter() - t0
     if errors:
         raise errors[0]
+    seconds = max(ended) - started[0]
     flat = [x for lat in latencies for x in lat]
     return ConcurrencyRow("", clients, len(flat), seconds, flat)
 

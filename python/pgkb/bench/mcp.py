@@ -88,13 +88,21 @@ async def _calls(env: dict[str, str], kb_name: str, queries: Sequence[str], call
 
 
 def measure_mcp_overhead(
-    conn: psycopg.Connection, url: str, kb_name: str, queries: Sequence[str], calls: int
+    conn: psycopg.Connection,
+    url: str,
+    kb_name: str,
+    queries: Sequence[str],
+    calls: int,
+    query_log: str | None = None,
 ) -> McpResult:
     """Time `calls` search_knowledge calls (after WARMUP_CALLS) against the public knowledge base kb_name.
 
     The server inherits this process's PGKB_* settings (embedding provider, model), with
-    PGKB_DATABASE_URL set to BENCH_ROLE's URL and PGKB_USER / PGKB_QUERY_LOG removed."""
+    PGKB_DATABASE_URL set to BENCH_ROLE's URL and PGKB_USER removed; its PGKB_QUERY_LOG is `query_log`
+    (None: no query log), one line per call, warm-up calls included."""
     env = {k: v for k, v in os.environ.items() if k not in ("PGKB_USER", "PGKB_QUERY_LOG", "PGKB_MCP_TOKENS")}
+    if query_log:
+        env["PGKB_QUERY_LOG"] = query_log
     env["PGKB_DATABASE_URL"] = _service_url(conn, url)
     env.setdefault("PGKB_EMBED_PROVIDER", "offline")
     env["PYTHONUNBUFFERED"] = "1"

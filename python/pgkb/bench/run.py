@@ -115,6 +115,7 @@ class BenchOptions:
     vectors: str = "uniform"
     anchors: int = ANCHORS
     url: str | None = None
+    mcp_query_log: str | None = None  # the MCP server's PGKB_QUERY_LOG (None: none)
 
     def check(self) -> None:
         for name in ("chunks", "queries", "recall_queries", "client_queries"):
@@ -541,7 +542,9 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
         )
         mcp = None
         if options.mcp_calls:
-            mcp = measure_mcp_overhead(conn, url, options.kb_name, [p["q"] for p in params], options.mcp_calls)
+            mcp = measure_mcp_overhead(
+                conn, url, options.kb_name, [p["q"] for p in params], options.mcp_calls, options.mcp_query_log
+            )
         result = BenchResult(
             kb_name=options.kb_name,
             chunks=options.chunks,
