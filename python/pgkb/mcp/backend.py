@@ -104,6 +104,7 @@ class Backend:
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._pool_lock = threading.Lock()
+        self._probe_lock = threading.Lock()  # one probe connection at a time, however many calls wait
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
 
@@ -186,7 +187,8 @@ class Backend:
         try:
             conn = pool.getconn(timeout=POOL_QUICK_WAIT_SECONDS)
         except PoolTimeout:
-            self._probe()
+            with self._probe_lock:  # calls waiting on a stalled pool share one probe, not one each
+                self._probe()
             try:
                 conn = pool.getconn(timeout=POOL_WAIT_SECONDS - POOL_QUICK_WAIT_SECONDS)
             except PoolTimeout as e:
