@@ -111,9 +111,10 @@ def svc_connections(admin) -> int:
     return admin.execute("select count(*) from pg_stat_activity where usename = 'svc'").fetchone()[0]
 
 
-def burst(base: str, n: int, timeout: float) -> list[tuple[bool, float, str]]:
+def burst(base: str, n: int, timeout: float, stall: TableLock | None = None, stall_s: float = 0.0):
     """n concurrent search_knowledge calls, each on its own HTTP session (all sessions are opened first,
-    then the calls go out together); (ok, seconds of the call, text) each."""
+    then the calls go out together; ``stall`` is released ``stall_s`` seconds after that); (ok, seconds of
+    the call, text) each."""
     results: list[tuple[bool, float, str]] = []
     opened = anyio.Event()
     count = [0]
@@ -126,6 +127,8 @@ def burst(base: str, n: int, timeout: float) -> list[tuple[bool, float, str]]:
                 count[0] += 1
                 if count[0] == n:
                     opened.set()
+                    if stall is not None:
+                        threading.Timer(stall_s, stall.close).start()
                 with anyio.fail_after(timeout):
                     await opened.wait()
                 t0 = time.monotonic()
@@ -169,9 +172,9 @@ def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_pat
     # the service role's connections of earlier tests' servers are gone (they close as those servers exit)
     assert rh.wait_for(lambda: svc_connections(world) == 0, 30), "connections of the service role linger"
     try:
-        lock = TableLock(dsn_of(world.info.user), 4.0)  # requests pile up behind the stuck transaction
+        lock = TableLock(dsn_of(world.info.user), 120)  # requests pile up behind the stuck transaction
         watcher.start()
-        results = burst(base, rh.scale(24, 64), 60)
+        results = burst(base, rh.scale(24, 64), 60, lock, 4.0)
         lock.close()
     finally:
         stop.set()
@@ -199,8 +202,8 @@ def test_mcp_requests_beyond_a_concurrency_bound_are_answered_promptly(world, ds
     server, base = rh.mcp_http_server(dsn_of("svc"), fake.url, tmp_path, {"tok": "alice"}, PGKB_MCP_POOL_SIZE=str(POOL))
     n, bound = 32, 2 * POOL
     try:
-        lock = TableLock(dsn_of(world.info.user), 6.0)
-        results = burst(base, n, 20)
+        lock = TableLock(dsn_of(world.info.user), 120)
+        results = burst(base, n, 20, lock, 4.0)
         lock.close()
     finally:
         server.stop()
