@@ -154,9 +154,10 @@ MAX_CONCURRENT = 12
 
 
 def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_path):
-    """The service role's connections stay within PGKB_MCP_MAX_CONCURRENT: the pool (PGKB_MCP_POOL_SIZE),
-    plus one short probe per call that waited POOL_QUICK_WAIT_SECONDS for it (is the database down or just
-    busy?). The pool alone holds connections for longer than a probe."""
+    """The service role's connections stay within the pool (PGKB_MCP_POOL_SIZE) plus the one probe that calls
+    waiting POOL_QUICK_WAIT_SECONDS for a pooled connection share (is the database down or just busy?), however
+    many calls wait (PGKB_MCP_MAX_CONCURRENT well above the pool here). Found by this test: each waiting call
+    used to open a probe of its own (12 connections with a pool of 4)."""
     extra = {"PGKB_MCP_POOL_SIZE": str(POOL), "PGKB_MCP_MAX_CONCURRENT": str(MAX_CONCURRENT)}
     server, base = rh.mcp_http_server(dsn_of("svc"), fake.url, tmp_path, {"tok": "alice"}, **extra)
     peak = 0
@@ -192,7 +193,7 @@ def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_pat
         peak_db_connections=peak,
         slowest_s=round(max(r[1] for r in results), 1),
     )
-    assert POOL <= peak <= MAX_CONCURRENT
+    assert POOL <= peak <= POOL + 1
     assert ok + busy == len(results) and MAX_CONCURRENT - 2 <= ok <= MAX_CONCURRENT, results
 
 
