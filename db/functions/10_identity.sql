@@ -174,6 +174,11 @@ begin
         execute format('alter role %I in database %I set lock_timeout = %L', login_role,
             current_database(), kb.setting('user_lock_timeout'));
     end if;
+exception when insufficient_privilege then
+    -- a managed server whose pgkb owner may not alter roles: say so, never fail the caller for it
+    raise notice 'pgkb: cannot set default timeouts for role % (the owner of schema kb lacks CREATEROLE); '
+        'set them yourself: ALTER ROLE % IN DATABASE % SET statement_timeout = ...', login_role, login_role,
+        current_database();
 end
 $$;
 
