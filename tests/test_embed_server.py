@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import base64
 import http.client
 import json
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from pgkb import embed_server
+from pgkb.cli import main
 from pgkb.embed_server import (
     BATCH_CHARS,
     MAX_BODY_BYTES,
@@ -475,13 +474,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-CLI = (
-    "import argparse, sys\n"
-    "from pgkb import embed_server\n"
-    "parser = argparse.ArgumentParser()\n"
-    "embed_server.add_arguments(parser)\n"
-    "sys.exit(embed_server.run(parser.parse_args(sys.argv[1:])))\n"
-)
+CLI = "import sys\nfrom pgkb.cli import main\nsys.exit(main(['embed-server', *sys.argv[1:]]))\n"
 
 
 def test_process_serves_and_stops_gracefully_on_sigterm():
@@ -524,17 +517,13 @@ def test_process_serves_and_stops_gracefully_on_sigterm():
 
 
 def test_cli_reports_a_taken_port(server, capsys):
-    parser = argparse.ArgumentParser()
-    embed_server.add_arguments(parser)
     port = urlsplit(server.url).port
-    assert embed_server.run(parser.parse_args(["--port", str(port)])) == 1
+    assert main(["embed-server", "--port", str(port)]) == 1
     assert "embed-server" in capsys.readouterr().err
 
 
 def test_cli_rejects_offline_provider_with_another_model(capsys):
-    parser = argparse.ArgumentParser()
-    embed_server.add_arguments(parser)
-    assert embed_server.run(parser.parse_args(["--provider", "offline", "--model", "bge-m3"])) == 1
+    assert main(["embed-server", "--provider", "offline", "--model", "bge-m3"]) == 1
     assert "sentence-transformers" in capsys.readouterr().err
 
 

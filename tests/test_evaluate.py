@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+from pgkb.cli import build_parser
 from pgkb.config import Settings
 from pgkb.quality import evaluate
 from pgkb.quality.evaluate import (
@@ -140,9 +141,7 @@ def write_beir(folder: Path, corpus=CORPUS, queries=QUERIES, qrels=QRELS) -> Pat
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    evaluate.add_arguments(parser)
-    return parser.parse_args(argv)
+    return build_parser().parse_args(["eval", *argv])
 
 
 def settings_for(db) -> Settings:

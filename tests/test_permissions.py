@@ -88,6 +88,7 @@ TABLES = [
 PUBLIC_API = {
     "fold_text",
     "lexical_terms",
+    "snippet",
     "term_freqs",
     "indexed_text",
     "current_user_id",

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from pgkb.config import Settings
 from pgkb.embed_server import start_in_thread
-from pgkb.search import SearchOptions, match_spans, query_terms, rerank_text, search, snippet
+from pgkb.search import SearchOptions, rerank_text, search
 
 
 @pytest.fixture
@@ -119,16 +119,33 @@ def test_acting_user_is_transaction_local(kbdb, embedder, connect_as):
         kbdb.execute("revoke pgkb_service from svc")
 
 
-def test_highlighting():
-    assert set(query_terms("Redis 缓存击穿")) == {"Redis", "缓存", "存击", "击穿"}
+def snippet(db, text: str, query: str, width: int = 160, mark: tuple[str, str] = ("[", "]")) -> str:
+    return db.execute("select kb.snippet(%s, %s, %s, %s, %s)", [text, query, width, *mark]).fetchone()[0]
+
+
+def test_snippet_marks_the_terms_the_lexical_leg_matches(db):
     text = "排查时先检查 Redis 缓存击穿，再确认"
-    spans = match_spans(text, query_terms("redis 缓存击穿"))
-    assert [text[s:e] for s, e in spans] == ["Redis", "缓存击穿"]
-    assert snippet(text, "缓存击穿", mark=("[", "]")) == "排查时先检查 Redis [缓存击穿]，再确认"
-    assert "\033[1m" not in snippet(text, "缓存击穿")
+    assert snippet(db, text, "redis 缓存击穿") == "排查时先检查 [Redis] [缓存击穿]，再确认"
+    assert snippet(db, text, "缓存击穿", mark=("", "")) == text
+    # camelCase parts and Traditional characters: what kb.lexical_terms folds, the snippet finds
+    assert snippet(db, "call getUserToken before retry", "token refresh") == "call getUser[Token] before retry"
+    assert snippet(db, "資料庫連線逾時的處理", "资料库连线") == "[資料庫連線]逾時的處理"
+    assert snippet(db, "ＡＰＩ　网关  限流", "api 限流") == "[ＡＰＩ] 网关 [限流]"
+    assert snippet(db, "没有任何匹配", "redis") == "没有任何匹配"
+    assert snippet(db, "", "redis") == "" and snippet(db, "text", "") == "text"
+
+
+def test_snippet_window_follows_the_first_match(db):
     long = "无关内容。" * 100 + "tidb_mem_quota_query 限制内存"
-    s = snippet(long, "tidb_mem_quota_query", width=60, bold=True)
-    assert s.startswith("…") and "\033[1mtidb_mem_quota_query\033[0m" in s
+    s = snippet(db, long, "tidb_mem_quota_query", width=60, mark=("<b>", "</b>"))
+    assert s.startswith("…") and "<b>tidb_mem_quota_query</b>" in s
+    assert len(s.replace("<b>", "").replace("</b>", "")) == 60 + 1  # the window plus the leading ellipsis
+
+
+def test_cli_marks_snippets_only_on_a_terminal(kbdb):
+    result = cli(kbdb, "退款", "--top-k", "1")
+    assert result.returncode == 0, result.stderr
+    assert "无理由退款" in result.stdout and "\033[1m" not in result.stdout
 
 
 # ------------------------------------------------------------------------------------------------ CLI

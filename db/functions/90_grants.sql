@@ -54,7 +54,8 @@ kb.get_document(text, text, integer, integer),
 kb.embedding_status(text),
 kb.service_role_problem(),
 kb.search_defaults(),
-kb.check_search_input(text, integer)
+kb.check_search_input(text, integer),
+kb.snippet(text, text, integer, text, text)
 to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;

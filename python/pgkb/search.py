@@ -1,4 +1,4 @@
-"""Client-side search: embed the query, call ``kb.hybrid_search``, optionally rerank; and `pgkb search`.
+"""Client-side search: embed the query, call ``kb.hybrid_search``, optionally rerank.
 
 ``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
 MCP server (pgkb.mcp) call:
@@ -23,12 +23,8 @@ Per-stage wall-clock milliseconds (embed, search, rerank, total) come back in ``
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -306,138 +302,3 @@ def _vector(values):
     from pgvector import Vector
 
     return Vector(values)
-
-
-# ------------------------------------------------------------------------------------------- highlighting
-
-
-_TERM = re.compile(r"[A-Za-z0-9_]{2,}|[\u3400-\u9fff\uf900-\ufaff]+")
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-
-
-def query_terms(query: str) -> list[str]:
-    """Terms to highlight: ASCII words (2+ characters) and CJK bigrams (a single CJK character alone)."""
-    terms: set[str] = set()
-    for m in _TERM.finditer(query):
-        word = m.group()
-        if _CJK.match(word):
-            terms.update(word[i : i + 2] for i in range(max(1, len(word) - 1)))
-        else:
-            terms.add(word)
-            terms.update(p for p in re.split(r"_+", word) if len(p) >= 2)
-    return sorted(terms, key=lambda t: (-len(t), t))
-
-
-def match_spans(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
-    """Merged (start, end) spans of the terms in text, case-insensitive."""
-    if not terms:
-        return []
-    pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE)
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    while pos < len(text):  # overlapping matches (CJK bigrams) are found by restarting one char later
-        m = pattern.search(text, pos)
-        if not m:
-            break
-        start, end = m.span()
-        if spans and start <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
-        else:
-            spans.append((start, end))
-        pos = start + 1
-    return spans
-
-
-def snippet(text: str, query: str, width: int = 160, *, bold: bool = False, mark: tuple[str, str] | None = None):
-    """A one-line window of ``text`` around the first match of the query's terms, matches highlighted
-    (ANSI bold with ``bold``, or ``mark = (open, close)``)."""
-    text = " ".join(text.split())
-    spans = match_spans(text, query_terms(query))
-    start = max(0, spans[0][0] - width // 4) if spans else 0
-    end = min(len(text), start + width)
-    start = max(0, min(start, end - width))
-    if mark is None and bold:
-        mark = ("\033[1m", "\033[0m")
-    out, pos = [], start
-    for s, e in spans:
-        if e <= start or s >= end or mark is None:
-            continue
-        s, e = max(s, start), min(e, end)
-        out.append(text[pos:s] + mark[0] + text[s:e] + mark[1])
-        pos = e
-    out.append(text[pos:end])
-    return ("…" if start > 0 else "") + "".join(out) + ("…" if end < len(text) else "")
-
-
-# -------------------------------------------------------------------------------------------------- CLI
-
-
-def add_arguments(parser) -> None:
-    """The `pgkb search` options (argparse)."""
-    parser.add_argument("query", help="what to search for (question or keywords)")
-    parser.add_argument("--kb", default=None, help="search one knowledge base (default: all you can see)")
-    parser.add_argument("--top-k", type=int, default=5, help=f"results to show (1..{MAX_TOP_K}, default 5)")
-    parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
-    parser.add_argument(
-        "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
-    )
-    parser.add_argument(
-        "--no-rerank", action="store_true", help="do not rerank even if PGKB_RERANK_URL / PGKB_RERANK_MODEL is set"
-    )
-
-
-def run(args, settings) -> int:
-    """`pgkb search`: prints rank, score, title > heading path, source and a highlighted snippet."""
-    from pgkb.db import connect, database_url
-    from pgkb.models.rerank import RerankError, load_reranker
-
-    try:
-        options = SearchOptions.from_env()
-        reranker = None if args.no_rerank else load_reranker()
-    except (ValueError, RerankError, EmbeddingError) as e:
-        print(f"pgkb: search: {e}", file=sys.stderr)
-        return 2
-    import psycopg
-
-    with connect(database_url(settings)) as conn:
-        try:
-            response = search(
-                conn,
-                settings,
-                args.query,
-                args.top_k,
-                args.kb,
-                reranker=reranker,
-                user=args.user,
-                options=options,
-            )
-        except ValueError as e:
-            print(f"pgkb: search: {e}", file=sys.stderr)
-            return 2
-        except psycopg.errors.QueryCanceled:
-            print(
-                f"pgkb: search: timed out after {options.statement_timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS)",
-                file=sys.stderr,
-            )
-            return 1
-    if args.json:
-        print(json.dumps(response.as_dict(), ensure_ascii=False, default=str))
-        return 0
-    tty = sys.stdout.isatty()
-    if response.degraded:
-        print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
-    if not response.results:
-        print("no results" + (f" in {response.kb}" if response.kb else ""))
-        return 0
-    for rank, hit in enumerate(response.results, 1):
-        score = f"{hit.final_score:.4f}" + (" (rerank)" if hit.rerank_score is not None else "")
-        print(f"{rank:>2}. [{score}] {hit.location()}")
-        print(f"    {hit.source}  ({hit.kb})")
-        print(f"    {snippet(hit.content, response.query, bold=tty)}")
-    t = response.timings_ms
-    print(
-        f"-- {len(response.results)} results in {t.get('total', 0):.0f} ms (embed {t.get('embed', 0):.0f}, "
-        f"search {t.get('search', 0):.0f}" + (f", rerank {t['rerank']:.0f}" if "rerank" in t else "") + ")",
-        file=sys.stderr,
-    )
-    return 0

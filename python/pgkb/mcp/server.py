@@ -1,6 +1,5 @@
-"""The MCP server: tools, resources and the `pgkb mcp` command (stdio or streamable HTTP)."""
+"""The MCP server: tools, resources and prompts, served over stdio or streamable HTTP (`pgkb mcp`)."""
 
-import argparse
 import contextlib
 import hmac
 import logging
@@ -191,34 +190,29 @@ def _version() -> str:
         return "0"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `pgkb mcp` options (argparse)."""
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP address (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
-    parser.add_argument("--verbose", action="store_true", help="log every stage to stderr")
-    parser.add_argument("--no-rerank", action="store_true", help="ignore PGKB_RERANK_URL / PGKB_RERANK_MODEL")
-
-
-def run(args, settings: Settings) -> int:
-    """Serve until stopped. Configuration errors print to stderr and return 2."""
+def serve(
+    settings: Settings, *, transport: str = "stdio", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    verbose: bool = False, rerank: bool = True,
+) -> int:
+    """Serve MCP over stdio or streamable HTTP until stopped (`pgkb mcp`). Configuration errors and a role
+    that bypasses visibility print to stderr and return 2."""
     logging.basicConfig(
         stream=sys.stderr,
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    if args.verbose:
+    if verbose:
         log.setLevel(logging.INFO)
     from pgkb.models.rerank import RerankError, load_reranker
 
     try:
-        config = McpConfig.from_env(settings, verbose=args.verbose)
-        reranker = None if args.no_rerank else load_reranker()
+        config = McpConfig.from_env(settings, verbose=verbose)
+        reranker = None if not rerank else load_reranker()
     except (ConfigError, RerankError, EmbeddingError) as e:
         print(f"pgkb: mcp: {e}", file=sys.stderr)
         return 2
-    if args.transport == "http" and not config.tokens and args.host not in LOOPBACK:
-        log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", args.host, config.default_user)
+    if transport == "http" and not config.tokens and host not in LOOPBACK:
+        log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", host, config.default_user)
     backend = Backend(config, reranker=reranker)
     try:  # refuse at once to serve as a role that bypasses visibility; a database that is down is fine
         backend.check_role()
@@ -227,17 +221,17 @@ def run(args, settings: Settings) -> int:
         return 2
     server = build_server(backend)
     try:
-        if args.transport == "stdio":
+        if transport == "stdio":
             import anyio
 
             anyio.run(serve_stdio, server)
             return 0
         import uvicorn
 
-        app = http_app(server, config, args.host)
-        log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
+        app = http_app(server, config, host)
+        log.info("serving MCP on http://%s:%d/mcp", host, port)
         uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+            uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")
         ).run()
         return 0
     finally:

@@ -137,23 +137,6 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def add_arguments(parser) -> None:
-    """The `pgkb sweep` options (argparse)."""
-    parser.add_argument("--beir", action="append", default=[], metavar="DIR", help="BEIR folder (repeatable)")
-    parser.add_argument(
-        "--questions", action="append", default=[], nargs=2, metavar=("DOCS", "FILE"),
-        help="doc-questions: documents folder and questions JSONL (repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--grid", action="append", default=[], metavar="KEY=V1,V2",
-        help=f"values to combine (repeatable); KEY one of {', '.join(SWEEPABLE)}",
-    )  # fmt: skip
-    parser.add_argument("--modes", default="hybrid", help=f"comma-separated, of {', '.join(SWEEP_MODES)}")
-    parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of N queries per dataset")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="write the report as JSON to this file")
-
-
 def run(args, settings, *, embedder=None) -> int:
     """`pgkb sweep`. Exit 2 on bad arguments or a dataset whose knowledge base is not loaded."""
     from pgkb.db import connect, database_url

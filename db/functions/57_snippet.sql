@@ -1,0 +1,74 @@
+-- Snippets for people: a one-line window of a chunk around the first match of the query, the matches
+-- marked. Matching uses the search's own term model (kb.lexical_terms over kb.fold_text), so a highlight
+-- appears exactly where the lexical leg found a term: CJK bigrams, camelCase and snake_case parts,
+-- full-width and Traditional characters included.
+
+-- content with white space runs collapsed, cut to `width` characters around the first query term (a
+-- quarter of the width before it), every run of characters covered by a query term wrapped in open_mark
+-- and close_mark, '…' where text was cut. Marks are inserted as given: a client that renders HTML passes
+-- markers it escapes afterwards. Immutable; never raises for any text; width is clamped to 20..2000.
+create or replace function kb.snippet(
+    content text, query text, width integer default 160, open_mark text default '', close_mark text default ''
+)
+returns text
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    chars text [] := string_to_array(btrim(regexp_replace(coalesce(content, ''), '\s+', ' ', 'g')), null);
+    n integer := coalesce(cardinality(chars), 0);
+    folded text;
+    covered boolean [];
+    term text;
+    hit integer;
+    pos integer;
+    first_hit integer;
+    lo integer;
+    hi integer;
+    out text := '';
+    inside boolean := false;
+begin
+    if n = 0 then
+        return '';
+    end if;
+    width := least(greatest(coalesce(width, 160), 20), 2000);
+    folded := kb.fold_text(array_to_string(chars, ''));
+    if length(folded) <> n then
+        -- a character whose folding changes the length: fold one by one, keeping positions aligned
+        select string_agg(case when length(kb.fold_text(c)) = 1 then kb.fold_text(c) else lower(c) end, '' order by i)
+        into folded
+        from unnest(chars) with ordinality as u (c, i);
+    end if;
+    covered := array_fill(false, array[n]);
+    for term in select distinct t from unnest(kb.lexical_terms(coalesce(query, ''))) as t loop
+        pos := 0;
+        loop
+            hit := strpos(substr(folded, pos + 1), term);
+            exit when hit = 0 or length(folded) <> n;
+            hit := pos + hit;
+            for i in hit .. least(hit + length(term) - 1, n) loop
+                covered[i] := true;
+            end loop;
+            first_hit := least(coalesce(first_hit, hit), hit);
+            pos := hit;     -- overlapping matches (CJK bigrams) restart one character later
+        end loop;
+    end loop;
+    lo := greatest(1, coalesce(first_hit, 1) - width / 4);
+    hi := least(n, lo + width - 1);
+    lo := greatest(1, least(lo, hi - width + 1));
+    for i in lo .. hi loop
+        if covered[i] and not inside then
+            out := out || open_mark;
+            inside := true;
+        elsif not covered[i] and inside then
+            out := out || close_mark;
+            inside := false;
+        end if;
+        out := out || chars[i];
+    end loop;
+    if inside then
+        out := out || close_mark;
+    end if;
+    return (case when lo > 1 then '…' else '' end) || out || (case when hi < n then '…' else '' end);
+end
+$$;

@@ -1,0 +1,53 @@
+"""`pgkb eval`: retrieval quality (Recall@k, MRR, nDCG) per search mode on a BEIR set or doc questions."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from pgkb.chunking import ChunkingOptions
+    from pgkb.quality.evaluate import FUSIONS, MODES, SearchSettings
+
+    parser = sub.add_parser(
+        "eval", help="retrieval quality: Recall@k, MRR, nDCG per search mode (BEIR or doc questions)"
+    )
+    parser.add_argument("beir_dir", nargs="?", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv)")
+    parser.add_argument("--beir", metavar="DIR", help="the same as the positional BEIR folder (as in pgkb sweep)")
+    parser.add_argument("--docs", help="doc-questions: folder of documents to ingest (paths are doc keys)")
+    parser.add_argument("--questions", help="doc-questions: JSONL of {id, query, relevant: [paths], kind}")
+    parser.add_argument("--kb", default=None, help="knowledge base to load into (default eval-<dataset>)")
+    parser.add_argument(
+        "--modes", default=None, help=f"comma-separated, of {', '.join(MODES)} (default: all available)"
+    )
+    parser.add_argument("--out", default=None, help="write the report as JSON to this file")
+    parser.add_argument("--max-queries", type=int, default=None, help="evaluate a seeded sample of N queries")
+    parser.add_argument("--seed", type=int, default=0, help="sample seed for --max-queries (default 0)")
+    d = SearchSettings()
+    db_default = "default: the database's, SELECT * FROM kb.search_defaults()"
+    parser.add_argument("--fusion", default=None, choices=FUSIONS, help=f"how hybrid fuses the legs ({db_default})")
+    parser.add_argument("--rrf-k", type=float, default=None, help=f"RRF k ({db_default})")
+    parser.add_argument("--vector-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--lexical-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--fuzzy-weight", type=float, default=None, help=db_default)
+    parser.add_argument("--candidates", type=int, default=None, help=f"rows per leg before fusion ({db_default})")
+    parser.add_argument("--bm25-k1", type=float, default=None, help=db_default)
+    parser.add_argument("--bm25-b", type=float, default=None, help=db_default)
+    parser.add_argument(
+        "--rerank-depth", type=int, default=None, help="fused chunks reranked (default PGKB_RERANK_DEPTH or 40)"
+    )
+    parser.add_argument(
+        "--depth", type=int, default=d.depth, help=f"chunks fetched per query (default {d.depth}; max 100)"
+    )
+    c = ChunkingOptions()
+    parser.add_argument("--chunk-chars", type=int, default=c.max_chars, help="chunk size in characters")
+    parser.add_argument("--chunk-overlap", type=int, default=c.overlap, help="characters repeated between chunks")
+    parser.add_argument(
+        "--no-heading-prefix", dest="heading_prefix", action="store_false",
+        help="embed chunk content without the 'title > heading' breadcrumb line (experiment)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def run(args, settings) -> int:
+    from pgkb.quality import evaluate
+
+    return evaluate.run(args, settings)

@@ -1,0 +1,54 @@
+"""`pgkb model list|add|use`: the embedding model registry."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("model", help="embedding models: list, add (and backfill), use")
+    parser.add_argument("action", choices=["list", "add", "use"])
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("--dimension", type=int)
+    parser.add_argument("--query-prefix", default="")
+    parser.add_argument("--passage-prefix", default="")
+    parser.add_argument("--force", action="store_true", help="use even if chunks still lack embeddings")
+    parser.set_defaults(func=run)
+
+
+def run(args, settings) -> int:
+    from pgkb.db import connect
+
+    with connect() as conn:
+        if args.action == "add":
+            if not args.name or not args.dimension:
+                print("pgkb: model add needs NAME and --dimension", file=sys.stderr)
+                return 2
+            conn.execute(
+                "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false)",
+                [args.name, args.dimension, args.query_prefix, args.passage_prefix],
+            )
+            queued = conn.execute("select queued from kb.embedding_status(%s)", [args.name]).fetchone()[0]
+            print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
+            print(f"pgkb: run `PGKB_EMBED_MODEL={args.name} pgkb worker --once`, then `pgkb model use {args.name}`")
+        elif args.action == "use":
+            if not args.name:
+                print("pgkb: model use needs NAME", file=sys.stderr)
+                return 2
+            missing = conn.execute("select kb.use_embedding_model(%s, %s)", [args.name, args.force]).fetchone()[0]
+            print(
+                f"pgkb: {args.name} is now the default model"
+                + (f" ({missing} chunks still missing)" if missing else "")
+            )
+        else:
+            rows = conn.execute(
+                "select model, dimension, is_default, query_prefix, passage_prefix, embedded, queued, parked"
+                " from kb.embedding_status()"
+            ).fetchall()
+            print(f"{'model':<32} {'dim':>5} {'default':>7} {'embedded':>9} {'queued':>7} {'parked':>7}  prefixes")
+            for name, dim, default, qp, pp, done, queued, parked in rows:
+                print(
+                    f"{name:<32} {dim:>5} {'yes' if default else '':>7} {done:>9} {queued:>7} {parked:>7}"
+                    f"  {qp!r} / {pp!r}"
+                )
+    return 0

@@ -1,0 +1,88 @@
+"""`pgkb search QUERY`: rank, score, title > headings, source and a snippet with the query's terms marked
+(by the database's kb.snippet, so highlights fall where the lexical leg matched)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+BOLD = ("\033[1m", "\033[0m")
+
+
+def register(sub) -> None:
+    from pgkb.search import MAX_TOP_K
+
+    parser = sub.add_parser("search", help="hybrid search: rank, score, title > headings, source, snippet")
+    parser.add_argument("query", help="what to search for (question or keywords)")
+    parser.add_argument("--kb", default=None, help="search one knowledge base (default: all you can see)")
+    parser.add_argument("--top-k", type=int, default=5, help=f"results to show (1..{MAX_TOP_K}, default 5)")
+    parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
+    parser.add_argument(
+        "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
+    )
+    parser.add_argument(
+        "--no-rerank", action="store_true", help="do not rerank even if PGKB_RERANK_URL / PGKB_RERANK_MODEL is set"
+    )
+    parser.set_defaults(func=run)
+
+
+def snippets(conn, texts: list[str], query: str, mark: tuple[str, str] = ("", "")) -> list[str]:
+    """One kb.snippet per text (160 characters around the first match, matches wrapped in ``mark``)."""
+    rows = conn.execute(
+        "select kb.snippet(t, %s, 160, %s, %s) from unnest(%s::text[]) with ordinality as u (t, i) order by i",
+        [query, mark[0], mark[1], texts],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def run(args, settings) -> int:
+    import psycopg
+
+    from pgkb.db import connect, database_url
+    from pgkb.models.embedding import EmbeddingError
+    from pgkb.models.rerank import RerankError, load_reranker
+    from pgkb.search import SearchOptions, search
+
+    try:
+        options = SearchOptions.from_env()
+        reranker = None if args.no_rerank else load_reranker()
+    except (ValueError, RerankError, EmbeddingError) as e:
+        print(f"pgkb: search: {e}", file=sys.stderr)
+        return 2
+    with connect(database_url(settings)) as conn:
+        try:
+            response = search(
+                conn, settings, args.query, args.top_k, args.kb, reranker=reranker, user=args.user, options=options
+            )
+        except ValueError as e:
+            print(f"pgkb: search: {e}", file=sys.stderr)
+            return 2
+        except psycopg.errors.QueryCanceled:
+            print(
+                f"pgkb: search: timed out after {options.statement_timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS)",
+                file=sys.stderr,
+            )
+            return 1
+        if args.json:
+            print(json.dumps(response.as_dict(), ensure_ascii=False, default=str))
+            return 0
+        lines = snippets(
+            conn, [h.content for h in response.results], response.query, BOLD if sys.stdout.isatty() else ("", "")
+        )
+    if response.degraded:
+        print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
+    if not response.results:
+        print("no results" + (f" in {response.kb}" if response.kb else ""))
+        return 0
+    for rank, (hit, line) in enumerate(zip(response.results, lines, strict=True), 1):
+        score = f"{hit.final_score:.4f}" + (" (rerank)" if hit.rerank_score is not None else "")
+        print(f"{rank:>2}. [{score}] {hit.location()}")
+        print(f"    {hit.source}  ({hit.kb})")
+        print(f"    {line}")
+    t = response.timings_ms
+    print(
+        f"-- {len(response.results)} results in {t.get('total', 0):.0f} ms (embed {t.get('embed', 0):.0f}, "
+        f"search {t.get('search', 0):.0f}" + (f", rerank {t['rerank']:.0f}" if "rerank" in t else "") + ")",
+        file=sys.stderr,
+    )
+    return 0
