@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from pgvector import Vector
+from psycopg import sql
 
 pytest.importorskip("dbt.adapters.postgres", reason="dbt-postgres is not installed (pip install -e '.[dbt]')")
 
@@ -23,6 +24,11 @@ SEED = Path("seeds") / "support_tickets.csv"
 KB = "support-tickets"
 EDITED, DELETED, OPEN = "T-1017", "T-1005", "T-1019"
 NEW_RESOLUTION = "注销申请提交后有 30 天冷静期，期间在设置页点击“撤销注销”即可恢复账号；超过 30 天数据会被永久删除。"
+
+
+# the `dbt` console script beside this interpreter (what a data engineer types), else dbt's entry point
+_script = shutil.which("dbt", path=str(Path(sys.executable).parent))
+DBT = [_script] if _script else [sys.executable, "-c", "import sys; from dbt.cli.main import cli; sys.exit(cli())"]
 
 
 def no_network_prefix() -> list[str]:
@@ -36,7 +42,7 @@ def no_network_prefix() -> list[str]:
 class Dbt:
     """Runs dbt commands against the test database with profiles, target/ and logs/ in a temporary dir."""
 
-    def __init__(self, db, tmp: Path) -> None:
+    def __init__(self, db, tmp: Path, user: str) -> None:
         self.db, self.tmp = db, tmp
         self.profiles = tmp / "profiles"
         self.profiles.mkdir()
@@ -44,7 +50,7 @@ class Dbt:
         info = db.info
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DBT_", "PGKB_"))}
         self.env.update(
-            PGKB_DB_HOST=info.host, PGKB_DB_PORT=str(info.port), PGKB_DB_USER=info.user, PGKB_DB_NAME=info.dbname
+            PGKB_DB_HOST=info.host, PGKB_DB_PORT=str(info.port), PGKB_DB_USER=user, PGKB_DB_NAME=info.dbname
         )
         self.prefix = no_network_prefix()
 
@@ -52,7 +58,7 @@ class Dbt:
         """Run `dbt ARGS`; returns its stdout and target/run_results.json."""
         target = self.tmp / "target"
         cmd = [
-            *self.prefix, sys.executable, "-m", "dbt.cli.main", *args,
+            *self.prefix, *DBT, *args,
             "--project-dir", str(project), "--profiles-dir", str(self.profiles),
             "--target-path", str(target), "--log-path", str(self.tmp / "logs"),
         ]  # fmt: skip
@@ -99,8 +105,11 @@ def run_worker(db, endpoint) -> None:
     assert {r[0] for r in db.execute("select status from kb.documents").fetchall()} == {"ready"}
 
 
-def test_dbt_writes_tickets_incrementally_then_worker_then_search(db, embedder, fake_embeddings, tmp_path):
-    dbt = Dbt(db, tmp_path)
+def test_dbt_writes_tickets_incrementally_then_worker_then_search(db, connect_as, embedder, fake_embeddings, tmp_path):
+    # dbt runs as an ordinary pgkb user that may create schemas, not as an administrator
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute(sql.SQL("grant create on database {} to alice").format(sql.Identifier(db.info.dbname)))
+    dbt = Dbt(db, tmp_path, user="alice")
     endpoint = fake_embeddings(embedder.embed)  # real vectors of the offline model, over HTTP
     repo_files = sorted(p.relative_to(PROJECT) for p in PROJECT.rglob("*"))
     with (PROJECT / SEED).open(newline="", encoding="utf-8") as f:
@@ -117,6 +126,11 @@ def test_dbt_writes_tickets_incrementally_then_worker_then_search(db, embedder, 
     docs = documents(db)
     assert set(docs) == solved
     assert {(d[3], d[4]) for d in docs.values()} == {("dbt", "kb_ticket_documents")}
+    owner = db.execute(
+        "select k.visibility, u.name from kb.knowledge_bases k join kb.users u on u.id = k.owner_id where k.name = %s",
+        [KB],
+    ).fetchone()
+    assert owner == ("private", "alice")
     assert db.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 2 * len(solved)
     run_worker(db, endpoint)
     embedded = db.execute("select count(*) from kb.embeddings").fetchone()[0]
@@ -175,12 +189,14 @@ def test_dbt_writes_tickets_incrementally_then_worker_then_search(db, embedder, 
     ).fetchone()[0]
     assert content == NEW_RESOLUTION
 
-    # the worker embeds the edited ticket; a Chinese question finds it by its new resolution
+    # the worker embeds the edited ticket; a Chinese question (alice's, the knowledge base is hers) finds it by
+    # its new resolution
     run_worker(db, endpoint)
     assert db.execute("select count(*) from kb.embeddings").fetchone()[0] == embedded - 2
     query = "账号注销以后怎么撤销"
     vec = Vector(embedder.embed(["query: " + query])[0])
-    top = db.execute(
+    alice = connect_as("alice")
+    top = alice.execute(
         "select doc_key, heading_path, vector_rank from kb.hybrid_search(%s, 3, kb => %s, query_embedding => %s)",
         [query, KB, vec],
     ).fetchone()
