@@ -84,7 +84,7 @@ $$;
 -- its text, then the question. Each source is cut to 2000 characters and the sources to 12000 in all.
 create or replace function kb.answer_prompt(question text, hits kb.search_result[])
 returns jsonb
-language plpgsql immutable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -133,7 +133,7 @@ $$;
 -- Deterministic. Empty hits give the not-found sentence; no overlap at all gives hit 1's first sentence.
 create or replace function kb.extractive_answer(question text, hits kb.search_result[])
 returns text
-language plpgsql immutable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
