@@ -452,3 +452,16 @@ def test_gate_score_and_threshold(world, connect_as):
     assert score == pytest.approx(0.6) and found is True
     weak = json.dumps({"coverage": 0.2, "vector_score": 0.6})
     assert alice.execute(gate, [weak, weak, None]).fetchone() == (pytest.approx(0.1), False)
+
+
+def test_without_plpython3u_answers_are_extractive(world, connect_as, fake_chat):
+    """What a database where 64_chat_http.sql was skipped sees (here: the function dropped)."""
+    chat = fake_chat()
+    set_settings(world, chat_url=chat.url)
+    world.execute("drop function kb.chat_completion(text, text, jsonb, integer, integer, double precision, boolean)")
+    alice = connect_as("alice")
+    row = ask(alice, QUESTION)
+    assert row["mode"] == "extractive" and row["found"] is True and "llm_error" not in row["evidence"]
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="needs plpython3u"):
+        ask(alice, QUESTION, mode="llm")
+    assert chat.requests == []
