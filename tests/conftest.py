@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fake_chat import fake_chat  # noqa: F401 (the fixture, shared by every test module)
 from pgkb.cluster import EmbeddedCluster
 from pgkb.config import Settings
 from pgkb.migrate import migrate

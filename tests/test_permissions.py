@@ -124,6 +124,14 @@ PUBLIC_API = {
     "service_role_problem",
     "search_defaults",
     "check_search_input",
+    "ask",
+    "answer_evidence",
+    "answer_score",
+    "answer_gate",
+    "answer_prompt",
+    "cite",
+    "extractive_answer",
+    "not_found_text",
 }
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
@@ -136,6 +144,13 @@ INTERNAL = [
     "check_chunks",
     "embed_query",
     "http_embedding",
+    "chat_completion",
+    "ask_answer",
+    "answer_sentences",
+    "term_overlap",
+    "answer_term_weights",
+    "has_cjk",
+    "check_citations",
 ]
 
 

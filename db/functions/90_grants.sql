@@ -2,7 +2,7 @@
 -- only through the public API: no privilege on any table that holds knowledge, because a user's own
 -- predicate next to a row-level-security policy leaks through EXPLAIN ANALYZE (see 55_reads.sql). It may
 -- read only the model registry and the migration ledger, which hold nothing private. Internal functions
--- (the legs, stats maintenance, HTTP embedding) are executable by their owner only.
+-- (the legs, stats maintenance, HTTP embedding and chat, answer internals) are executable by their owner only.
 -- Also seeds the offline default embedding model on a fresh install.
 
 revoke all on all functions in schema kb from public;
@@ -55,7 +55,15 @@ kb.embedding_status(text),
 kb.service_role_problem(),
 kb.search_defaults(),
 kb.check_search_input(text, integer),
-kb.snippet(text, text, integer, text, text)
+kb.snippet(text, text, integer, text, text),
+kb.ask(text, integer, text, jsonb, text, boolean),
+kb.answer_evidence(text, kb.search_result[]),
+kb.answer_score(jsonb),
+kb.answer_gate(jsonb, double precision),
+kb.answer_prompt(text, kb.search_result[]),
+kb.cite(text, kb.search_result[]),
+kb.extractive_answer(text, kb.search_result[]),
+kb.not_found_text(text)
 to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;

@@ -1,0 +1,334 @@
+-- Answer text: the chat prompt, citation checking and the offline extractive answer, shared by every
+-- client (psql, CLI, MCP). Pure functions of their arguments: they read no table, so what a hits array
+-- holds is all they can tell; kb.ask hands them hits from kb.search, which RLS has filtered.
+-- Sources are numbered by their position in hits: [1] is hits[1].
+
+-- True when the text holds a CJK ideograph, kana or hangul: answers and refusals are then Chinese.
+create or replace function kb.has_cjk(input text)
+returns boolean
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select input ~ '[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]'
+$$;
+
+-- The "not found" answer in the question's language: Chinese for a question with CJK characters,
+-- English otherwise.
+create or replace function kb.not_found_text(question text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when kb.has_cjk(coalesce(question, '')) then '知识库中未找到相关信息'
+        else 'Not found in the knowledge base.' end
+$$;
+
+-- The sentences of a text, in order: split at line ends, after 。！？； ! ? ; and after a period that
+-- white space follows; trimmed of Markdown list / heading / table / quote markers. heading: the line was
+-- a Markdown heading. line: 1-based line number (sentences of one line share it). Blank pieces and
+-- pieces without a letter or digit (table rules, lone punctuation) are left out.
+create or replace function kb.answer_sentences(input text)
+returns table (ord integer, line integer, heading boolean, sentence text)
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select (row_number() over (order by l.n, s.n))::integer, l.n::integer, l.heading, s.piece
+    from (
+        select x.n, x.raw ~ '^\s{0,3}#{1,6}\s' as heading,
+            regexp_replace(x.raw, '^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,3}[.)]\s+|\|)\s*', '') as body
+        from string_to_table(input, E'\n') with ordinality as x (raw, n)
+    ) as l
+    cross join lateral (
+        select btrim(regexp_replace(p.piece, '\s*\|\s*', ' | ', 'g'), E' \t\r|') as piece, p.n
+        from regexp_split_to_table(l.body, '(?<=[。！？；!?;])|(?<=\.)\s+') with ordinality as p (piece, n)
+    ) as s
+    where s.piece ~ '[[:alnum:]]'
+$$;
+
+-- Weighted overlap of a text with query terms: the sum of the weights of the distinct terms of
+-- kb.lexical_terms(input) present in weights ({term: weight}). 0 when none is.
+create or replace function kb.term_overlap(input text, weights jsonb)
+returns double precision
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(sum((weights ->> t.term)::double precision), 0)
+    from (select distinct u.term from unnest(kb.lexical_terms(input)) as u (term)) as t
+    where weights ? t.term
+$$;
+
+-- Term weights for matching a question against the sentences of the hits: {term: idf} for the distinct
+-- kb.lexical_terms of question, idf = ln(1 + S / (1 + s)) over the S sentences of the hits' contents
+-- (s of them hold the term), so common words of these sources weigh little. Reads only its arguments.
+create or replace function kb.answer_term_weights(question text, hits kb.search_result[])
+returns jsonb
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    with sentences as (
+        select distinct on (s.sentence) s.sentence, kb.lexical_terms(s.sentence) as terms
+        from unnest(hits) as h
+        cross join lateral kb.answer_sentences(h.content) as s
+    ),
+    total as (select count(*)::double precision as n from sentences),
+    query_terms as (select distinct t.term from unnest(kb.lexical_terms(question)) as t (term))
+    select coalesce(jsonb_object_agg(q.term, ln(1 + total.n / (1 + (
+        select count(*) from sentences as s where q.term = any(s.terms)
+    )))), '{}')
+    from query_terms as q cross join total
+$$;
+
+-- The chat messages for answering question from hits, as a jsonb array [{role, content}]: a system
+-- message with the rules (only the numbered sources, [n] after every statement, the not-found sentence,
+-- the question's language) and a user message with each source as "[n] title > headings (page p)" and
+-- its text, then the question. Each source is cut to 2000 characters and the sources to 12000 in all.
+create or replace function kb.answer_prompt(question text, hits kb.search_result[])
+returns jsonb
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    per_source constant integer := 2000;
+    budget constant integer := 12000;
+    sources text := '';
+    block text;
+    hit kb.search_result;
+    n integer := 0;
+    used integer := 0;
+    page text;
+begin
+    perform kb.check_search_input(question, 1);
+    if coalesce(cardinality(hits), 0) > 100 then
+        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    foreach hit in array coalesce(hits, '{}') loop
+        n := n + 1;
+        exit when used >= budget;
+        page := hit.metadata ->> 'page';
+        block := format('[%s] %s', n, concat_ws(' > ', nullif(hit.title, ''), nullif(array_to_string(
+            hit.heading_path, ' > '), ''))
+        ) || case when page is not null then format(' (page %s)', left(page, 20)) else '' end
+        || E'\n' || left(coalesce(hit.content, ''), least(per_source, budget - used));
+        used := used + length(block);
+        sources := sources || block || E'\n\n';
+    end loop;
+    return jsonb_build_array(
+        jsonb_build_object('role', 'system', 'content',
+            'You answer questions from a private knowledge base. Use only the numbered sources the user '
+            || 'gives; never use other knowledge and never guess. After every statement put the number of '
+            || 'the source it comes from in square brackets, e.g. [1] or [1][2]; cite only numbers that are '
+            || 'given. If the sources do not answer the question, reply exactly "' || kb.not_found_text(question)
+            || '" and nothing else. Answer in the language of the question, briefly.'),
+        jsonb_build_object('role', 'user', 'content',
+            case when n = 0 then E'Sources: none.\n\n' else E'Sources:\n\n' || sources end
+            || 'Question: ' || question)
+    );
+end
+$$;
+
+-- The offline answer: the best sentences by kb.answer_term_weights overlap (never headings) of the best
+-- chunk (2) and of up to two more chunks scoring at least half as well (1 each), each followed by [n];
+-- a sentence ending in a colon brings the next 5 sentences (a list or table).
+-- Deterministic. Empty hits give the not-found sentence; no overlap at all gives hit 1's first sentence.
+create or replace function kb.extractive_answer(question text, hits kb.search_result[])
+returns text
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    weights jsonb;
+    answer text;
+begin
+    perform kb.check_search_input(question, 1);
+    if coalesce(cardinality(hits), 0) > 100 then
+        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    if coalesce(cardinality(hits), 0) = 0 then
+        return kb.not_found_text(question);
+    end if;
+    weights := kb.answer_term_weights(question, hits);
+
+    with sentences as (
+        select h.ordinality::integer as n, s.ord, s.line, s.sentence,
+            kb.term_overlap(s.sentence, weights) as score
+        from unnest(hits) with ordinality as h
+        cross join lateral kb.answer_sentences(coalesce(h.content, '')) as s
+        where not s.heading
+    ),
+    chunk_best as (
+        select s.n, max(s.score) as best from sentences as s group by s.n having max(s.score) > 0
+    ),
+    chosen_chunks as (
+        -- the best chunk, and up to two more whose best sentence scores at least half as well
+        select c.n, c.best, row_number() over (order by c.best desc, c.n) as place
+        from chunk_best as c
+        where c.best >= 0.5 * (select max(x.best) from chunk_best as x)
+        order by c.best desc, c.n limit 3
+    ),
+    picked as (
+        select s.n, s.ord, s.line, s.sentence, c.place
+        from chosen_chunks as c
+        cross join lateral (
+            select x.* from sentences as x where x.n = c.n and x.score > 0
+            order by x.score desc, x.ord limit case when c.place = 1 then 2 else 1 end
+        ) as s
+    ),
+    expanded as (
+        -- a sentence that introduces a list or table ("...：") brings the next 5 sentences of the
+        -- following lines with it (up to a heading); last: the last sentence it took
+        select p.n, p.place, p.ord, p.sentence || coalesce(': ' || string_agg(x.sentence, '; ' order by x.ord), '')
+            as text, coalesce(max(x.ord), p.ord) as last
+        from picked as p
+        left join lateral (
+            select y.sentence, y.ord from sentences as y
+            where p.sentence ~ '[:：]$' and y.n = p.n and y.ord > p.ord and y.line > p.line
+                and y.ord < coalesce((
+                    select min(z.ord) from kb.answer_sentences(coalesce(hits[p.n].content, '')) as z
+                    where z.heading and z.ord > p.ord
+                ), 2147483647)
+            order by y.ord limit 5
+        ) as x on true
+        group by p.n, p.place, p.ord, p.sentence
+    )
+    select string_agg(regexp_replace(e.text, '[:：]: ', '：') || format(' [%s]', e.n), E'\n' order by e.place, e.ord)
+    into answer
+    from expanded as e
+    where not exists (      -- a sentence another one's list already took
+        select from expanded as o where o.n = e.n and o.ord < e.ord and e.ord <= o.last
+    );
+
+    if answer is null then
+        select s.sentence || ' [1]' into answer
+        from unnest(hits[1:1]) as h cross join lateral kb.answer_sentences(h.content) as s
+        where not s.heading order by s.ord limit 1;
+    end if;
+    return coalesce(answer, kb.not_found_text(question));
+end
+$$;
+
+-- The body of kb.cite (its parameter renamed: kb.cite's output column "answer" shadows its parameter).
+-- Internal; the contract is kb.cite's, below.
+create or replace function kb.check_citations(reply text, hits kb.search_result[])
+returns table (answer text, citations jsonb, dropped integer, uncited boolean)
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    marker constant text := '(?:\[|【)\s*\d{1,6}(?:\s*[,，、–~-]\s*\d{1,6})*\s*(?:\]|】)';
+    n_sources integer := coalesce(cardinality(hits), 0);
+    rest text := reply;
+    out text := '';
+    statement_start integer := 1;
+    m text [];
+    pos integer;
+    nums integer [];
+    valid integer [];
+    lo integer;
+    hi integer;
+    part text;
+    cited jsonb := '{}';   -- {n: statement text so far}
+    stmt text;
+    result_citations jsonb;
+begin
+    if reply is null then
+        raise exception 'answer must not be NULL' using errcode = 'invalid_parameter_value';
+    end if;
+    if length(reply) > 100000 then
+        raise exception 'answer is % characters long; at most 100000 are accepted', length(reply)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    if n_sources > 100 then
+        raise exception 'hits holds % rows; at most 100 sources are accepted', n_sources
+            using errcode = 'program_limit_exceeded';
+    end if;
+    dropped := 0;
+    loop
+        m := regexp_match(rest, marker);
+        exit when m is null;
+        pos := strpos(rest, m[1]);
+        -- the text before the marker belongs to the statement it cites
+        out := out || left(rest, pos - 1);
+        stmt := substr(out, statement_start);
+        nums := '{}';
+        foreach part in array regexp_split_to_array(regexp_replace(m[1], '\[|\]|【|】|\s', '', 'g'), '[,，、]')
+        loop
+            if part ~ '^\d+[–~-]\d+$' then
+                lo := substring(part from '^(\d+)')::integer;
+                hi := substring(part from '(\d+)$')::integer;
+                if hi >= lo and hi - lo < 20 then
+                    nums := nums || array(select generate_series(lo, hi));
+                else
+                    nums := nums || lo || hi;
+                end if;
+            else
+                nums := nums || part::integer;
+            end if;
+        end loop;
+        valid := array(select distinct x from unnest(nums) as x where x between 1 and n_sources order by x);
+        dropped := dropped + (select count(*) from unnest(nums) as x where x not between 1 and n_sources);
+        if cardinality(valid) = 0 then
+            out := rtrim(out, ' ');     -- a removed marker takes the space before it along
+        else
+            out := out || (select string_agg(format('[%s]', x), '' order by x) from unnest(valid) as x);
+            select cited || jsonb_object_agg(x::text, coalesce(cited ->> x::text, '') || ' ' || stmt)
+            into cited from unnest(valid) as x;
+        end if;
+        rest := substr(rest, pos + length(m[1]));
+        -- the next statement starts after this marker unless more markers follow directly
+        if rest !~ ('^\s*' || marker) then
+            statement_start := length(out) + 1;
+        end if;
+    end loop;
+    out := out || rest;
+
+    select coalesce(jsonb_agg(jsonb_build_object(
+        'n', c.n,
+        'chunk_id', h.chunk_id,
+        'chunk_index', h.chunk_index,
+        'kb', h.kb,
+        'doc_key', h.doc_key,
+        'title', h.title,
+        'heading_path', to_jsonb(coalesce(h.heading_path, '{}')),
+        'page', h.metadata -> 'page',
+        'source_url', h.source_url,
+        'uri', format('kb://%s/%s', h.kb, h.doc_key),
+        'quote', (
+            select s.sentence
+            from kb.answer_sentences(coalesce(h.content, '')) as s
+            cross join lateral (select kb.term_overlap(s.sentence, (
+                select coalesce(jsonb_object_agg(t.term, 1), '{}')
+                from (select distinct u.term from unnest(kb.lexical_terms(c.statements)) as u (term)) as t
+            )) as score) as sc
+            where sc.score > 0
+            order by sc.score desc, s.heading, s.ord limit 1
+        )
+    ) order by c.n), '[]')
+    into result_citations
+    from (select e.key::integer as n, e.value as statements from jsonb_each_text(cited) as e) as c
+    join lateral (select (hits[c.n]).*) as h on true;
+
+    answer := out;
+    citations := result_citations;
+    uncited := cited = '{}' and btrim(out) <> '' and btrim(out) not in (
+        '知识库中未找到相关信息', '知识库中未找到相关信息。', 'Not found in the knowledge base.',
+        'Not found in the knowledge base'
+    ) and exists (select from kb.answer_sentences(out));
+    return next;
+end
+$$;
+
+-- Check the citations of an answer against hits (source n = hits[n]). Recognises [1], [1,2], [1, 2],
+-- [1][2], [1-3] and the full-width 【1】 forms; numbers naming no given source are removed and counted
+-- (dropped); the rest are rewritten as [n][m]. citations: one object per cited source, ordered by n,
+-- {n, chunk_id, chunk_index, kb, doc_key, title, heading_path, page, source_url, uri, quote}; quote is the
+-- sentence of the chunk sharing most terms with the statements citing it (NULL when none shares any).
+-- uncited: the answer states something (not just the not-found sentence) but cites no valid source.
+create or replace function kb.cite(answer text, hits kb.search_result[])
+returns table (answer text, citations jsonb, dropped integer, uncited boolean)
+language sql immutable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select * from kb.check_citations($1, $2)
+$$;

@@ -1,0 +1,196 @@
+-- requires: plpython3u
+-- In-database chat completion over HTTP for kb.ask: one POST to an OpenAI-compatible /chat/completions
+-- endpoint (DeepSeek, Qwen/DashScope compatible mode, OpenAI, vLLM, Ollama, LM Studio). Skipped by
+-- `pgkb db migrate` where plpython3u is not available; kb.ask then answers extractively.
+
+create extension if not exists plpython3u;
+
+-- POST {model, messages, max_tokens, temperature, stream} to url (a base URL gets /chat/completions
+-- appended) and return {content, model, finish_reason}. The bearer key comes from kb.settings chat_api_key,
+-- else the server environment variable named by chat_api_key_env; it never appears in a message (nor does
+-- the URL's query or user info). Raises on HTTP errors (status and a short body excerpt), timeouts,
+-- malformed answers; timeout_ms bounds the whole call. stream: SSE, each delta sent as a NOTICE
+-- 'pgkb-delta:' || delta while it arrives.
+create or replace function kb.chat_completion(
+    url text, model text, messages jsonb, timeout_ms integer default 20000, max_tokens integer default 1024,
+    temperature double precision default 0, stream boolean default false
+)
+returns jsonb
+language plpython3u volatile
+set search_path = pg_catalog, pg_temp
+as $$
+import json
+import math
+import os
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+DELTA_PREFIX = "pgkb-delta:"
+MAX_BYTES = 4 * 1024 * 1024
+
+if not url or not url.startswith(("http://", "https://")):
+    plpy.error("chat_url must be an http(s) URL", sqlstate="22023")
+if timeout_ms is None or not 1 <= timeout_ms <= 600000:
+    plpy.error("chat timeout_ms must be between 1 and 600000", sqlstate="22023")
+if max_tokens is None or not 1 <= max_tokens <= 1000000:
+    plpy.error("chat max_tokens must be between 1 and 1000000", sqlstate="22023")
+if temperature is None or not (isinstance(temperature, float) and math.isfinite(temperature)) or not 0 <= temperature <= 2:
+    plpy.error("chat temperature must be a number between 0 and 2", sqlstate="22023")
+
+rows = plpy.execute(
+    "select key, value from kb.settings where key in ('chat_api_key', 'chat_api_key_env')"
+)
+conf = {r["key"]: r["value"] for r in rows}
+api_key = (conf.get("chat_api_key") or "").strip()
+if not api_key and (conf.get("chat_api_key_env") or "").strip():
+    api_key = os.environ.get(conf["chat_api_key_env"].strip(), "").strip()
+
+parts = urllib.parse.urlsplit(url)
+path = parts.path.rstrip("/")
+if not path.endswith("/chat/completions"):
+    path += "/chat/completions"
+target = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+# what messages may show of the endpoint: no user info, no query string (either may hold a secret)
+shown = "%s://%s%s" % (parts.scheme, parts.hostname or "", (":%d" % parts.port) if parts.port else "") + path
+
+
+def clean(text):
+    """A message fragment with the key (and its bearer form) blanked out."""
+    text = str(text)
+    if api_key:
+        text = text.replace(api_key, "***")
+    return text[:300]
+
+
+def fail(what, sqlstate="58000"):
+    plpy.error("chat endpoint %s %s" % (shown, clean(what)), sqlstate=sqlstate)
+
+
+deadline = time.monotonic() + timeout_ms / 1000.0
+
+
+def remaining():
+    left = deadline - time.monotonic()
+    if left <= 0:
+        fail("timed out after %d ms" % timeout_ms)
+    return left
+
+
+body = {
+    "model": model,
+    "messages": json.loads(messages) if isinstance(messages, str) else messages,
+    "max_tokens": max_tokens,
+    "temperature": temperature,
+    "stream": bool(stream),
+}
+headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+if api_key:
+    headers["Authorization"] = "Bearer " + api_key
+request = urllib.request.Request(target, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
+
+try:
+    response = urllib.request.urlopen(request, timeout=remaining())
+except urllib.error.HTTPError as e:
+    try:
+        detail = e.read(300).decode("utf-8", "replace")
+    except Exception:
+        detail = ""
+    fail("answered HTTP %s: %s" % (e.code, " ".join(detail.split())))
+except (socket.timeout, TimeoutError):
+    fail("timed out after %d ms" % timeout_ms)
+except (urllib.error.URLError, OSError, ValueError) as e:
+    reason = getattr(e, "reason", e)
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        fail("timed out after %d ms" % timeout_ms)
+    fail("unreachable: %s" % (reason,))
+
+
+def set_read_timeout():
+    # each read waits at most until the deadline
+    try:
+        response.fp.raw._sock.settimeout(remaining())
+    except AttributeError:
+        remaining()
+
+
+def read_all():
+    chunks, size = [], 0
+    while True:
+        set_read_timeout()
+        piece = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+        if not piece:
+            return b"".join(chunks)
+        size += len(piece)
+        if size > MAX_BYTES:
+            fail("answered more than %d bytes" % MAX_BYTES)
+        chunks.append(piece)
+
+
+def message_of(answer):
+    try:
+        choice = answer["choices"][0]
+        content = choice["message"]["content"]
+        if not isinstance(content, str):
+            raise TypeError
+        return {"content": content, "model": str(answer.get("model") or model),
+                "finish_reason": choice.get("finish_reason")}
+    except (KeyError, IndexError, TypeError, AttributeError):
+        fail("returned no choices[0].message.content")
+
+
+try:
+    with response:
+        kind = response.headers.get("Content-Type", "")
+        if not stream or "text/event-stream" not in kind:
+            raw = read_all()
+            try:
+                answer = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                fail("returned malformed JSON: %s" % " ".join(raw[:200].decode("utf-8", "replace").split()))
+            return json.dumps(message_of(answer))
+        # Server-sent events: "data: {chunk}" lines, "data: [DONE]" at the end
+        content, served_model, finish, size, done = [], model, None, 0, False
+        while not done:
+            set_read_timeout()
+            line = response.readline(MAX_BYTES)
+            if not line:
+                break
+            size += len(line)
+            if size > MAX_BYTES:
+                fail("streamed more than %d bytes" % MAX_BYTES)
+            line = line.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                fail("streamed a malformed event: %s" % data[:200])
+            if isinstance(event, dict) and event.get("error"):
+                fail("streamed an error: %s" % json.dumps(event["error"])[:200])
+            try:
+                choice = (event.get("choices") or [{}])[0]
+                delta = (choice.get("delta") or {}).get("content") or ""
+                if not isinstance(delta, str):
+                    raise TypeError
+            except (AttributeError, TypeError, IndexError):
+                fail("streamed an event without choices[0].delta: %s" % data[:200])
+            served_model = event.get("model") or served_model
+            finish = choice.get("finish_reason") or finish
+            if delta:
+                content.append(delta)
+                plpy.notice(DELTA_PREFIX + delta)
+        if not done and finish is None:
+            fail("ended the stream before [DONE]")
+        return json.dumps({"content": "".join(content), "model": str(served_model), "finish_reason": finish})
+except (socket.timeout, TimeoutError):
+    fail("timed out after %d ms" % timeout_ms)
+except (OSError, ValueError) as e:
+    fail("failed while answering: %s" % (e,))
+$$;

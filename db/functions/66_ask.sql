@@ -1,0 +1,153 @@
+-- kb.ask: retrieve (kb.search, so row-level visibility decides what can be cited), weigh the evidence
+-- (kb.answer_evidence, kb.answer_gate), then answer with numbered citations -- from the chat endpoint
+-- (kb.chat_completion) when one is configured, else extractively -- and verify them (kb.cite).
+
+-- The body of kb.ask (parameters renamed: kb.ask's output column "mode" shadows its parameter; found is
+-- answered here, FOUND being PL/pgSQL's own).
+-- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
+-- evidence.llm_error saying why; a chat answer that is the not-found sentence gives found = false.
+-- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence.
+create or replace function kb.ask_answer(
+    q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean
+)
+returns table (
+    answer text, answered boolean, citations jsonb, mode text, model text, evidence jsonb,
+    dropped_citations integer, uncited boolean,
+    retrieve_ms double precision, generate_ms double precision, total_ms double precision
+)
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    started timestamptz := clock_timestamp();
+    retrieved timestamptz;
+    chat_url text := btrim(kb.setting('chat_url'));
+    can_chat boolean := to_regprocedure(
+        'kb.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
+    ) is not null;
+    hits kb.search_result [];
+    reply jsonb;
+    checked record;
+    llm_error text;
+begin
+    perform kb.check_search_input(q, k);
+    wanted := lower(btrim(coalesce(wanted, 'auto')));
+    if wanted not in ('auto', 'llm', 'extractive') then
+        raise exception 'mode must be ''auto'', ''llm'' or ''extractive'' (or NULL for auto), got %', left(wanted, 50)
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if streaming is null then
+        raise exception 'stream must be true or false, not NULL' using errcode = 'invalid_parameter_value';
+    end if;
+    if wanted = 'llm' and chat_url = '' then
+        raise exception 'mode ''llm'' needs a chat endpoint, and none is configured'
+            using errcode = 'feature_not_supported',
+                hint = 'an administrator sets kb.settings chat_url (see README, "Answers"); mode => ''extractive'' works offline';
+    end if;
+    if wanted = 'llm' and not can_chat then
+        raise exception 'mode ''llm'' needs plpython3u, which this database does not have'
+            using errcode = 'feature_not_supported', hint = 'mode => ''extractive'' works without it';
+    end if;
+    if wanted = 'auto' then
+        wanted := case when chat_url <> '' and can_chat then 'llm' else 'extractive' end;
+    end if;
+
+    hits := array(
+        select h from kb.search(
+            q, k, kb_name, null, null, null, null, null, null, null, doc_filter, null, null, null
+        ) as h
+    );
+    retrieved := clock_timestamp();
+    evidence := kb.answer_evidence(q, hits);
+    evidence := evidence || jsonb_build_object(
+        'score', kb.answer_score(evidence),
+        'min_score', kb.setting('answer_min_score')::double precision,
+        'sources', cardinality(hits)
+    );
+    retrieve_ms := extract(epoch from retrieved - started) * 1000;
+    dropped_citations := 0;
+    uncited := false;
+
+    if not kb.answer_gate(evidence) then
+        answer := kb.not_found_text(q);
+        answered := false;
+        citations := '[]';
+        mode := 'not_found';
+        generate_ms := 0;
+        total_ms := extract(epoch from clock_timestamp() - started) * 1000;
+        return next;
+        return;
+    end if;
+
+    if wanted = 'llm' then
+        begin
+            execute 'select kb.chat_completion($1, $2, $3, $4, $5, $6, $7)'
+            into reply
+            using chat_url, kb.setting('chat_model'), kb.answer_prompt(q, hits),
+                kb.setting_int('chat_timeout_ms'), kb.setting_int('chat_max_tokens'),
+                kb.setting('chat_temperature')::double precision, streaming;
+        exception when others then
+            llm_error := sqlerrm;
+        end;
+    end if;
+
+    if reply is not null then
+        select * into checked from kb.cite(reply ->> 'content', hits);
+        mode := 'llm';
+        model := reply ->> 'model';
+        if btrim(regexp_replace(checked.answer, '[。.\s]+$', '')) in (
+            '知识库中未找到相关信息', 'Not found in the knowledge base'
+        ) then
+            -- the model read the sources and found no answer in them
+            answer := kb.not_found_text(q);
+            answered := false;
+            citations := '[]';
+            mode := 'not_found';
+            evidence := evidence || '{"refused_by": "llm"}';
+        else
+            answer := checked.answer;
+            answered := true;
+            citations := checked.citations;
+            dropped_citations := checked.dropped;
+            uncited := checked.uncited;
+        end if;
+    else
+        select * into checked from kb.cite(kb.extractive_answer(q, hits), hits);
+        answer := checked.answer;
+        answered := true;
+        citations := checked.citations;
+        mode := 'extractive';
+        dropped_citations := checked.dropped;
+        uncited := checked.uncited;
+        if llm_error is not null then
+            evidence := evidence || jsonb_build_object('llm_error', llm_error);
+        end if;
+    end if;
+    generate_ms := extract(epoch from clock_timestamp() - retrieved) * 1000;
+    total_ms := extract(epoch from clock_timestamp() - started) * 1000;
+    return next;
+end
+$$;
+
+-- Answer a question from the knowledge bases the caller can read (kb: only that one; filter: document
+-- metadata @> filter). mode NULL / 'auto': 'llm' when kb.settings chat_url is set, else 'extractive';
+-- 'llm' without an endpoint raises. Returns one row; mode 'not_found' (the chat endpoint never called)
+-- when kb.answer_gate refuses the evidence. stream: chat deltas arrive as NOTICEs 'pgkb-delta:<text>'.
+create or replace function kb.ask(
+    question text,
+    top_k integer default 5,
+    kb text default null,
+    filter jsonb default null,
+    mode text default null,
+    stream boolean default false
+)
+returns table (
+    answer text, found boolean, citations jsonb, mode text, model text, evidence jsonb,
+    dropped_citations integer, uncited boolean,
+    retrieve_ms double precision, generate_ms double precision, total_ms double precision
+)
+language sql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select * from kb.ask_answer($1, $2, $3, $4, $5, $6)
+$$;
