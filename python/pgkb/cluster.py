@@ -42,11 +42,13 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
 __all__ = [
+    "AFTER_START",
+    "AFTER_STOP",
     "DEFAULT_DBNAME",
     "DEFAULT_PORT",
     "ROOT_DEFAULT_DATA_DIR",
@@ -82,6 +84,13 @@ _LOG_TAIL_LINES = 30
 _MAX_SOCKET_PATH = 107  # sizeof(sun_path) - 1 on Linux
 _READY_STATES = ("ready", "standby")
 _SETUP_HINT = "PostgreSQL server binaries not found: run `make setup`"
+
+#: Lifecycle hooks, called as ``hook(cluster)`` at the end of :meth:`EmbeddedCluster.start` (the server is
+#: up) and of :meth:`EmbeddedCluster.stop` (it is down, or was not running). pgkb.replica adds its own so
+#: that read replicas start and stop with their primary. A hook that raises is logged; the start or stop
+#: still stands.
+AFTER_START: list[Callable[[EmbeddedCluster], None]] = []
+AFTER_STOP: list[Callable[[EmbeddedCluster], None]] = []
 
 
 class ClusterError(RuntimeError):
@@ -385,13 +394,13 @@ class EmbeddedCluster:
                 self._write_config()
                 self._pg_ctl_start()
             self._ensure_database()
-            return self.status()
+            return self._after(AFTER_START)
 
     def stop(self) -> ClusterStatus:
         """Stop the server (``pg_ctl stop -m fast``); no error if it is not running."""
         with self._lock():
             if self._live_pidfile() is None:
-                return self.status()
+                return self._after(AFTER_STOP)
             log.info("stopping PostgreSQL cluster in %s", self.data_dir)
             try:
                 self._run(
@@ -412,7 +421,25 @@ class EmbeddedCluster:
             except ClusterError as exc:
                 if self._live_pidfile() is not None:
                     raise ClusterError(f"{exc}{self._log_tail()}") from exc
-            return self.status()
+            return self._after(AFTER_STOP)
+
+    def run_as_server(self, tool: str, *args: str, timeout: float = _START_TIMEOUT + 60) -> str:
+        """Run one of the PostgreSQL programs (``pg_basebackup``, ``pg_ctl``, …) with ``args`` as the
+        server's OS user, from ``/`` and without ``PG*`` variables; returns its stdout.
+
+        Raises:
+            ClusterError: the program is missing, failed (its output is in the message) or timed out.
+        """
+        return self._run([self._tool(tool), *args], as_server=True, what=tool, timeout=timeout).stdout
+
+    def _after(self, hooks: list[Callable[[EmbeddedCluster], None]]) -> ClusterStatus:
+        """Run the lifecycle ``hooks`` (see AFTER_START), then return the status."""
+        for hook in list(hooks):
+            try:
+                hook(self)
+            except Exception:  # a hook's failure must not undo or fail the start/stop itself
+                log.warning("%s: lifecycle hook %r failed", self, hook, exc_info=True)
+        return self.status()
 
     # ---- state ----------------------------------------------------------------------------------
 

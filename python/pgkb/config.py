@@ -1,6 +1,9 @@
 """Configuration, read once from the environment with the same names in every entry point.
 
-PGKB_DATABASE_URL   an existing PostgreSQL (else pgkb runs its embedded cluster, see pgkb.cluster)
+PGKB_DATABASE_URL   an existing PostgreSQL (else pgkb runs its embedded cluster, see pgkb.cluster); the
+                    primary: ingest, worker, migrations and every other write go here
+PGKB_READ_DATABASE_URL  where reads go (search, MCP): a hot standby, or a libpq multi-host URL with
+                    target_session_attrs=prefer-standby (default: the same database as the writers)
 PGKB_DATA_DIR, PGKB_PORT, PGKB_PG_BINDIR   the embedded cluster (see pgkb.cluster)
 PGKB_DB_DIR         where db/migrations and db/functions live (default: the repository's db/)
 PGKB_EMBED_PROVIDER offline (default) | sentence-transformers | http
@@ -33,6 +36,7 @@ class Settings:
     embed_url: str | None = None
     embed_api_key: str = ""
     embed_batch: int = 16
+    read_database_url: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -54,6 +58,7 @@ class Settings:
         return cls(
             database_url=env.get("PGKB_DATABASE_URL", "").strip() or None,
             db_dir=Path(env.get("PGKB_DB_DIR") or Path(__file__).resolve().parents[2] / "db"),
+            read_database_url=env.get("PGKB_READ_DATABASE_URL", "").strip() or None,
             embed_provider=provider,
             embed_model=env.get("PGKB_EMBED_MODEL", "").strip() or None,
             embed_url=url,

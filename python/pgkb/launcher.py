@@ -121,7 +121,7 @@ Claude Code:
 
 def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) -> int:
     settings = Settings.from_env()
-    url = database_url(settings, migrated=False)  # migrated just below, with the report shown
+    url = database_url(settings, migrated=False, writable=True)  # migrated just below, with the report shown
     _say("database ready")
     with connect(url, vector=False) as conn:
         for line in migrate(conn, settings.db_dir).lines():

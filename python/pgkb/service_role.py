@@ -52,6 +52,19 @@ def service_database_url(settings: Settings) -> str:
     return login_url(admin_url, SERVICE_ROLE)
 
 
+def service_read_url(settings: Settings) -> str:
+    """Where a read-only server (`pgkb mcp`) connects: PGKB_READ_DATABASE_URL when set -- as given with
+    PGKB_DATABASE_URL set too (the operator chose the role), else, for the embedded cluster's replicas,
+    with SERVICE_ROLE as the user (``pgkb db replica add`` created it on the primary, so it exists on
+    every standby) -- otherwise :func:`service_database_url`. Nothing is started or written for it."""
+    from pgkb.db import read_database_url
+
+    if not settings.read_database_url:
+        return service_database_url(settings)
+    url = read_database_url(settings)
+    return url if settings.database_url else login_url(url, SERVICE_ROLE)
+
+
 def refuse_privileged(conn: psycopg.Connection) -> None:
     """Raise PrivilegedRoleError when the connection's login role bypasses visibility."""
     problem = conn.execute("select kb.service_role_problem()").fetchone()[0]

@@ -105,7 +105,7 @@ def run_worker(
     stop = stop_event or threading.Event()
     restore_signals = _handle_signals(stop)
     stats = WorkerStats()
-    url = database_url(settings)
+    url = database_url(settings, writable=True)
     started = time.monotonic()
     lost_since: float | None = None  # the current database outage began (monotonic), if any
     attempt = 0

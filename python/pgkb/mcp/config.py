@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pgkb.config import ConfigError, Settings
 from pgkb.search import SearchOptions
-from pgkb.service_role import service_database_url
+from pgkb.service_role import service_read_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8766
@@ -76,7 +76,7 @@ class McpConfig:
         embed_timeout_ms = _whole_number(env, "PGKB_MCP_EMBED_TIMEOUT_MS", DEFAULT_EMBED_TIMEOUT_MS, 0)
         return cls(
             settings=settings,
-            database_url=service_database_url(settings),
+            database_url=service_read_url(settings),
             default_user=env.get("PGKB_USER", "").strip() or None,
             tokens=parse_tokens(env.get("PGKB_MCP_TOKENS", "")),
             allowed_origins=tuple(o.strip() for o in env.get("PGKB_MCP_ALLOWED_ORIGINS", "").split(",") if o.strip()),
