@@ -364,8 +364,12 @@ def _drop_slot(primary: EmbeddedCluster, slot: str) -> bool:
 def _discard(primary: EmbeddedCluster, replica: Replica) -> None:
     """Stop the replica, forget it, delete its data directory, then drop its slot on the primary (started
     for it if needed); each step only if there is something to undo."""
-    if (replica.data_dir / "PG_VERSION").exists():
-        replica.cluster(primary).stop()
+    if replica.port:  # 0: a leftover without a record (see remove_replica), not running
+        rc = replica.cluster(primary)
+        if (replica.data_dir / "PG_VERSION").exists():
+            rc.stop()
+        with contextlib.suppress(OSError):  # empty once the server is down; kept, it would hold the port
+            rc.socket_dir.rmdir()
     root = replicas_dir(primary)
     (root / f"{replica.name}.json").unlink(missing_ok=True)
     shutil.rmtree(replica.data_dir, ignore_errors=True)
@@ -394,6 +398,11 @@ def remove_replica(primary: EmbeddedCluster, name: str) -> Replica:
                 ).fetchone()
             if not has_slot and not replica.data_dir.exists():
                 raise
+            if (replica.data_dir / "postmaster.pid").exists():
+                raise ReplicaError(
+                    f"{replica.data_dir} has no replica record but a server may be running there: stop it "
+                    f"(pg_ctl -D {replica.data_dir} stop), then remove it again"
+                ) from None
         _discard(primary, replica)
         return replica
 
