@@ -389,16 +389,33 @@ def test_replica_state_reports_replay_lag(pair, documents, embedded_env):
     pair.wait_replayed()
 
 
-def test_remove_leaves_no_slot_and_no_directory(pair):
-    extra = add_replica(pair.primary, port=_free_port())
-    assert extra.name.startswith("replica") and extra.data_dir.is_dir()
+def test_cli_add_list_status_remove(pair, embedded_env):
+    """`pgkb db replica add / list / remove` and `pgkb db status` on the embedded cluster: the replica
+    streams through its own slot as pgkb_replicator (replication only), and removal leaves no slot, no data
+    directory, no socket directory and no record."""
+    port = _free_port()
+    added = pgkb("db", "replica", "add", "extra", "--port", str(port))
+    assert added.returncode == 0, added.stderr
+    assert "PGKB_READ_DATABASE_URL=" in added.stdout and "target_session_attrs=prefer-standby" in added.stdout
+    extra = next(r for r in replicas(pair.primary) if r.name == "extra")
+    assert extra.port == port and extra.data_dir.is_dir()
+    pair.wait_replayed()
+    listed = pgkb("db", "replica", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in map(json.loads, listed.stdout.splitlines())}
+    assert set(rows) == {"extra", "standby1"}
+    assert rows["extra"]["state"] == "streaming" and rows["extra"]["port"] == port
+    assert isinstance(rows["extra"]["lag_bytes"], int) and rows["extra"]["data_dir"] == str(extra.data_dir)
+    status = pgkb("db", "status")
+    assert status.returncode == 0, status.stderr
+    assert re.search(rf"^replica extra: streaming, port {port}, lag \d+ bytes", status.stdout, re.M)
     with pair.admin() as conn:
         slot = conn.execute(
-            "select s.active, r.state from pg_replication_slots as s"
+            "select s.active, r.usename from pg_replication_slots as s"
             " left join pg_stat_replication as r on r.pid = s.active_pid where s.slot_name = %s",
             [extra.slot],
         ).fetchone()
-        assert slot is not None and slot[0]
+        assert slot == (True, "pgkb_replicator")
         role = conn.execute(
             "select rolreplication, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls from pg_roles"
             " where rolname = 'pgkb_replicator'"
@@ -409,7 +426,8 @@ def test_remove_leaves_no_slot_and_no_directory(pair):
         psycopg.connect(login_url(pair.primary.url(), "pgkb_replicator")).close()
 
     socket_dir = extra.cluster(pair.primary).socket_dir
-    remove_replica(pair.primary, extra.name)
+    removed = pgkb("db", "replica", "remove", "extra")
+    assert removed.returncode == 0, removed.stderr
     assert not extra.data_dir.exists() and not socket_dir.exists()
     assert extra.name not in {r.name for r in replicas(pair.primary)}
     assert sorted(p.name for p in replicas_mod.replicas_dir(pair.primary).iterdir()) == [
@@ -486,6 +504,9 @@ def test_read_path_works_in_read_only_transactions(db, connect_as, fake_embeddin
                 if acting:
                     conn.execute("select set_config('pgkb.acting_user', %s, true)", [acting])
                 assert_read_path(conn, expect_private=private)
-            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-                conn.execute("select kb.replace_document('handbook', 'x.md', 'x', '[{\"content\": \"x\"}]'::jsonb)")
+                # the same session may write its own knowledge base, but not in a read-only transaction
+                with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                    conn.execute(
+                        "select kb.replace_document(%s, 'x.md', 'x', '[{\"content\": \"x\"}]'::jsonb)", [private]
+                    )
     assert len(endpoint.requests) >= 4

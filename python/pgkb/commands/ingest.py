@@ -38,7 +38,7 @@ def run(args, settings) -> int:
         max_file_bytes=int(args.max_file_mb * 1024 * 1024),
         chunking=ChunkingOptions(max_chars=args.max_chars, overlap=args.overlap, heading_levels=args.heading_levels),
     )
-    url = database_url(settings)
+    url = database_url(settings, writable=True)  # refuses a read-only database (a standby)
     with connect(url) as conn:
         spec = model_spec(conn, settings.embed_model)
         embedder = None if args.defer_embedding else load_embedder(settings, spec)

@@ -17,9 +17,11 @@ def register(sub) -> None:
 
 
 def run(args, settings) -> int:
-    from pgkb.db import connect
+    from pgkb.db import connect, database_url, read_database_url
 
-    with connect() as conn:
+    # list reads (PGKB_READ_DATABASE_URL when set); add and use write, so a read-only database is refused
+    url = read_database_url(settings) if args.action == "list" else database_url(settings, writable=True)
+    with connect(url) as conn:
         if args.action == "add":
             if not args.name or not args.dimension:
                 print("pgkb: model add needs NAME and --dimension", file=sys.stderr)

@@ -38,7 +38,7 @@ def snippets(conn, texts: list[str], query: str, mark: tuple[str, str] = ("", ""
 def run(args, settings) -> int:
     import psycopg
 
-    from pgkb.db import connect, database_url
+    from pgkb.db import connect, read_database_url
     from pgkb.models.embedding import EmbeddingError
     from pgkb.models.rerank import RerankError, load_reranker
     from pgkb.search import SearchOptions, search
@@ -49,7 +49,7 @@ def run(args, settings) -> int:
     except (ValueError, RerankError, EmbeddingError) as e:
         print(f"pgkb: search: {e}", file=sys.stderr)
         return 2
-    with connect(database_url(settings)) as conn:
+    with connect(read_database_url(settings)) as conn:  # PGKB_READ_DATABASE_URL when set
         try:
             response = search(
                 conn, settings, args.query, args.top_k, args.kb, reranker=reranker, user=args.user, options=options
