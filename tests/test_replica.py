@@ -271,6 +271,10 @@ def assert_read_path(conn: psycopg.Connection, expect_private: str) -> None:
         rows = conn.execute(f"select kb, vector_used from kb.{fn}('falcon', top_k => 5)").fetchall()
         assert {r[0] for r in rows} <= {"handbook", expect_private}
     assert all(r[3] for r in hybrid(conn, "falcon launch code"))
+    assert "[falcon]" in conn.execute("select kb.snippet('the falcon launch', 'falcon', 160, '[', ']')").fetchone()[0]
+    answer = conn.execute("select found, mode, citations from kb.ask('falcon launch code', mode => 'extractive')")
+    found, mode, citations = answer.fetchone()
+    assert mode in ("extractive", "not_found") and (found or not citations)
 
 
 # --------------------------------------------------------------------------------------- routing reads
