@@ -82,6 +82,7 @@ TABLES = [
     "settings",
     "schema_migrations",
     "ingest_failures",
+    "image_captions",
 ]
 
 # Everything pgkb users may call (kb/db/functions/90_grants.sql); all other kb functions are internal.
@@ -109,6 +110,9 @@ PUBLIC_API = {
     "delete_document",
     "store_embeddings",
     "record_ingest_failure",
+    "cached_image_captions",
+    "store_image_caption",
+    "prune_image_captions",
     "claim_embedding_batch",
     "fail_embedding_batch",
     "hybrid_search",
@@ -151,6 +155,8 @@ INTERNAL = [
     "answer_term_weights",
     "has_cjk",
     "check_citations",
+    "writable_kb",
+    "is_image_failure_of",
 ]
 
 
@@ -524,6 +530,7 @@ UPDATABLE_COLUMN = {
     "settings": "value",
     "schema_migrations": "name",
     "ingest_failures": "error",
+    "image_captions": "caption",
 }
 
 

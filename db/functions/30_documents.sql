@@ -104,9 +104,10 @@ begin
             when e.item ? 'heading_path' and (jsonb_typeof(e.item -> 'heading_path') <> 'array'
                 or jsonb_path_exists(e.item -> 'heading_path', '$[*] ? (@.type() != "string")')) then array[
                 '22023', format('chunk %s: "heading_path" must be an array of strings', e.i)]
-            when coalesce(e.item ->> 'chunk_type', 'text') not in ('text', 'table', 'code', 'faq', 'image_caption')
-                then array['22023', format(
-                    'chunk %s: unknown chunk_type "%s" (text, table, code, faq, image_caption)',
+            when coalesce(e.item ->> 'chunk_type', 'text') not in (
+                'text', 'table', 'code', 'faq', 'image', 'image_caption'
+            ) then array['22023', format(
+                    'chunk %s: unknown chunk_type "%s" (text, table, code, faq, image, image_caption)',
                     e.i, left(e.item ->> 'chunk_type', 50))]
             when e.item ? 'metadata' and jsonb_typeof(e.item -> 'metadata') <> 'object' then array[
                 '22023', format('chunk %s: "metadata" must be an object', e.i)]
@@ -148,10 +149,22 @@ begin
 end
 $$;
 
+-- Internal: whether failure_key records a failed image of document doc_key: doc_key + '#img/' + path (an
+-- image a Markdown document references) or doc_key + '#page-' (an image inside a PDF page). Such records
+-- go when the document is replaced or deleted; the ingest path records them again if still failing.
+create or replace function kb.is_image_failure_of(failure_key text, doc_key text)
+returns boolean
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select starts_with(failure_key, doc_key || '#img/') or starts_with(failure_key, doc_key || '#page-')
+$$;
+
 -- Replace a document's chunks in one transaction: readers see the old or the new version, never a mix.
 -- Creates the knowledge base (private, owned by the caller) if missing and the caller may. Unchanged
 -- content_hash -> no-op (changed = false). Chunks without an "embedding" are queued for every model.
 -- doc_key is NFC-normalised (kb.canonical_doc_key); chunks must be a non-empty array (kb.check_chunks).
+-- A write clears the recorded failures of the document and of its images (kb.is_image_failure_of).
 -- Returns the document id, its chunk count, whether anything changed and how many chunks were queued.
 create or replace function kb.replace_document(
     kb text,
@@ -290,13 +303,14 @@ begin
         metadata = replace_document.metadata, chunk_count = cardinality(new_chunk_ids),
         status = case when n_queued > 0 then 'embedding' else 'ready' end, updated_at = now()
     where d.id = doc.id;
-    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = canonical_key;
+    delete from kb.ingest_failures as f
+    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb.is_image_failure_of(f.doc_key, canonical_key));
     return query select doc.id, cardinality(new_chunk_ids), true, n_queued;
 end
 $$;
 
--- Delete a document and everything derived from it. Returns true if it existed. doc_key is
--- NFC-normalised like in kb.replace_document.
+-- Delete a document and everything derived from it (its failure records and its images' too). Returns
+-- true if it existed. doc_key is NFC-normalised like in kb.replace_document.
 create or replace function kb.delete_document(kb text, doc_key text)
 returns boolean
 language plpgsql volatile security definer
@@ -322,7 +336,8 @@ begin
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc_id;
     perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
     delete from kb.documents as d where d.id = doc_id;
-    delete from kb.ingest_failures as f where f.kb_id = target_kb and f.doc_key = canonical_key;
+    delete from kb.ingest_failures as f
+    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb.is_image_failure_of(f.doc_key, canonical_key));
     return true;
 end
 $$;

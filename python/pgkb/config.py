@@ -12,6 +12,12 @@ PGKB_EMBED_MODEL    registry name of the model (default: the database's default 
 PGKB_EMBED_URL      OpenAI-compatible /v1/embeddings URL (provider http)
 PGKB_EMBED_API_KEY  bearer token for PGKB_EMBED_URL
 PGKB_EMBED_BATCH    texts per embedding call (default 16)
+PGKB_VISION_URL     OpenAI-compatible vision chat endpoint (base URL …/v1 or the full …/chat/completions URL)
+                    that captions images at ingest; unset: images are indexed by alt text, figure caption
+                    and file name only (see pgkb.models.vision)
+PGKB_VISION_MODEL   vision model name sent to it (default qwen-vl-max)
+PGKB_VISION_API_KEY bearer token for PGKB_VISION_URL
+PGKB_VISION_TIMEOUT seconds per caption request (default 60)
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ class Settings:
     embed_api_key: str = ""
     embed_batch: int = 16
     read_database_url: str | None = None
+    vision_url: str | None = None
+    vision_model: str = "qwen-vl-max"
+    vision_api_key: str = ""
+    vision_timeout: float = 60.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -55,6 +65,15 @@ class Settings:
             raise ConfigError("PGKB_EMBED_BATCH must be an integer") from e
         if not 1 <= batch <= 1024:
             raise ConfigError("PGKB_EMBED_BATCH must be between 1 and 1024")
+        vision_url = env.get("PGKB_VISION_URL", "").strip() or None
+        if vision_url and not vision_url.startswith(("http://", "https://")):
+            raise ConfigError(f"PGKB_VISION_URL must be an http(s) URL, got {vision_url!r}")
+        try:
+            vision_timeout = float(env.get("PGKB_VISION_TIMEOUT", "60"))
+        except ValueError as e:
+            raise ConfigError("PGKB_VISION_TIMEOUT must be a number of seconds") from e
+        if not 0 < vision_timeout <= 3600:
+            raise ConfigError("PGKB_VISION_TIMEOUT must be between 0 and 3600 seconds")
         return cls(
             database_url=env.get("PGKB_DATABASE_URL", "").strip() or None,
             db_dir=Path(env.get("PGKB_DB_DIR") or Path(__file__).resolve().parents[2] / "db"),
@@ -64,4 +83,8 @@ class Settings:
             embed_url=url,
             embed_api_key=env.get("PGKB_EMBED_API_KEY", ""),
             embed_batch=batch,
+            vision_url=vision_url,
+            vision_model=env.get("PGKB_VISION_MODEL", "").strip() or "qwen-vl-max",
+            vision_api_key=env.get("PGKB_VISION_API_KEY", ""),
+            vision_timeout=vision_timeout,
         )

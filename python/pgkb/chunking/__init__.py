@@ -46,7 +46,12 @@ Rules, in order:
 
 The output is deterministic: the same input and options give the same chunks.
 
-Modules: ``model`` (Chunk, ChunkedDocument, ChunkingOptions, ChunkingError), ``blocks`` (the format-independent
+* Images are collected, not chunked: ``ChunkedDocument.images`` lists the images a Markdown document
+  references (``![alt](src "title")``, ``<img>``; with heading path and caption), a PDF's embedded images
+  (``images=True``; page and "Figure N" caption) or an image file itself; pgkb.images makes them chunks.
+
+Modules: ``model`` (Chunk, ChunkedDocument, ImageRef, ChunkingOptions, ChunkingError), ``images`` (finding
+image references and figure captions), ``blocks`` (the format-independent
 sectioning, splitting and packing), one module per format (``markdown``, ``text``, ``html``, ``office`` for PDF
 and DOCX) and ``files`` (the chunker for a file name).
 """
@@ -54,7 +59,7 @@ and DOCX) and ``files`` (the chunker for a file name).
 from pgkb.chunking.files import chunk_bytes, chunk_file
 from pgkb.chunking.html import chunk_html
 from pgkb.chunking.markdown import chunk_markdown
-from pgkb.chunking.model import Chunk, ChunkedDocument, ChunkingError, ChunkingOptions, breadcrumb
+from pgkb.chunking.model import Chunk, ChunkedDocument, ChunkingError, ChunkingOptions, ImageRef, breadcrumb
 from pgkb.chunking.office import chunk_docx, chunk_pdf
 from pgkb.chunking.text import chunk_text
 
@@ -64,6 +69,7 @@ __all__ = [
     "ChunkedDocument",
     "ChunkingError",
     "ChunkingOptions",
+    "ImageRef",
     "chunk_bytes",
     "chunk_docx",
     "chunk_file",

@@ -25,9 +25,11 @@ from pgkb.chunking.blocks import (
     _Block,
     _chunks_from_blocks,
 )
+from pgkb.chunking.images import markdown_image_refs
 from pgkb.chunking.model import (
     ChunkedDocument,
     ChunkingOptions,
+    ImageRef,
     _check_text,
     _jsonable,
 )
@@ -166,6 +168,31 @@ def _special_block(t, lines: list[str]) -> _Block:
     return _Block("table", "\n".join(rows), head=rows[:2], body=rows[2:])
 
 
+def _heading(tokens, i: int, src: str) -> tuple[str, str]:
+    """(title, anchor) of the heading opened by tokens[i] (``src``: its source lines)."""
+    title = _inline_plain(tokens[i + 1]) if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else ""
+    anchor = ""
+    m = _ANCHOR_RE.search(title)
+    if m:
+        anchor, title = m.group(1), title[: m.start()].strip()
+    return title or src.lstrip("#").strip(), anchor
+
+
+def _image_refs(text: str, heading_levels: int) -> list[ImageRef]:
+    """The images the Markdown body references (see pgkb.chunking.images)."""
+    if "![" not in text and "<img" not in text.lower():
+        return []
+    text = _rewrite_containers(text)
+    tokens = _MD.parse(text)
+    lines = text.split("\n")
+
+    def title(i: int) -> str:
+        start, end = tokens[i].map
+        return _heading(tokens, i, "\n".join(lines[start:end]).strip("\n"))[0]
+
+    return markdown_image_refs(tokens, heading_levels, title)
+
+
 def _markdown_blocks(text: str, max_chars: int) -> list[_Block]:
     text = _rewrite_containers(text)
     tokens = _MD.parse(text)
@@ -191,13 +218,9 @@ def _markdown_blocks(text: str, max_chars: int) -> list[_Block]:
         covered.update(range(start, end))
         src = "\n".join(lines[start:end]).strip("\n")
         if t.type == "heading_open":
-            title = _inline_plain(inner[0]) if inner else ""
-            anchor = ""
-            m = _ANCHOR_RE.search(title)
-            if m:
-                anchor, title = m.group(1), title[: m.start()].strip()
+            title, anchor = _heading(tokens, i, src)
             level = int(t.tag[1])
-            heading = _Block("heading", title or src.lstrip("#").strip(), level=level, anchor=anchor)
+            heading = _Block("heading", title, level=level, anchor=anchor)
             heading.meta = {"source": src}  # kept as text for headings deeper than heading_levels
             blocks.append((start, heading))
         elif t.type in ("fence", "code_block", "table_open"):
@@ -263,7 +286,8 @@ def chunk_markdown(text: str, name: str = "", options: ChunkingOptions | None = 
     if not title:
         title = next((b.text for b in blocks if b.kind == "heading" and b.level == 1 and b.text), "")
     title = title.strip() or _stem(name)
-    return ChunkedDocument(title, meta, _chunks_from_blocks(blocks, opts), "markdown")
+    images = _image_refs(body, opts.heading_levels)
+    return ChunkedDocument(title, meta, _chunks_from_blocks(blocks, opts), "markdown", images)
 
 
 def _stem(name: str) -> str:

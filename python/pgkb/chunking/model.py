@@ -6,7 +6,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-CHUNK_TYPES = ("text", "code", "table", "faq")
+CHUNK_TYPES = ("text", "code", "table", "faq", "image")
 
 
 class ChunkingError(ValueError):
@@ -78,11 +78,29 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class ImageRef:
+    """An image of a document, found by its chunker; pgkb.images turns it into an ``image`` chunk.
+
+    ``source``: the reference as written (Markdown/HTML ``src``), or ``page-N-K`` (the K-th image of PDF page
+    N) or the file name (an image file). ``data``: the image's bytes when they come with the document (PDF,
+    image file); None for a reference to a file. ``error``: why an embedded image could not be extracted."""
+
+    source: str
+    alt: str = ""
+    caption: str = ""  # title attribute, <figcaption>, or a "Figure 1: …" line near it
+    heading_path: tuple[str, ...] = ()
+    page: int | None = None
+    data: bytes | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class ChunkedDocument:
     title: str
     metadata: dict
     chunks: list[Chunk]
     source_type: str
+    images: list[ImageRef] = field(default_factory=list)
 
     def chunks_json(self) -> list[dict]:
         return [c.to_json() for c in self.chunks]

@@ -6,12 +6,25 @@ import io
 import re
 
 from pgkb.chunking.blocks import _Block, _chunks_from_blocks
+from pgkb.chunking.images import figure_captions
 from pgkb.chunking.markdown import _stem
-from pgkb.chunking.model import Chunk, ChunkedDocument, ChunkingError, ChunkingOptions, _normalize_newlines
+from pgkb.chunking.model import (
+    Chunk,
+    ChunkedDocument,
+    ChunkingError,
+    ChunkingOptions,
+    ImageRef,
+    _normalize_newlines,
+)
 
 
-def chunk_pdf(data: bytes, name: str = "", options: ChunkingOptions | None = None) -> ChunkedDocument:
-    """Chunk a PDF's text layer, page by page (metadata ``page``, 1-based). Scanned pages give no text."""
+def chunk_pdf(
+    data: bytes, name: str = "", options: ChunkingOptions | None = None, *, images: bool = False
+) -> ChunkedDocument:
+    """Chunk a PDF's text layer, page by page (metadata ``page``, 1-based). Scanned pages give no text.
+    ``images``: also extract the images of every page (pypdf ``page.images``, which needs Pillow) as
+    ImageRefs ``page-N-K`` with the page's "Figure N …" lines as captions; one that cannot be extracted
+    comes with its ``error``."""
     opts = options or ChunkingOptions()
     if b"%PDF-" not in data[:1024]:
         raise ChunkingError(f"{name or 'pdf'}: not a PDF file (no %PDF- header)")
@@ -34,7 +47,33 @@ def chunk_pdf(data: bytes, name: str = "", options: ChunkingOptions | None = Non
         if page_text.strip():
             chunks.extend(_chunks_from_blocks([_Block("text", page_text)], opts, {"page": n}))
     meta: dict = {"pages": len(pages)}
-    return ChunkedDocument(pdf_title or _stem(name), meta, chunks, "pdf")
+    refs = _pdf_images(reader, pages) if images else []
+    return ChunkedDocument(pdf_title or _stem(name), meta, chunks, "pdf", refs)
+
+
+def _pdf_images(reader, pages: list[str]) -> list[ImageRef]:
+    refs: list[ImageRef] = []
+    for n, page in enumerate(reader.pages, start=1):
+        try:
+            found = page.images
+            count = len(found)
+        except Exception as e:  # a broken resource dictionary: the page's images are lost, its text is not
+            refs.append(ImageRef(f"page-{n}", page=n, error=f"cannot list the images of page {n}: {_reason(e)}"))
+            continue
+        captions = figure_captions(pages[n - 1])
+        for k in range(count):
+            caption = captions[k] if len(captions) == count else "; ".join(captions)[:300]
+            try:
+                image = found[k]
+                refs.append(ImageRef(f"page-{n}-{k + 1}", caption=caption, page=n, data=bytes(image.data)))
+            except Exception as e:  # undecodable stream, unsupported filter, Pillow missing ...
+                refs.append(ImageRef(f"page-{n}-{k + 1}", caption=caption, page=n, error=_reason(e)))
+    return refs
+
+
+def _reason(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"[:300] if first else type(e).__name__
 
 
 # --------------------------------------------------------------------------------------------------
