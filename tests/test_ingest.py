@@ -47,7 +47,7 @@ def docs(tmp_path: Path) -> Path:
     (root / "notes.txt").write_text("部署前先备份数据库。\n\n回滚用 kubectl rollout undo。\n", encoding="utf-8")
     (root / ".git").mkdir()
     (root / ".git" / "HEAD.md").write_text("ignored", encoding="utf-8")
-    (root / "image.png").write_bytes(b"\x89PNG\r\n")
+    (root / "archive.zip").write_bytes(b"PK\x03\x04")  # not a document type: skipped
     return root
 
 

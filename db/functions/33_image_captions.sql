@@ -78,7 +78,7 @@ begin
     end if;
     insert into kb.image_captions as c (kb_id, image_sha256, model, language, caption)
     values (target_kb, image_sha256, model, language, caption)
-    on conflict (kb_id, image_sha256, model, language)
+    on conflict on constraint image_captions_pkey
     do update set caption = excluded.caption, created_at = now();
 end
 $$;

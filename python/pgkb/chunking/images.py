@@ -89,9 +89,10 @@ def markdown_image_refs(tokens, heading_levels: int, heading_title: Callable[[in
             continue
         path = tuple(title for _, title in stack)
         if t.type == "html_block":
+            start = len(refs)
             for src, alt, caption in html_images(t.content):
                 refs.append(ImageRef(src, alt, caption, path))
-            waiting = []
+            waiting = list(range(start, len(refs)))
             continue
         if t.type != "inline" or (i > 0 and tokens[i - 1].type == "heading_open"):
             continue

@@ -75,7 +75,7 @@ def _has_alpha(im: Image.Image) -> bool:
 def check_image(data: bytes, formats: tuple[str, ...] = FILE_FORMATS) -> CheckedImage:
     """The image, checked (size, pixels, format, complete decode); ImageRejected says why not."""
     if len(data) > MAX_IMAGE_BYTES:
-        raise ImageRejected(f"image is {len(data) / 1e6:.1f} MB; the limit is {MAX_IMAGE_BYTES / 1e6:.0f} MB")
+        raise ImageRejected(f"image is {len(data) / 2**20:.1f} MB; the limit is {MAX_IMAGE_BYTES / 2**20:.0f} MB")
     if not data:
         raise ImageRejected("image file is empty")
     try:

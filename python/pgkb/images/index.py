@@ -88,7 +88,7 @@ def resolve_references(root: Path, doc_path: Path, refs: list[ImageRef]) -> list
             try:
                 size = path.stat().st_size
                 if size > MAX_IMAGE_BYTES:
-                    image.error = f"image is {size / 1e6:.1f} MB; the limit is {MAX_IMAGE_BYTES / 1e6:.0f} MB"
+                    image.error = f"image is {size / 2**20:.1f} MB; the limit is {MAX_IMAGE_BYTES / 2**20:.0f} MB"
                 else:
                     image.data = path.read_bytes()
             except OSError as e:
