@@ -428,8 +428,18 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "select kb.adjust_term_stats(1, array[1::bigint], 1)",
         "select kb.check_chunks('[]', null)",
         "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",
+        "select kb.writable_kb('public-kb')",
     ],
-    ids=["vector_leg", "lexical_leg", "fuzzy_leg", "search", "adjust_term_stats", "check_chunks", "embed_query"],
+    ids=[
+        "vector_leg",
+        "lexical_leg",
+        "fuzzy_leg",
+        "search",
+        "adjust_term_stats",
+        "check_chunks",
+        "embed_query",
+        "writable_kb",
+    ],
 )
 def test_internal_functions_are_not_executable(world, as_, principal, call):
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
@@ -615,6 +625,54 @@ def test_writes_into_foreign_kbs_fail_and_change_nothing(world, as_, principal, 
         assert str(exc.value).replace("no-such-kb", "<n>") == str(exc2.value).replace(kb, "<n>")
     assert snapshot(world) == before
     assert "intrudermarker" not in str(world.execute("select array_agg(content) from kb.chunks").fetchone())
+
+
+CACHE_CALLS = [
+    "select * from kb.cached_image_captions(%(kb)s, 'm', 'en', array[%(sha)s])",
+    "select kb.store_image_caption(%(kb)s, %(sha)s, 'm', 'en', 'intruder caption')",
+    "select kb.prune_image_captions(%(kb)s)",
+]
+
+
+@pytest.mark.parametrize(
+    ("principal", "kb", "error"),
+    [
+        ("bob", "alice-private", psycopg.errors.NoDataFound),
+        ("carol", "eng-team", psycopg.errors.NoDataFound),
+        ("alice", "public-kb", psycopg.errors.InsufficientPrivilege),
+        ("mallory", "public-kb", psycopg.errors.InsufficientPrivilege),
+        ("svc-as-nobody", "public-kb", psycopg.errors.InsufficientPrivilege),
+        ("svc-as-bob", "alice-private", psycopg.errors.NoDataFound),
+    ],
+)
+def test_image_caption_cache_reaches_only_writers_of_its_kb(world, as_, principal, kb, error):
+    """A cached caption says what an image of a knowledge base shows: only its writers (the ingest path)
+    read or change it, and a hash cached in one knowledge base is unknown in every other."""
+    sha = "c" * 64
+    for owner_kb in ("alice-private", "eng-team", "public-kb"):
+        world.execute(
+            "select kb.store_image_caption(%s, %s, 'm', 'en', %s)", [owner_kb, sha, f"{MARKER[owner_kb]} caption"]
+        )
+    before = world.execute(
+        "select count(*), string_agg(caption, ',' order by caption) from kb.image_captions"
+    ).fetchone()
+    conn = as_(principal)
+    for call in CACHE_CALLS:
+        with pytest.raises(error):
+            conn.execute(call, {"kb": kb, "sha": sha})
+    assert (
+        world.execute("select count(*), string_agg(caption, ',' order by caption) from kb.image_captions").fetchone()
+        == before
+    )
+    # the same hash in the caller's own knowledge base: nothing from the others
+    own = {"bob": "bob-private", "svc-as-bob": "bob-private", "carol": "public-kb"}.get(principal)
+    if own:
+        rows = conn.execute("select caption from kb.cached_image_captions(%s, 'm', 'en', array[%s])", [own, sha])
+        assert [r[0] for r in rows] == ([f"{MARKER[own]} caption"] if own == "public-kb" else [])
+    # a fellow writer of a team knowledge base shares its cache
+    if principal == "bob":
+        rows = conn.execute("select caption from kb.cached_image_captions('eng-team', 'm', 'en', array[%s])", [sha])
+        assert [r[0] for r in rows] == ["teammarker caption"]
 
 
 @pytest.mark.parametrize("principal", ["bob", "svc-as-bob"])
