@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -371,6 +374,35 @@ def test_a_hung_vision_endpoint_times_out_and_the_run_goes_on(db, folder, embedd
     summary = run(db, folder, embedder, hung.captioner(timeout=0.3, retries=0))
     assert (summary.added, summary.images.caption_failed, summary.vision_calls) == (2, 3, 3)
     assert "unreachable" in summary.vision_down or "timed out" in summary.vision_down
+
+
+def test_cli_json_summary_counts_images(db, folder, fake_vision):
+    (folder / "broken.md").write_text("![坏图](img/broken.png)\n\n正文还在。\n", encoding="utf-8")
+    (folder / "img" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+    vision = fake_vision()
+    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_VISION_URL=vision.url, PGKB_VISION_MODEL="fake-vl")
+    cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(folder), "--kb", "docs", "--json", "--defer-embedding"]
+    result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr  # a bad image is listed, not a failed run
+    summary = json.loads(result.stdout)
+    assert summary["added"] == 3 and summary["failed"] == 0 and summary["vision_calls"] == 3
+    assert summary["images"] == {
+        "captioned": 3,
+        "cached": 0,
+        "uncaptioned": 0,
+        "caption_failed": 0,
+        "failed": 1,
+        "skipped": 0,
+    }
+    assert [f["doc_key"] for f in summary["failures"]] == ["broken.md#img/img/broken.png"]
+    again = json.loads(subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120).stdout)
+    assert (again["unchanged"], again["vision_calls"]) == (3, 0)
+    assert len(vision.requests) == 3
+    plain = subprocess.run(cli[:-2], env=env, capture_output=True, text=True, timeout=120)
+    assert "images:" not in plain.stdout  # nothing indexed this time: no image counts to show
+    (folder / "guide.md").write_text(GUIDE + "\n补充。\n", encoding="utf-8")
+    plain = subprocess.run(cli[:-2] + ["--defer-embedding"], env=env, capture_output=True, text=True, timeout=120)
+    assert "images: 2 captioned (2 from the cache, 0 vision calls)" in plain.stdout, plain.stdout
 
 
 # ------------------------------------------------------------------------------ units

@@ -28,6 +28,7 @@ from pgkb.db import connect, database_url
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.migrate import migrate
 from pgkb.models.embedding import load_embedder, model_spec
+from pgkb.models.vision import load_captioner
 from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +142,8 @@ def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) ->
         docs = (docs or REPO / "examples" / "kb").resolve()
         conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb])
         spec = model_spec(conn, settings.embed_model)
-        summary = ingest(conn, url, docs, kb, spec, load_embedder(settings, spec), IngestOptions())
+        embedder, captioner = load_embedder(settings, spec), load_captioner(settings)
+        summary = ingest(conn, url, docs, kb, spec, embedder, IngestOptions(), captioner=captioner)
         _say(f"ingested {docs} into {kb!r}: {summary.line()}")
         for failure in summary.failures:
             _say(f"  failed {failure['doc_key']}: {failure['error']}")

@@ -28,6 +28,7 @@ def run(args, settings) -> int:
     from pgkb.db import connect, database_url
     from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestAborted, IngestOptions, ingest
     from pgkb.models.embedding import load_embedder, model_spec
+    from pgkb.models.vision import load_captioner
 
     options = IngestOptions(
         include=tuple(args.include) or DEFAULT_INCLUDE,
@@ -52,6 +53,7 @@ def run(args, settings) -> int:
                 embedder,
                 options,
                 progress=sys.stderr.isatty() and not args.json,
+                captioner=load_captioner(settings),
             )
         except IngestAborted as e:  # the database connection was lost for good: still report what was done
             summary = e.summary
@@ -63,4 +65,7 @@ def run(args, settings) -> int:
         print(f"pgkb: {summary.line()}")
     if summary.stopped:
         print(f"pgkb: ingest stopped early: {summary.stopped}", file=sys.stderr)
+    if summary.vision_down and not args.json:
+        print(f"pgkb: {summary.vision_down}", file=sys.stderr)
+    # bad images are listed and counted (summary.images.failed) but, like failed captions, do not fail the run
     return 1 if summary.failed or summary.stopped else 0
