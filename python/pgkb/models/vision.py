@@ -24,7 +24,7 @@ from pgkb.models.http_json import post_json
 
 DEFAULT_VISION_MODEL = "qwen-vl-max"
 DEFAULT_VISION_TIMEOUT = 60.0
-MAX_CAPTION_CHARS = 4000  # a longer answer is cut (at a line end when one is near)
+MAX_CAPTION_CHARS = 2000  # a longer answer is cut (at a line end when one is near)
 
 PROMPTS = {
     "zh": (
@@ -114,7 +114,7 @@ def _caption_text(answer: object, url: str) -> str:
         raise VisionError(f"{url} returned an empty caption")
     text = content.replace("\x00", "").strip()
     if len(text) > MAX_CAPTION_CHARS:
-        cut = text.rfind("\n", MAX_CAPTION_CHARS - 400, MAX_CAPTION_CHARS)
+        cut = text.rfind("\n", MAX_CAPTION_CHARS - 300, MAX_CAPTION_CHARS)
         text = text[: cut if cut > 0 else MAX_CAPTION_CHARS].rstrip()
     return text
 
