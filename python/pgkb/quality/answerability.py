@@ -1,0 +1,377 @@
+"""`pgkb eval --answerability`: does the not-found gate refuse what the knowledge base cannot answer, and
+answer what it can?
+
+Every question of a dataset is asked twice against the knowledge base `pgkb eval` loaded for it:
+
+* **answerable** -- as it is: the top ``top_k`` hits of ``kb.hybrid_search`` (the retrieval ``kb.ask`` does);
+* **unanswerable** -- with its relevant documents hidden: the same search run once with a larger depth
+  (``depth``, default 100), every hit of a relevant document dropped, and the first ``top_k`` of the rest.
+
+Both hit lists go to the database's own ``kb.answer_evidence(question, hits)``; the gate is
+``kb.answer_gate(evidence, min_score)``, called for every threshold of the sweep (``min_score => NULL`` is
+the shipped default, read from kb.settings). Nothing here re-implements the gate: Python only counts.
+
+Why dropping hits stands for "a knowledge base without those documents": the gate reads absolute,
+per-chunk signals (a chunk's vector cosine to the query does not depend on any other chunk; query-term
+coverage is weighted with corpus idf, where one hidden document moves the document frequencies of its
+own terms by one -- see docs/quality.md for that difference, measured against real knowledge bases built
+without the documents, ``--holdout``). Ranks and DBSF-fused scores are relative per query and are not
+gate signals.
+
+Per threshold the report gives the share of unanswerable questions answered "not found" (``refused
+unanswerable``, higher is better) and the share of answerable questions wrongly refused (``refused
+answerable``, lower is better), plus the latter among the questions whose relevant document was in the
+top ``top_k`` (the refusals the gate, not retrieval, is to blame for).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgkb.quality.evaluate import Dataset, EvalError, Query, _vector, default_kb
+
+DEFAULT_TOP_K = 5  # kb.ask's default top_k
+DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb.search's max)
+GOAL_REFUSED_UNANSWERABLE = 0.90  # issue goal: >= 90 % of unanswerable questions get "not found"
+GOAL_REFUSED_ANSWERABLE = 0.10  # ... while <= 10 % of answerable ones do
+
+
+@dataclass
+class Asked:
+    """One question, asked as it is and with its relevant documents hidden."""
+
+    query: Query
+    evidence: dict  # kb.answer_evidence of the top_k hits
+    hidden_evidence: dict  # kb.answer_evidence of the top_k hits left once the relevant documents are dropped
+    retrieved: bool  # a relevant document is among the top_k hits
+    hidden_hits: int  # hits left for the hidden case (< top_k: the depth ran out)
+
+
+@dataclass
+class Report:
+    dataset: str
+    kb: str
+    model: str
+    top_k: int
+    depth: int
+    asked: list[Asked] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # per threshold
+    seconds: float = 0.0
+
+
+# The retrieval of one question, the as-is and hidden hit lists and their evidence, in one statement. The
+# hits keep kb.hybrid_search's order (row_number over its output).
+_ASK_SQL = """
+with r as materialized (
+    select h, row_number() over () as n
+    from kb.hybrid_search(%(q)s, %(depth)s, %(kb)s, query_embedding => %(emb)s, model => %(model)s) as h
+),
+asis as (select coalesce(array_agg(h order by n), '{}') as hits from r where n <= %(top_k)s),
+hidden as (
+    select coalesce(array_agg(h order by n), '{}') as hits
+    from (select h, n from r where (h).doc_key <> all(%(relevant)s) order by n limit %(top_k)s) as x
+)
+select kb.answer_evidence(%(q)s, asis.hits), kb.answer_evidence(%(q)s, hidden.hits),
+    exists (select from r where n <= %(top_k)s and (h).doc_key = any(%(relevant)s)),
+    cardinality(hidden.hits)
+from asis, hidden
+"""
+
+
+def ask_all(
+    conn,
+    dataset: Dataset,
+    kb: str,
+    spec,
+    embedder,
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    depth: int = DEFAULT_DEPTH,
+    batch: int = 16,
+    progress: Callable[[str], None] | None = None,
+) -> list[Asked]:
+    """Ask every question of ``dataset`` as it is and with its relevant documents hidden (see the module
+    docstring); the query embedding is the client's (registry query prefix), passed to the search."""
+    from pgkb.models.embedding import prefixed
+
+    if not 1 <= top_k <= depth <= 100:
+        raise EvalError(f"need 1 <= top_k ({top_k}) <= depth ({depth}) <= 100")
+    queries = dataset.queries
+    texts = prefixed(spec, [q.text for q in queries], query=True)
+    out: list[Asked] = []
+    for i in range(0, len(queries), batch):
+        vectors = [_vector(v) for v in embedder.embed(texts[i : i + batch])]
+        for q, emb in zip(queries[i : i + batch], vectors, strict=True):
+            relevant = sorted(doc for doc, grade in q.relevant.items() if grade > 0)
+            ev, hidden_ev, retrieved, left = conn.execute(
+                _ASK_SQL,
+                {"q": q.text, "depth": depth, "kb": kb, "emb": emb, "model": spec.name, "top_k": top_k,
+                 "relevant": relevant},
+            ).fetchone()  # fmt: skip
+            out.append(Asked(q, ev, hidden_ev, retrieved, left))
+        if progress:
+            progress(f"\rasking: {len(out)}/{len(queries)} questions (as they are and with the answer hidden)")
+    if progress:
+        progress("\n")
+    return out
+
+
+def gate(conn, evidences: Sequence[dict], thresholds: Sequence[float | None]) -> list[list[bool]]:
+    """``kb.answer_gate(evidence, min_score)`` for every threshold (None: the shipped default) and every
+    evidence, in one statement: ``result[t][e]`` is True when the gate lets evidence ``e`` be answered."""
+    rows = conn.execute(
+        "select t.i, e.j, kb.answer_gate(e.ev, t.min_score)"
+        " from unnest(%s::float8[]) with ordinality as t(min_score, i),"
+        " unnest(%s::jsonb[]) with ordinality as e(ev, j)",
+        [list(thresholds), [json.dumps(ev) for ev in evidences]],
+    ).fetchall()
+    out = [[False] * len(evidences) for _ in thresholds]
+    for i, j, answered in rows:
+        out[i - 1][j - 1] = bool(answered)
+    return out
+
+
+GATE_SETTINGS = ("answer_vector_weight", "answer_vector_floor", "answer_vector_ceiling")  # kb.answer_score's knobs
+
+
+def parse_gate_grid(items: Sequence[str]) -> list[dict[str, str]]:
+    """``["answer_vector_weight=0,0.5"]`` -> every combination of the gate settings' values (``[{}]``
+    for none); EvalError for an unknown key, a non-number or a key given twice."""
+    axes: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not key.startswith("answer_"):
+            key = "answer_" + key
+        if not sep or key not in GATE_SETTINGS:
+            raise EvalError(f"--gate-grid {item!r}: expected KEY=V1,V2 with KEY one of {', '.join(GATE_SETTINGS)}")
+        if key in axes:
+            raise EvalError(f"--gate-grid {key} is given twice")
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        for v in values:
+            try:
+                float(v)
+            except ValueError:
+                raise EvalError(f"--gate-grid {key}: {v!r} is not a number") from None
+        if not values:
+            raise EvalError(f"--gate-grid {item!r} has no values")
+        axes[key] = values
+    combos: list[dict[str, str]] = [{}]
+    for key, values in axes.items():
+        combos = [{**c, key: v} for c in combos for v in values]
+    return combos
+
+
+def score(
+    conn, asked: Sequence[Asked], thresholds: Sequence[float | None], gate_settings: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per threshold: refused shares of the unanswerable and answerable questions. ``gate_settings``
+    (kb.settings answer_* values) are set for these gate calls only, in a transaction rolled back after."""
+    n = len(asked)
+    evidences = [a.evidence for a in asked] + [a.hidden_evidence for a in asked]
+    if gate_settings:
+        with conn.transaction(force_rollback=True):
+            for key, value in gate_settings.items():
+                conn.execute("update kb.settings set value = %s where key = %s", [value, key])
+            opens = gate(conn, evidences, thresholds)
+    else:
+        opens = gate(conn, evidences, thresholds)
+    n_retrieved = sum(a.retrieved for a in asked)
+    n_retrieved = sum(a.retrieved for a in asked)
+    rows = []
+    for threshold, answered in zip(thresholds, opens, strict=True):
+        answerable, hidden = answered[:n], answered[n:]
+        refused = [not x for x in answerable]
+        rows.append({
+            "settings": dict(gate_settings or {}),
+            "min_score": threshold,
+            "refused_unanswerable": _share(sum(not x for x in hidden), n),
+            "refused_answerable": _share(sum(refused), n),
+            "refused_answerable_retrieved": _share(
+                sum(r for r, a in zip(refused, asked, strict=True) if a.retrieved), n_retrieved
+            ),
+        })  # fmt: skip
+    return rows
+
+
+def _share(k: int, n: int) -> float:
+    return round(k / n, 4) if n else 0.0
+
+
+def meets_goal(row: dict[str, Any]) -> bool:
+    return (
+        row["refused_unanswerable"] >= GOAL_REFUSED_UNANSWERABLE
+        and row["refused_answerable"] <= GOAL_REFUSED_ANSWERABLE
+    )
+
+
+def parse_thresholds(raw: str | None) -> list[float]:
+    """``"0.1,0.2"`` -> [0.1, 0.2]; EvalError for a value that is not a finite number."""
+    if raw is None or not raw.strip():
+        return []
+    values = []
+    for part in raw.split(","):
+        part = part.strip()
+        try:
+            value = float(part)
+        except ValueError:
+            raise EvalError(f"--thresholds: {part!r} is not a number") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EvalError(f"--thresholds: {part!r} is not a finite number")
+        values.append(value)
+    return sorted(set(values))
+
+
+def evaluate(
+    conn,
+    dataset: Dataset,
+    kb: str,
+    spec,
+    embedder,
+    thresholds: Sequence[float],
+    *,
+    gate_grid: Sequence[dict[str, str]] = ({},),
+    top_k: int = DEFAULT_TOP_K,
+    depth: int = DEFAULT_DEPTH,
+    batch: int = 16,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Ask every question (``ask_all``) once and score the gate at its default and at every threshold, for
+    every combination of gate settings in ``gate_grid`` (``{}``: the database's)."""
+    started = time.monotonic()
+    report = Report(dataset.name, kb, spec.name, top_k, depth)
+    report.asked = ask_all(conn, dataset, kb, spec, embedder, top_k=top_k, depth=depth, batch=batch,
+                           progress=progress)  # fmt: skip
+    for combo in gate_grid:
+        report.rows += score(conn, report.asked, [None, *thresholds] if not combo else list(thresholds), combo)
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+def default_setting(conn) -> str | None:
+    """The gate's shipped threshold as kb.settings holds it (for the report's default row)."""
+    row = conn.execute("select value from kb.settings where key = 'answer_min_score'").fetchone()
+    return row[0] if row else None
+
+
+def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
+    return {
+        "dataset": report.dataset,
+        "kb": report.kb,
+        "model": report.model,
+        "top_k": report.top_k,
+        "depth": report.depth,
+        "n_queries": len(report.asked),
+        "retrieved@top_k": _share(sum(a.retrieved for a in report.asked), len(report.asked)),
+        "short_hidden_lists": sum(a.hidden_hits < report.top_k for a in report.asked),
+        "default_min_score": default,
+        "rows": report.rows,
+        "seconds": report.seconds,
+        "questions": [
+            {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence, "retrieved": a.retrieved}
+            for a in report.asked
+        ],  # fmt: skip
+    }
+
+
+def _settings_label(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k.removeprefix('answer_')}={v}" for k, v in settings.items())
+
+
+def markdown(report: Report, default: str | None = None) -> str:
+    """One row per gate setting and threshold: refused shares, and whether the issue's goal is met."""
+    n = len(report.asked)
+    retrieved = sum(a.retrieved for a in report.asked)
+    varied = any(row["settings"] for row in report.rows)
+    lines = [
+        f"### {report.dataset} — answerability, {n} questions, model {report.model}, kb `{report.kb}`",
+        "",
+        f"Relevant document in the top {report.top_k}: {retrieved}/{n}. Goal: refused unanswerable ≥ "
+        f"{GOAL_REFUSED_UNANSWERABLE:.0%}, refused answerable ≤ {GOAL_REFUSED_ANSWERABLE:.0%}.",
+        "",
+        ("| gate settings " if varied else "")
+        + "| min_score | refused unanswerable | refused answerable | refused answerable (retrieved) | goal |",
+        ("|---" if varied else "") + "|---|---:|---:|---:|---|",
+    ]
+    for row in report.rows:
+        label = f"default ({default})" if row["min_score"] is None else f"{row['min_score']:g}"
+        prefix = f"| {_settings_label(row['settings']) or 'database'} " if varied else ""
+        lines.append(
+            f"{prefix}| {label} | {row['refused_unanswerable']:.1%} | {row['refused_answerable']:.1%}"
+            f" | {row['refused_answerable_retrieved']:.1%} | {'met' if meets_goal(row) else ''} |"
+        )
+    short = sum(a.hidden_hits < report.top_k for a in report.asked)
+    if short:
+        lines += ["", f"{short} questions had fewer than {report.top_k} hits left once their documents were hidden."]
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    """The answerability options of `pgkb eval`."""
+    parser.add_argument(
+        "--answerability", action="store_true",
+        help="measure the not-found gate (kb.answer_gate): each question as it is and with its relevant "
+        "documents hidden; refused shares per --thresholds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--thresholds", default=None, metavar="T1,T2",
+        help="gate min_score values to compare with the default (answerability)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gate-grid", action="append", default=[], metavar="KEY=V1,V2",
+        help=f"gate settings to combine (repeatable; answerability), KEY one of {', '.join(GATE_SETTINGS)}",
+    )  # fmt: skip
+    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="hits the gate sees (answerability)")
+
+
+def sample_seeded(queries: list[Query], n: int | None, seed: int) -> list[Query]:
+    if n is None or n >= len(queries):
+        return queries
+    picked = set(random.Random(seed).sample(range(len(queries)), n))
+    return [q for i, q in enumerate(queries) if i in picked]
+
+
+def run_loaded(conn, args, dataset: Dataset, kb: str, spec, embedder, *, batch: int = 16,
+               progress: Callable[[str], None] | None = None) -> int:  # fmt: skip
+    """The answerability mode on a knowledge base that holds the dataset: Markdown on stdout, --out JSON."""
+    thresholds = parse_thresholds(getattr(args, "thresholds", None))
+    top_k = getattr(args, "top_k", DEFAULT_TOP_K)
+    grid = parse_gate_grid(getattr(args, "gate_grid", None) or [])
+    if any(grid) and not thresholds:
+        raise EvalError("--gate-grid needs --thresholds (the default threshold belongs to the default settings)")
+    report = evaluate(conn, dataset, kb, spec, embedder, thresholds, gate_grid=[{}, *grid] if any(grid) else [{}],
+                      top_k=top_k, batch=batch, progress=progress)  # fmt: skip
+    default = default_setting(conn)
+    print(markdown(report, default))
+    if getattr(args, "out", None):
+        Path(args.out).write_text(
+            json.dumps(as_json(report, default), ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+        )
+    return 0
+
+
+def check_loaded(conn, dataset: Dataset, kb: str | None) -> str:
+    """The knowledge base holding ``dataset`` (``kb`` or eval-<dataset>); EvalError when it is missing or
+    lacks a relevant document of the questions."""
+    kb = kb or default_kb(dataset.name)
+    keys = (
+        {r[0] for r in conn.execute("select doc_key from kb.list_documents(%s)", [kb]).fetchall()}
+        if conn.execute("select 1 from kb.list_knowledge_bases() where name = %s", [kb]).fetchone()
+        else set()
+    )
+    if not keys:
+        raise EvalError(f"knowledge base {kb} is missing or empty: load it first with `pgkb eval` on {dataset.name}")
+    missing = {d for q in dataset.queries for d in q.relevant} - keys
+    if missing:
+        print(f"pgkb: eval: warning: {len(missing)} relevant documents are not in {kb}", file=sys.stderr)
+    return kb
