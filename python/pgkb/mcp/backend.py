@@ -297,6 +297,59 @@ class Backend:
             ],
         }
 
+    def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
+        """kb.ask as ``user`` (not streamed): retrieval, the not-found gate, the answer and its checked
+        citations are the database's; its input errors become ToolFailure with the database's message."""
+        from pgkb.answer import AskError, ask
+
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask_knowledge"):
+            try:
+                row = ask(
+                    conn, question, top_k=top_k, kb=kb, user=user,
+                    timeout_ms=self.config.options.statement_timeout_ms,
+                )  # fmt: skip
+            except AskError as e:
+                raise ToolFailure(str(e)) from e
+        log.info(
+            "ask user=%s kb=%s top_k=%d: %s, %d citations, %.0f ms", user, kb, top_k, row["mode"],
+            len(row["citations"] or []), row["total_ms"] or 0,
+        )  # fmt: skip
+        return row
+
+    def answer_prompt(self, user: str | None, question: str, top_k: int, kb: str | None) -> tuple[list, list, str]:
+        """The chat messages kb.answer_prompt builds from the hits ``user`` may see (hybrid search with this
+        server's query embedding; lexical legs only when it fails), the sources as [{n, title, heading_path,
+        page, uri, source_url}] and why the search was degraded ("" when it was not)."""
+        from pgkb.models.embedding import prefixed
+        from pgkb.search import check_input
+
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "answer_with_citations"):
+            try:
+                check_input(conn, question, top_k)
+            except ValueError as e:
+                raise ToolFailure(str(e)) from e
+            spec, embedder = self.embedder(conn)
+            degraded, embedding = "", None
+            try:
+                from pgvector import Vector
+
+                embedding = Vector([float(x) for x in embedder.embed(prefixed(spec, [question], query=True))[0]])
+            except EmbeddingError as e:
+                degraded = f"query embedding failed ({e}); lexical search only"
+            with self.acting(conn, user):
+                messages, sources = conn.execute(
+                    "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s,"
+                    " query_embedding => %(e)s, model => %(m)s, vector_weight => %(w)s) as h) as hits)"
+                    " select kb.answer_prompt(%(q)s, hits.hits), coalesce((select jsonb_agg(jsonb_build_object("
+                    " 'n', s.ordinality, 'title', s.title, 'heading_path', to_jsonb(s.heading_path),"
+                    " 'page', s.metadata -> 'page', 'source_url', s.source_url,"
+                    " 'uri', format('kb://%%s/%%s', s.kb, s.doc_key)) order by s.ordinality)"
+                    " from unnest(hits.hits) with ordinality as s), '[]') from hits",
+                    {"q": question, "k": top_k, "kb": kb, "e": embedding, "m": spec.name,
+                     "w": None if embedding is not None else 0.0},
+                ).fetchone()  # fmt: skip
+        return messages, sources, degraded
+
     def knowledge_bases(self, user: str | None) -> list[dict]:
         with (
             self.connection() as conn,

@@ -70,3 +70,30 @@ class KnowledgeBaseInfo(BaseModel):
 
 class KnowledgeBasesOutput(BaseModel):
     knowledge_bases: list[KnowledgeBaseInfo]
+
+
+class Citation(BaseModel):
+    n: int = Field(description="the [n] of the answer that cites this source")
+    chunk_id: int
+    kb: str = Field(description="knowledge base")
+    doc_key: str = Field(description="the document key (doc_id for get_document)")
+    title: str | None
+    heading_path: list[str]
+    page: int | str | None = Field(default=None, description="page of the document (PDFs), when known")
+    source_url: str | None
+    uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
+    quote: str | None = Field(description="the sentence of the chunk that supports the citing statement")
+
+
+class AskOutput(BaseModel):
+    question: str
+    kb: str | None
+    answer: str = Field(description="the answer with [n] citations, or the not-found sentence")
+    found: bool = Field(description='false: the knowledge base holds no answer ("not found"); nothing was made up')
+    mode: str = Field(description="llm (chat endpoint), extractive (sentences of the sources, offline) or not_found")
+    model: str | None = Field(description="the chat model that wrote the answer (mode llm)")
+    citations: list[Citation]
+    dropped_citations: int = Field(description="citation numbers the answer gave that named no source (removed)")
+    uncited: bool = Field(description="true when the answer states something but cites no source")
+    notes: list[str]
+    timings_ms: dict[str, float]

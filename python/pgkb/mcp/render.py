@@ -134,3 +134,61 @@ def render_document(doc: dict, budget: int) -> tuple[dict, str]:
         lines.append(f"[chunk {chunk['chunk_index']}]" + (f" {heading}" if heading else ""))
         lines.append(chunk["content"])
     return out, "\n".join(lines) + "\n"
+
+
+def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
+    """A CallToolResult for ask_knowledge: the answer, then its numbered sources (structured: AskOutput)."""
+    from mcp.types import CallToolResult, TextContent
+
+    from pgkb.answer import source_line
+    from pgkb.mcp.output import AskOutput
+
+    notes = list(notes)
+    evidence = row.get("evidence") or {}
+    if row["mode"] == "extractive":
+        notes.append("extractive answer: sentences of the sources, no chat model (none configured or it failed)")
+    if evidence.get("llm_error"):
+        notes.append(f"the chat endpoint failed: {_shown(evidence['llm_error'], 300)}")
+    if row["dropped_citations"]:
+        notes.append(f"{row['dropped_citations']} citation numbers named no source and were removed")
+    if row["uncited"]:
+        notes.append("the answer cites no source: treat it with care")
+    citations = [
+        {**c, "heading_path": list(c.get("heading_path") or []), "page": c.get("page")} for c in row["citations"] or []
+    ]
+    output = AskOutput(
+        question=question,
+        kb=kb,
+        answer=row["answer"],
+        found=bool(row["found"]),
+        mode=row["mode"],
+        model=row["model"],
+        citations=citations,
+        dropped_citations=row["dropped_citations"] or 0,
+        uncited=bool(row["uncited"]),
+        notes=notes,
+        timings_ms={k: round(float(row[f"{k}_ms"] or 0), 1) for k in ("retrieve", "generate", "total")},
+    ).model_dump(mode="json")
+    lines = [row["answer"]]
+    if citations:
+        lines += ["", "Sources:"] + [source_line(c) for c in citations]
+    lines += [f"Note: {n}" for n in notes]
+    return CallToolResult(content=[TextContent(type="text", text="\n".join(lines) + "\n")], structured_content=output)
+
+
+def render_prompt(question: str, messages: list, sources: list, degraded: str) -> str:
+    """The answer_with_citations prompt text: kb.answer_prompt's rules (its system message) and its numbered
+    sources and question (its user message), followed by where each source is (uri, source URL) so the
+    answer can link them."""
+    parts = [m["content"] for m in messages]
+    if sources:
+        where = [
+            f"[{s['n']}] {s['uri']}" + (f" ({s['source_url']})" if s.get("source_url") else "")
+            + (f", page {s['page']}" if s.get("page") is not None else "")
+            for s in sources
+        ]  # fmt: skip
+        parts.append("Where the sources are (for links; read a kb:// URI as a resource for the whole document):\n"
+                     + "\n".join(where))  # fmt: skip
+    if degraded:
+        parts.append(f"(Note: {degraded}.)")
+    return "\n\n".join(parts)

@@ -33,11 +33,12 @@ from pgkb.mcp.config import (
 )
 from pgkb.mcp.http_guard import _bearer, http_app
 from pgkb.mcp.output import (
+    AskOutput,
     DocumentOutput,
     KnowledgeBasesOutput,
     SearchOutput,
 )
-from pgkb.mcp.render import render_document, render_search
+from pgkb.mcp.render import render_answer, render_document, render_prompt, render_search
 from pgkb.mcp.stdio import serve_stdio
 from pgkb.models.embedding import EmbeddingError
 from pgkb.search import validate
@@ -62,7 +63,9 @@ def build_server(backend: Backend):
         instructions=(
             "Search the team's private knowledge base (docs, runbooks, FAQs; mostly Chinese, some English). "
             "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
-            "Cite sources by their source URL or kb:// URI."
+            "ask_knowledge answers a question with numbered citations, or says the knowledge base has no "
+            "answer (found = false); the prompt answer_with_citations hands you the sources and the citation "
+            "rules to answer yourself. Cite sources by their source URL or kb:// URI."
         ),
         version=_version(),
         log_level="INFO" if config.verbose else "WARNING",
@@ -108,6 +111,56 @@ def build_server(backend: Backend):
         except (ToolFailure, ValueError) as e:
             raise ToolError(_bounded_message(e, query, kb)) from e
         return render_search(response, notes)
+
+    @server.tool(name="ask_knowledge", title="Answer from the knowledge base", annotations=read_only)
+    def ask_knowledge(
+        question: Annotated[str, Field(description="the question (Chinese or English)")],
+        ctx: Context,
+        top_k: Annotated[int, Field(strict=True, description=f"sources to retrieve, 1-{MCP_MAX_TOP_K}")] = 5,
+        kb: Annotated[str, Field(description='one knowledge base to answer from; "" = all you can see')] = "",
+    ) -> Annotated[CallToolResult, AskOutput]:
+        """Answer a question from the knowledge base, with numbered citations [n] of the passages used.
+
+        Returns answer, found, mode and citations ({n, title, heading_path, page, uri, quote, ...}).
+        found = false means the knowledge base holds no answer: the answer is then "not found" (知识库中未找到
+        相关信息 for Chinese questions), never a guess. mode: llm (the server's chat model), extractive (the
+        best sentences of the sources, when no chat model is configured) or not_found."""
+        try:
+            check_text("question", question, MAX_QUERY_ARGUMENT_CHARS)
+            check_int("top_k", top_k, 1, MCP_MAX_TOP_K)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            question, top_k = validate(question, top_k, MCP_MAX_TOP_K)
+            row = backend.ask(user_of(ctx), question, top_k, kb.strip() or None)
+        except (ToolFailure, ValueError) as e:
+            raise ToolError(_bounded_message(e, question, kb)) from e
+        return render_answer(question, kb.strip() or None, row, [])
+
+    @server.prompt(
+        name="answer_with_citations",
+        title="Answer with citations from the knowledge base",
+        description="The knowledge base's best passages for a question, numbered, with the citation rules: "
+        "for answering it yourself with [n] citations (or saying it is not in the knowledge base)",
+    )
+    def answer_with_citations(
+        question: Annotated[str, Field(description="the question (Chinese or English)")],
+        ctx: Context,
+        kb: Annotated[str, Field(description="one knowledge base; empty = all you can see")] = "",
+        top_k: Annotated[str, Field(description=f"sources to include, 1-{MCP_MAX_TOP_K} (default 5)")] = "5",
+    ) -> str:
+        try:
+            check_text("question", question, MAX_QUERY_ARGUMENT_CHARS)
+            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            check_text("top_k", top_k, 20)
+            try:
+                k = int(top_k.strip() or "5")
+            except ValueError:
+                shown = _shown(top_k, 20)
+                raise ToolFailure(f"top_k must be an integer between 1 and {MCP_MAX_TOP_K}, got {shown}") from None
+            question, k = validate(question, k, MCP_MAX_TOP_K)
+            messages, sources, degraded = backend.answer_prompt(user_of(ctx), question, k, kb.strip() or None)
+        except (ToolFailure, ValueError) as e:
+            raise ValueError(_bounded_message(e, question, kb)) from e
+        return render_prompt(question, messages, sources, degraded)
 
     @server.tool(name="get_document", title="Read a document", annotations=read_only)
     def get_document(

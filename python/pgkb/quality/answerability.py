@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,10 @@ class Asked:
     hidden_evidence: dict  # kb.answer_evidence of the top_k hits left once the relevant documents are dropped
     retrieved: bool  # a relevant document is among the top_k hits
     hidden_hits: int  # hits left for the hidden case (< top_k: the depth ran out)
+    answer: str = ""  # kb.extractive_answer of the top_k hits, through kb.cite
+    citations: list = field(default_factory=list)  # kb.cite's citations of it
+    dropped: int = 0  # citation numbers kb.cite removed (naming no source)
+    contents: list = field(default_factory=list)  # the top_k hits' contents (source n = contents[n - 1])
 
 
 @dataclass
@@ -63,6 +68,7 @@ class Report:
     depth: int
     asked: list[Asked] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)  # per threshold
+    faithfulness: dict[str, Any] = field(default_factory=dict)  # of the extractive answers the gate let through
     seconds: float = 0.0
 
 
@@ -80,8 +86,11 @@ hidden as (
 )
 select kb.answer_evidence(%(q)s, asis.hits), kb.answer_evidence(%(q)s, hidden.hits),
     exists (select from r where n <= %(top_k)s and (h).doc_key = any(%(relevant)s)),
-    cardinality(hidden.hits)
-from asis, hidden
+    cardinality(hidden.hits),
+    cited.answer, cited.citations, cited.dropped,
+    array(select (x).content from unnest(asis.hits) as x)
+from asis, hidden,
+    lateral kb.cite(kb.extractive_answer(%(q)s, asis.hits), asis.hits) as cited
 """
 
 
@@ -110,12 +119,12 @@ def ask_all(
         vectors = [_vector(v) for v in embedder.embed(texts[i : i + batch])]
         for q, emb in zip(queries[i : i + batch], vectors, strict=True):
             relevant = sorted(doc for doc, grade in q.relevant.items() if grade > 0)
-            ev, hidden_ev, retrieved, left = conn.execute(
+            row = conn.execute(
                 _ASK_SQL,
                 {"q": q.text, "depth": depth, "kb": kb, "emb": emb, "model": spec.name, "top_k": top_k,
                  "relevant": relevant},
             ).fetchone()  # fmt: skip
-            out.append(Asked(q, ev, hidden_ev, retrieved, left))
+            out.append(Asked(q, *row))
         if progress:
             progress(f"\rasking: {len(out)}/{len(queries)} questions (as they are and with the answer hidden)")
     if progress:
@@ -201,6 +210,51 @@ def score(
     return rows
 
 
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def faithfulness(asked: Sequence[Asked], answered: Sequence[bool]) -> dict[str, Any]:
+    """Citation faithfulness of the extractive answers of the questions the gate ``answered``: of all their
+    citations, the share whose quote is text of the cited chunk, whose cited document is relevant (qrels),
+    and both; the share of answer lines whose statement is verbatim text of the chunk it cites; dropped
+    citation numbers (naming no source) in all."""
+    n_cit = quoted = relevant = both = lines = verbatim = dropped = 0
+    for a, ok in zip(asked, answered, strict=True):
+        if not ok:
+            continue
+        dropped += a.dropped
+        contents = [_squash(c or "") for c in a.contents]
+        for c in a.citations:
+            n_cit += 1
+            in_chunk = bool(c.get("quote")) and _squash(c["quote"]) in contents[c["n"] - 1]
+            rel = a.query.relevant.get(c["doc_key"], 0) > 0
+            quoted += in_chunk
+            relevant += rel
+            both += in_chunk and rel
+        for line in a.answer.splitlines():
+            m = _CITED_LINE.match(line)
+            if not m:
+                continue
+            lines += 1
+            n = int(m.group(2))
+            pieces = [p for p in (_squash(x) for x in m.group(1).split("; ")) if p]
+            verbatim += 1 <= n <= len(contents) and all(p in contents[n - 1] for p in pieces)
+    return {
+        "questions": sum(bool(x) for x in answered),
+        "citations": n_cit,
+        "quote_in_cited_chunk": _share(quoted, n_cit),
+        "cited_document_relevant": _share(relevant, n_cit),
+        "faithful": _share(both, n_cit),
+        "answer_lines": lines,
+        "statement_in_cited_chunk": _share(verbatim, lines),
+        "dropped_citations": dropped,
+    }
+
+
+_CITED_LINE = re.compile(r"^(.*\S)\s*\[(\d+)\]\s*$")
+
+
 def _share(k: int, n: int) -> float:
     return round(k / n, 4) if n else 0.0
 
@@ -249,6 +303,8 @@ def evaluate(
     report = Report(dataset.name, kb, spec.name, top_k, depth)
     report.asked = ask_all(conn, dataset, kb, spec, embedder, top_k=top_k, depth=depth, batch=batch,
                            progress=progress)  # fmt: skip
+    answered = gate(conn, [a.evidence for a in report.asked], [None])[0]
+    report.faithfulness = faithfulness(report.asked, answered)
     for combo in gate_grid:
         report.rows += score(conn, report.asked, [None, *thresholds] if not combo else list(thresholds), combo)
     report.seconds = round(time.monotonic() - started, 1)
@@ -273,6 +329,7 @@ def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
         "short_hidden_lists": sum(a.hidden_hits < report.top_k for a in report.asked),
         "default_min_score": default,
         "rows": report.rows,
+        "extractive_faithfulness": report.faithfulness,
         "seconds": report.seconds,
         "questions": [
             {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence, "retrieved": a.retrieved}
@@ -307,6 +364,16 @@ def markdown(report: Report, default: str | None = None) -> str:
             f"{prefix}| {label} | {row['refused_unanswerable']:.1%} | {row['refused_answerable']:.1%}"
             f" | {row['refused_answerable_retrieved']:.1%} | {'met' if meets_goal(row) else ''} |"
         )
+    f = report.faithfulness
+    if f:
+        lines += [
+            "",
+            f"Extractive answers at the default gate ({f['questions']} answered questions, {f['citations']} "
+            f"citations): quote is text of the cited chunk {f['quote_in_cited_chunk']:.1%}, cited document "
+            f"relevant {f['cited_document_relevant']:.1%}, both {f['faithful']:.1%}; answer lines whose "
+            f"statement is verbatim text of the cited chunk {f['statement_in_cited_chunk']:.1%} of "
+            f"{f['answer_lines']}; citation numbers naming no source: {f['dropped_citations']}.",
+        ]
     short = sum(a.hidden_hits < report.top_k for a in report.asked)
     if short:
         lines += ["", f"{short} questions had fewer than {report.top_k} hits left once their documents were hidden."]
