@@ -16,9 +16,7 @@ def register(sub) -> None:
         TOKEN_ENV,
     )
 
-    parser = sub.add_parser(
-        "embed-server", help="OpenAI-compatible embedding/rerank HTTP server (127.0.0.1:8765)"
-    )
+    parser = sub.add_parser("embed-server", help="OpenAI-compatible embedding/rerank HTTP server (127.0.0.1:8765)")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument("--token", default=None, help=f"bearer token clients must send (default: ${TOKEN_ENV})")

@@ -1,4 +1,5 @@
-"""`pgkb eval`: retrieval quality (Recall@k, MRR, nDCG) per search mode on a BEIR set or doc questions."""
+"""`pgkb eval`: retrieval quality (Recall@k, MRR, nDCG) per search mode on a BEIR set or doc questions;
+with --answerability, the not-found gate (pgkb.quality.answerability)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ def register(sub) -> None:
         "--no-heading-prefix", dest="heading_prefix", action="store_false",
         help="embed chunk content without the 'title > heading' breadcrumb line (experiment)",
     )  # fmt: skip
+    from pgkb.quality import answerability
+
+    answerability.add_arguments(parser)  # --answerability, --thresholds, --gate-grid, --top-k
     parser.set_defaults(func=run)
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 def register(sub) -> None:
     from pgkb.quality.sweep import SWEEP_MODES, SWEEPABLE
 
-    parser = sub.add_parser(
-        "sweep", help="compare search settings on datasets `pgkb eval` has loaded (nDCG@10 grid)"
-    )
+    parser = sub.add_parser("sweep", help="compare search settings on datasets `pgkb eval` has loaded (nDCG@10 grid)")
     parser.add_argument("--beir", action="append", default=[], metavar="DIR", help="BEIR folder (repeatable)")
     parser.add_argument(
         "--questions", action="append", default=[], nargs=2, metavar=("DOCS", "FILE"),

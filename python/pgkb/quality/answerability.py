@@ -27,7 +27,6 @@ top ``top_k`` (the refusals the gate, not retrieval, is to blame for).
 from __future__ import annotations
 
 import json
-import random
 import re
 import sys
 import time
@@ -217,13 +216,15 @@ def _squash(text: str) -> str:
 def faithfulness(asked: Sequence[Asked], answered: Sequence[bool]) -> dict[str, Any]:
     """Citation faithfulness of the extractive answers of the questions the gate ``answered``: of all their
     citations, the share whose quote is text of the cited chunk, whose cited document is relevant (qrels),
-    and both; the share of answer lines whose statement is verbatim text of the chunk it cites; dropped
+    and both; the share of answers citing a relevant document; the share of answer lines whose statement
+    is verbatim text of the chunk it cites; dropped
     citation numbers (naming no source) in all."""
-    n_cit = quoted = relevant = both = lines = verbatim = dropped = 0
+    n_cit = quoted = relevant = both = lines = verbatim = dropped = citing_relevant = 0
     for a, ok in zip(asked, answered, strict=True):
         if not ok:
             continue
         dropped += a.dropped
+        citing_relevant += any(a.query.relevant.get(c["doc_key"], 0) > 0 for c in a.citations)
         contents = [_squash(c or "") for c in a.contents]
         for c in a.citations:
             n_cit += 1
@@ -249,6 +250,7 @@ def faithfulness(asked: Sequence[Asked], answered: Sequence[bool]) -> dict[str, 
         "answer_lines": lines,
         "statement_in_cited_chunk": _share(verbatim, lines),
         "dropped_citations": dropped,
+        "answers_citing_relevant": _share(citing_relevant, sum(bool(x) for x in answered)),
     }
 
 
@@ -372,7 +374,8 @@ def markdown(report: Report, default: str | None = None) -> str:
             f"citations): quote is text of the cited chunk {f['quote_in_cited_chunk']:.1%}, cited document "
             f"relevant {f['cited_document_relevant']:.1%}, both {f['faithful']:.1%}; answer lines whose "
             f"statement is verbatim text of the cited chunk {f['statement_in_cited_chunk']:.1%} of "
-            f"{f['answer_lines']}; citation numbers naming no source: {f['dropped_citations']}.",
+            f"{f['answer_lines']}; answers citing a relevant document {f['answers_citing_relevant']:.1%}; "
+            f"citation numbers naming no source: {f['dropped_citations']}.",
         ]
     short = sum(a.hidden_hits < report.top_k for a in report.asked)
     if short:
@@ -401,23 +404,36 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="hits the gate sees (answerability)")
 
 
-def sample_seeded(queries: list[Query], n: int | None, seed: int) -> list[Query]:
-    if n is None or n >= len(queries):
-        return queries
-    picked = set(random.Random(seed).sample(range(len(queries)), n))
-    return [q for i, q in enumerate(queries) if i in picked]
+def run_loaded(
+    conn,
+    args,
+    dataset: Dataset,
+    kb: str,
+    spec,
+    embedder,
+    batch: int = 16,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """`pgkb eval --answerability` on a knowledge base that holds the dataset: Markdown on stdout, --out
+    JSON. EvalError for bad options and for values the gate refuses (with the database's message)."""
+    import psycopg
 
-
-def run_loaded(conn, args, dataset: Dataset, kb: str, spec, embedder, *, batch: int = 16,
-               progress: Callable[[str], None] | None = None) -> int:  # fmt: skip
-    """The answerability mode on a knowledge base that holds the dataset: Markdown on stdout, --out JSON."""
     thresholds = parse_thresholds(getattr(args, "thresholds", None))
     top_k = getattr(args, "top_k", DEFAULT_TOP_K)
+    if not 1 <= top_k <= DEFAULT_DEPTH:
+        raise EvalError(f"--top-k must be between 1 and {DEFAULT_DEPTH}")
     grid = parse_gate_grid(getattr(args, "gate_grid", None) or [])
     if any(grid) and not thresholds:
         raise EvalError("--gate-grid needs --thresholds (the default threshold belongs to the default settings)")
-    report = evaluate(conn, dataset, kb, spec, embedder, thresholds, gate_grid=[{}, *grid] if any(grid) else [{}],
-                      top_k=top_k, batch=batch, progress=progress)  # fmt: skip
+    try:
+        with conn.transaction():  # a gate error must not leave the connection in a failed transaction
+            conn.execute("select kb.answer_gate('{\"coverage\": 0}', t) from unnest(%s::float8[]) as t", [thresholds])
+        report = evaluate(
+            conn, dataset, kb, spec, embedder, thresholds, gate_grid=[{}, *grid] if any(grid) else [{}],
+            top_k=top_k, batch=batch, progress=progress,
+        )  # fmt: skip
+    except psycopg.errors.InvalidParameterValue as e:
+        raise EvalError(e.diag.message_primary or str(e)) from None
     default = default_setting(conn)
     print(markdown(report, default))
     if getattr(args, "out", None):

@@ -724,6 +724,13 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             if absent:
                 warn(f"{len(absent)} relevant files are not in kb {kb} (no text or failed): {', '.join(absent[:5])}")
         conn.execute("analyze kb.documents, kb.chunks, kb.embeddings, kb.term_stats")  # fresh planner stats
+        if getattr(args, "answerability", False):  # the not-found gate instead of the search modes
+            from pgkb.quality import answerability
+
+            try:
+                return answerability.run_loaded(conn, args, dataset, kb, spec, embedder, settings.embed_batch, progress)
+            except EvalError as e:
+                return fail(str(e))
         lacking = missing_embeddings(conn, kb, spec)
         if lacking and any(m != "lexical" and m != "fuzzy" for m in modes):
             warn(f"{lacking} chunks of {kb} have no {spec.name} embedding: vector results are incomplete")

