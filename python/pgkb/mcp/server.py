@@ -49,9 +49,10 @@ log = logging.getLogger("pgkb.mcp")
 
 def build_server(backend: Backend):
     """The MCPServer with pgkb's tools and document resources."""
+    from mcp import MCPError
     from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 
     read_only = ToolAnnotations(
         read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
@@ -158,8 +159,8 @@ def build_server(backend: Backend):
                 raise ToolFailure(f"top_k must be an integer between 1 and {MCP_MAX_TOP_K}, got {shown}") from None
             question, k = validate(question, k, MCP_MAX_TOP_K)
             messages, sources, degraded = backend.answer_prompt(user_of(ctx), question, k, kb.strip() or None)
-        except (ToolFailure, ValueError) as e:
-            raise ValueError(_bounded_message(e, question, kb)) from e
+        except (ToolFailure, ValueError) as e:  # an MCPError reaches the client with its message
+            raise MCPError(INVALID_PARAMS, _bounded_message(e, question, kb)) from e
         return render_prompt(question, messages, sources, degraded)
 
     @server.tool(name="get_document", title="Read a document", annotations=read_only)
