@@ -289,9 +289,7 @@ class EmbeddedCluster:
         bindir: str | os.PathLike[str] | None = None,
         socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.data_dir: Path = (
-            Path(os.path.abspath(Path(data_dir).expanduser())) if data_dir else default_data_dir()
-        )
+        self.data_dir: Path = Path(os.path.abspath(Path(data_dir).expanduser())) if data_dir else default_data_dir()
         self.port: int = _parse_port(port, "port")
         if not dbname:
             raise ClusterError("dbname must not be empty")
@@ -447,9 +445,7 @@ class EmbeddedCluster:
         try:
             return (self.data_dir / "PG_VERSION").is_file()
         except PermissionError:
-            raise ClusterError(
-                f"cannot read the data directory {self.data_dir} (owned by another OS user?)"
-            ) from None
+            raise ClusterError(f"cannot read the data directory {self.data_dir} (owned by another OS user?)") from None
 
     def _read_pidfile(self) -> _PidFile | None:
         try:
@@ -457,9 +453,7 @@ class EmbeddedCluster:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except PermissionError:
-            raise ClusterError(
-                f"cannot read the data directory {self.data_dir} (owned by another OS user?)"
-            ) from None
+            raise ClusterError(f"cannot read the data directory {self.data_dir} (owned by another OS user?)") from None
         # Lines: 1 pid, 2 data dir, 3 start time, 4 port, 5 socket dir, 6 listen addr, 7 shmem, 8 status.
         fields = [line.strip() for line in lines] + [""] * 8
         try:
@@ -535,8 +529,7 @@ class EmbeddedCluster:
         except subprocess.CalledProcessError as exc:
             output = "\n".join(s.strip() for s in (exc.stdout, exc.stderr) if s and s.strip())
             raise ClusterError(
-                f"{what} failed (exit status {exc.returncode}): {' '.join(cmd)}"
-                + (f"\n{output}" if output else "")
+                f"{what} failed (exit status {exc.returncode}): {' '.join(cmd)}" + (f"\n{output}" if output else "")
             ) from exc
 
     def _log_tail(self) -> str:
@@ -567,8 +560,7 @@ class EmbeddedCluster:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise ClusterError(
-                            f"timed out waiting for {path}: another process is starting or stopping "
-                            "the cluster"
+                            f"timed out waiting for {path}: another process is starting or stopping the cluster"
                         ) from None
                     time.sleep(0.1)
             yield

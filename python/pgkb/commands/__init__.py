@@ -15,6 +15,7 @@ NAMES = (
     "worker",
     "model",
     "search",
+    "ask",
     "mcp",
     "embed_server",
     "eval",

@@ -245,8 +245,13 @@ def _version() -> str:
 
 
 def serve(
-    settings: Settings, *, transport: str = "stdio", host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-    verbose: bool = False, rerank: bool = True,
+    settings: Settings,
+    *,
+    transport: str = "stdio",
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    verbose: bool = False,
+    rerank: bool = True,
 ) -> int:
     """Serve MCP over stdio or streamable HTTP until stopped (`pgkb mcp`). Configuration errors and a role
     that bypasses visibility print to stderr and return 2."""
@@ -284,9 +289,7 @@ def serve(
 
         app = http_app(server, config, host)
         log.info("serving MCP on http://%s:%d/mcp", host, port)
-        uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")
-        ).run()
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")).run()
         return 0
     finally:
         backend.close()

@@ -38,7 +38,6 @@ RERANK_API_ENV = "PGKB_RERANK_API"
 APIS = ("cohere", "tei")
 
 
-
 class CrossEncoderReranker:
     """A sentence-transformers CrossEncoder (model name or local path) with a single relevance output."""
 
