@@ -172,12 +172,32 @@ def test_cli_answerability_mode_and_bad_options(db, embedder, loaded, tmp_path, 
     assert report["n_queries"] == 6 and [r["min_score"] for r in report["rows"]] == [None, 0.4, 0.6]
     assert len(report["questions"]) == 6 and "coverage" in report["questions"][0]["hidden_evidence"]
 
+    # another set's questions, which this knowledge base cannot answer, asked as they are
+    unrelated = tmp_path / "unrelated.jsonl"
+    unrelated.write_text(
+        "".join(
+            json.dumps({"query": q}, ensure_ascii=False) + "\n"
+            for q in [
+                "火星基地的氧气配额是多少",
+                "Who won the 1998 football world cup?",
+                "量子色动力学中的渐近自由是什么意思",
+            ]
+        ),  # fmt: skip
+        "utf-8",
+    )
+    args = parse(str(loaded), "--answerability", "--thresholds", "0", "--unrelated", str(unrelated), "--out", str(out))
+    assert evaluate.run(args, settings_for(db), embedder=embedder) == 0
+    assert "Unrelated: 3 questions" in capsys.readouterr().out
+    default, zero = json.loads(out.read_text("utf-8"))["rows"]
+    assert zero["refused_unrelated"] == 0 and default["refused_unrelated"] == 1.0  # the shipped gate refuses all 3
+
     for argv, message in [
         (["--thresholds", "0.5,x"], "'x' is not a number"),
         (["--thresholds", "1.5"], "min_score must be a number between 0 and 1"),
         (["--gate-grid", "vector_weight=0"], "--gate-grid needs --thresholds"),
         (["--thresholds", "0.5", "--gate-grid", "colour=red"], "expected KEY=V1,V2"),
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
+        (["--unrelated", str(tmp_path / "none.jsonl")], "not found"),
     ]:
         args = parse(str(loaded), "--answerability", *argv)
         assert evaluate.run(args, settings_for(db), embedder=embedder) == 2

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgkb.quality.evaluate import Dataset, EvalError, Query, _vector, default_kb
+from pgkb.quality.evaluate import Dataset, EvalError, Query, _vector, default_kb, sample
 
 DEFAULT_TOP_K = 5  # kb.ask's default top_k
 DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb.search's max)
@@ -68,6 +68,8 @@ class Report:
     asked: list[Asked] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)  # per threshold
     faithfulness: dict[str, Any] = field(default_factory=dict)  # of the extractive answers the gate let through
+    unrelated: list[Asked] = field(default_factory=list)  # another set's questions, asked of this kb
+    unrelated_name: str | None = None
     seconds: float = 0.0
 
 
@@ -178,12 +180,17 @@ def parse_gate_grid(items: Sequence[str]) -> list[dict[str, str]]:
 
 
 def score(
-    conn, asked: Sequence[Asked], thresholds: Sequence[float | None], gate_settings: dict[str, str] | None = None
+    conn,
+    asked: Sequence[Asked],
+    thresholds: Sequence[float | None],
+    gate_settings: dict[str, str] | None = None,
+    unrelated: Sequence[Asked] = (),
 ) -> list[dict[str, Any]]:
-    """One row per threshold: refused shares of the unanswerable and answerable questions. ``gate_settings``
-    (kb.settings answer_* values) are set for these gate calls only, in a transaction rolled back after."""
+    """One row per threshold: refused shares of the unanswerable and answerable questions (and of the
+    ``unrelated`` questions, asked as they are). ``gate_settings`` (kb.settings answer_* values) are set for
+    these gate calls only, in a transaction rolled back after."""
     n = len(asked)
-    evidences = [a.evidence for a in asked] + [a.hidden_evidence for a in asked]
+    evidences = [a.evidence for a in asked] + [a.hidden_evidence for a in asked] + [u.evidence for u in unrelated]
     if gate_settings:
         with conn.transaction(force_rollback=True):
             for key, value in gate_settings.items():
@@ -192,11 +199,11 @@ def score(
     else:
         opens = gate(conn, evidences, thresholds)
     n_retrieved = sum(a.retrieved for a in asked)
-    n_retrieved = sum(a.retrieved for a in asked)
     rows = []
     for threshold, answered in zip(thresholds, opens, strict=True):
-        answerable, hidden = answered[:n], answered[n:]
+        answerable, hidden, foreign = answered[:n], answered[n : 2 * n], answered[2 * n :]
         refused = [not x for x in answerable]
+        extra = {"refused_unrelated": _share(sum(not x for x in foreign), len(foreign))} if unrelated else {}
         rows.append({
             "settings": dict(gate_settings or {}),
             "min_score": threshold,
@@ -205,6 +212,7 @@ def score(
             "refused_answerable_retrieved": _share(
                 sum(r for r, a in zip(refused, asked, strict=True) if a.retrieved), n_retrieved
             ),
+            **extra,
         })  # fmt: skip
     return rows
 
@@ -294,6 +302,7 @@ def evaluate(
     thresholds: Sequence[float],
     *,
     gate_grid: Sequence[dict[str, str]] = ({},),
+    unrelated: Dataset | None = None,
     top_k: int = DEFAULT_TOP_K,
     depth: int = DEFAULT_DEPTH,
     batch: int = 16,
@@ -305,10 +314,15 @@ def evaluate(
     report = Report(dataset.name, kb, spec.name, top_k, depth)
     report.asked = ask_all(conn, dataset, kb, spec, embedder, top_k=top_k, depth=depth, batch=batch,
                            progress=progress)  # fmt: skip
+    if unrelated is not None:
+        report.unrelated_name = unrelated.name
+        report.unrelated = ask_all(conn, unrelated, kb, spec, embedder, top_k=top_k, depth=depth, batch=batch,
+                                   progress=progress)  # fmt: skip
     answered = gate(conn, [a.evidence for a in report.asked], [None])[0]
     report.faithfulness = faithfulness(report.asked, answered)
     for combo in gate_grid:
-        report.rows += score(conn, report.asked, [None, *thresholds] if not combo else list(thresholds), combo)
+        chosen = [None, *thresholds] if not combo else list(thresholds)
+        report.rows += score(conn, report.asked, chosen, combo, report.unrelated)
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -332,6 +346,9 @@ def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
         "default_min_score": default,
         "rows": report.rows,
         "extractive_faithfulness": report.faithfulness,
+        "unrelated": {"dataset": report.unrelated_name, "n_queries": len(report.unrelated)}
+        if report.unrelated
+        else None,
         "seconds": report.seconds,
         "questions": [
             {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence, "retrieved": a.retrieved}
@@ -349,22 +366,26 @@ def markdown(report: Report, default: str | None = None) -> str:
     n = len(report.asked)
     retrieved = sum(a.retrieved for a in report.asked)
     varied = any(row["settings"] for row in report.rows)
+    other = " | refused unrelated" if report.unrelated else ""
     lines = [
         f"### {report.dataset} — answerability, {n} questions, model {report.model}, kb `{report.kb}`",
         "",
         f"Relevant document in the top {report.top_k}: {retrieved}/{n}. Goal: refused unanswerable ≥ "
-        f"{GOAL_REFUSED_UNANSWERABLE:.0%}, refused answerable ≤ {GOAL_REFUSED_ANSWERABLE:.0%}.",
+        f"{GOAL_REFUSED_UNANSWERABLE:.0%}, refused answerable ≤ {GOAL_REFUSED_ANSWERABLE:.0%}."
+        + (f" Unrelated: {len(report.unrelated)} questions of {report.unrelated_name}." if report.unrelated else ""),
         "",
         ("| gate settings " if varied else "")
-        + "| min_score | refused unanswerable | refused answerable | refused answerable (retrieved) | goal |",
-        ("|---" if varied else "") + "|---|---:|---:|---:|---|",
+        + f"| min_score | refused unanswerable | refused answerable | refused answerable (retrieved){other} | goal |",
+        ("|---" if varied else "") + "|---|---:|---:|---:|" + ("---:|" if other else "") + "---|",
     ]
     for row in report.rows:
         label = f"default ({default})" if row["min_score"] is None else f"{row['min_score']:g}"
         prefix = f"| {_settings_label(row['settings']) or 'database'} " if varied else ""
         lines.append(
             f"{prefix}| {label} | {row['refused_unanswerable']:.1%} | {row['refused_answerable']:.1%}"
-            f" | {row['refused_answerable_retrieved']:.1%} | {'met' if meets_goal(row) else ''} |"
+            f" | {row['refused_answerable_retrieved']:.1%}"
+            + (f" | {row['refused_unrelated']:.1%}" if other else "")
+            + f" | {'met' if meets_goal(row) else ''} |"
         )
     f = report.faithfulness
     if f:
@@ -402,6 +423,11 @@ def add_arguments(parser) -> None:
         help=f"gate settings to combine (repeatable; answerability), KEY one of {', '.join(GATE_SETTINGS)}",
     )  # fmt: skip
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="hits the gate sees (answerability)")
+    parser.add_argument(
+        "--unrelated", default=None, metavar="PATH",
+        help="answerability: also ask another set's questions (a BEIR folder or a questions .jsonl), which this "
+        "knowledge base cannot answer; sampled like --max-queries",
+    )  # fmt: skip
 
 
 def run_loaded(
@@ -425,12 +451,16 @@ def run_loaded(
     grid = parse_gate_grid(getattr(args, "gate_grid", None) or [])
     if any(grid) and not thresholds:
         raise EvalError("--gate-grid needs --thresholds (the default threshold belongs to the default settings)")
+    unrelated = None
+    if getattr(args, "unrelated", None):
+        unrelated = load_unrelated(Path(args.unrelated))
+        unrelated.queries = sample(unrelated.queries, getattr(args, "max_queries", None), getattr(args, "seed", 0))
     try:
         with conn.transaction():  # a gate error must not leave the connection in a failed transaction
             conn.execute("select kb.answer_gate('{\"coverage\": 0}', t) from unnest(%s::float8[]) as t", [thresholds])
         report = evaluate(
             conn, dataset, kb, spec, embedder, thresholds, gate_grid=[{}, *grid] if any(grid) else [{}],
-            top_k=top_k, batch=batch, progress=progress,
+            unrelated=unrelated, top_k=top_k, batch=batch, progress=progress,
         )  # fmt: skip
     except psycopg.errors.InvalidParameterValue as e:
         raise EvalError(e.diag.message_primary or str(e)) from None
@@ -441,6 +471,23 @@ def run_loaded(
             json.dumps(as_json(report, default), ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
         )
     return 0
+
+
+def load_unrelated(path: Path) -> Dataset:
+    """Questions of another set, with no relevant document here: a BEIR folder's queries.jsonl (``text``)
+    or a questions file (``query`` or ``text`` per line). EvalError when there are none."""
+    from pgkb.quality.evaluate import _read_jsonl
+
+    file = path / "queries.jsonl" if path.is_dir() else path
+    rows = _read_jsonl(file, "unrelated questions")
+    queries = [
+        Query(f"unrelated-{i}", text.strip(), {})
+        for i, row in enumerate(rows, 1)
+        if isinstance(text := row.get("query", row.get("text")), str) and text.strip()
+    ]
+    if not queries:
+        raise EvalError(f'{file}: no questions (a "query" or "text" string per line)')
+    return Dataset(path.resolve().name if path.is_dir() else path.resolve().parent.name, queries, any_relevant=False)
 
 
 def check_loaded(conn, dataset: Dataset, kb: str | None) -> str:
