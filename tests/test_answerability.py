@@ -204,3 +204,32 @@ def test_cli_answerability_mode_and_bad_options(db, embedder, loaded, tmp_path, 
         assert message in capsys.readouterr().err
     with pytest.raises(EvalError, match="is missing or empty"):
         answerability.check_loaded(db, load_beir(loaded), "no-such-kb")
+
+
+@pytest.mark.parametrize("mode", ["answer", "cite9"])
+def test_llm_citations_are_faithful(db, embedder, loaded, fake_chat, fake_embeddings, mode):
+    """kb.ask with a (fake) chat model on the judged set: every citation names a given source, its quote is
+    text of the cited chunk, and the answers cite the relevant document; a model citing [9] of 5 sources
+    has it removed and counted."""
+    if not db.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
+        pytest.skip("plpython3u is not installed on this server: kb.ask cannot call a chat endpoint")
+    chat = fake_chat(mode)
+    endpoint = fake_embeddings(embedder.embed)
+    for key, value in (("chat_url", chat.url), ("embedding_url", endpoint.url)):
+        db.execute("update kb.settings set value = %s where key = %s", [value, key])
+    dataset = load_beir(loaded)
+    citing_relevant = 0
+    for q in dataset.queries:
+        row = db.execute(
+            "select answer, found, mode, citations, dropped_citations, uncited from kb.ask(%s, kb => 'eval-gate-set')",
+            [q.text],
+        ).fetchone()
+        answer, found, got_mode, citations, dropped, uncited = row
+        assert found and got_mode == "llm" and not uncited and citations, (q.text, row)
+        assert dropped == (1 if mode == "cite9" else 0) and "[9]" not in answer
+        for c in citations:
+            assert f"[{c['n']}]" in answer and 1 <= c["n"] <= 5
+            content = db.execute("select content from kb.chunks where id = %s", [c["chunk_id"]]).fetchone()[0]
+            assert c["quote"] and c["quote"] in content
+        citing_relevant += any(c["doc_key"] in q.relevant for c in citations)
+    assert citing_relevant >= 5  # of 6: the answers rest on the judged documents
