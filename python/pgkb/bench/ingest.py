@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pgkb.bench.data import log as _log
-from pgkb.bench.run import _machine
+from pgkb.bench.machine import machine_info
 from pgkb.chunking import ChunkingError, chunk_bytes
 from pgkb.config import Settings
 from pgkb.db import connect, database_url
@@ -108,7 +108,7 @@ def run_ingest_bench(docs: str, kb_name: str, out: str | None) -> IngestBench:
         raw_seconds = (before + after) / 2
         _log(f"raw encode {len(texts) / after:.2f} chunks/s")
         result = IngestBench(
-            len(files), summary.chunks, chunk_seconds, raw_seconds, ingest_seconds, summary.line(), _machine(conn)
+            len(files), summary.chunks, chunk_seconds, raw_seconds, ingest_seconds, summary.line(), machine_info(conn)
         )
     text = result.report(root, spec.name, settings.embed_batch)
     print(text)

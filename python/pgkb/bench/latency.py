@@ -1,0 +1,127 @@
+"""Latency per search mode on one connection (``pgkb bench`` part 1): the SQL of each mode, the query
+parameters, the timed loop (every query once in every mode, in a per-query shuffled order so drift
+affects the modes alike) and the plan of the plain pgvector query.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from pgkb.bench.data import SEED, Model, VectorSource, log, query_vectors
+from pgkb.bench.recall import plain_vector_sql
+
+__all__ = [
+    "MODES",
+    "TOP_K",
+    "VECTOR_LEG_EF_SEARCH",
+    "ModeStats",
+    "explain_plain",
+    "mode_sql",
+    "query_params",
+    "time_modes",
+]
+
+TOP_K = 10
+VECTOR_LEG_EF_SEARCH = 100  # kb.vector_leg's SET hnsw.ef_search
+MODES = ("hybrid", "vector_plain", "vector_plain_ef40", "vector", "lexical", "fuzzy")
+
+
+@dataclass
+class ModeStats:
+    """Latency statistics of one mode, in milliseconds."""
+
+    mode: str
+    sql: str
+    samples: list[float]
+    rows: list[int]
+
+    def pct(self, p: float) -> float:
+        return float(np.percentile(self.samples, p))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.samples))
+
+
+def mode_sql(model: Model, kb_id: int) -> dict[str, str]:
+    plain = plain_vector_sql(model, kb_id)
+    return {
+        "hybrid": f"select * from kb.hybrid_search(%(q)s::text, {TOP_K}, kb => %(kb)s::text, "
+        "query_embedding => %(e)s::vector)",
+        "vector_plain": plain,
+        "vector_plain_ef40": plain,
+        "vector": f"select * from kb.vector_search(%(q)s::text, {TOP_K}, kb => %(kb)s::text, "
+        "query_embedding => %(e)s::vector)",
+        "lexical": f"select * from kb.lexical_search(%(q)s::text, {TOP_K}, kb => %(kb)s::text)",
+        "fuzzy": f"select * from kb.fuzzy_search(%(q)s::text, {TOP_K}, kb => %(kb)s::text)",
+    }
+
+
+def _ef_setter(conn: psycopg.Connection) -> Callable[[int], None]:
+    current = [0]
+
+    def set_ef(ef: int) -> None:
+        if current[0] != ef:
+            conn.execute(f"set hnsw.ef_search = {int(ef)}")
+            current[0] = ef
+
+    return set_ef
+
+
+def query_params(kb_name: str, query_texts: list[str], dim: int, source: VectorSource) -> list[dict]:
+    """Per query: text, knowledge base and its query embedding (its own random one, or its real one)."""
+    embeddings = source.query_vectors(query_texts, 2, dim)
+    return [{"q": q, "kb": kb_name, "e": e} for q, e in zip(query_texts, embeddings, strict=True)]
+
+
+def time_modes(conn: psycopg.Connection, sql: dict[str, str], params: list[dict]) -> dict[str, ModeStats]:
+    set_ef = _ef_setter(conn)
+    ef_of = {m: (40 if m == "vector_plain_ef40" else VECTOR_LEG_EF_SEARCH) for m in MODES}
+
+    def call(mode: str, p: dict) -> tuple[float, int]:
+        set_ef(ef_of[mode])
+        t0 = time.perf_counter()
+        rows = conn.execute(sql[mode], p).fetchall()
+        return (time.perf_counter() - t0) * 1000.0, len(rows)
+
+    warm = min(20, max(5, len(params) // 10))
+    log(f"warming up ({warm} queries x {len(MODES)} modes)")
+    wrng = random.Random(SEED + 3)
+    for _ in range(warm):
+        for mode in MODES:
+            call(mode, wrng.choice(params))
+
+    stats = {m: ModeStats(m, sql[m], [], []) for m in MODES}
+    order_rng = random.Random(SEED + 4)
+    log(f"timing {len(params)} queries x {len(MODES)} modes")
+    for i, p in enumerate(params):
+        order = list(MODES)
+        order_rng.shuffle(order)
+        for mode in order:
+            ms, n = call(mode, p)
+            stats[mode].samples.append(ms)
+            stats[mode].rows.append(n)
+        if (i + 1) % 50 == 0:
+            log(f"timed {i + 1}/{len(params)} queries")
+    conn.execute("reset hnsw.ef_search")
+    return stats
+
+
+def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int) -> tuple[str, bool]:
+    """EXPLAIN (ANALYZE) of the plain vector query; whether it scans the model's HNSW index."""
+    e = query_vectors(5, 1, model.dimension)[0]
+    conn.execute(f"set hnsw.ef_search = {VECTOR_LEG_EF_SEARCH}")
+    plan = conn.execute(
+        "explain (analyze, costs off, timing off, summary off) " + plain_vector_sql(model, kb_id), {"e": e}
+    ).fetchall()
+    conn.execute("reset hnsw.ef_search")
+    text = re.sub(r"'\[[^\]]*\]'", "'[...]'", "\n".join(r[0] for r in plan))
+    index = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    return text, f"Index Scan using {index}" in text

@@ -1,0 +1,184 @@
+"""The search benchmark's result, its goals and its Markdown report."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pgkb.bench.concurrency import ConcurrencyRow
+from pgkb.bench.latency import MODES, VECTOR_LEG_EF_SEARCH, ModeStats
+from pgkb.bench.load import LoadReport
+from pgkb.bench.mcp import McpResult
+from pgkb.bench.recall import RecallResult
+
+__all__ = ["GOALS", "LARGE", "BenchResult", "Goal", "check_goals", "render_report"]
+
+LARGE = 1_000_000  # from this many chunks the 1M goals apply
+GOALS = {
+    "hybrid_ratio": 1.5,  # hybrid p95 / vector_plain p95, below LARGE chunks
+    "hybrid_ratio_large": 2.0,  # the same from LARGE chunks
+    "recall": 0.95,  # HNSW recall@10 (plain query at ef_search 100, and kb.vector_search)
+    "mcp_overhead_ms": 10.0,  # p95 of client time - embed - search of search_knowledge
+}
+
+
+@dataclass
+class Goal:
+    """One goal: what, the measured value (text), met or not."""
+
+    name: str
+    measured: str
+    met: bool
+
+
+@dataclass
+class BenchResult:
+    """Everything the report shows."""
+
+    kb_name: str
+    chunks: int
+    queries: int
+    vectors: str
+    load: LoadReport
+    machine: dict[str, str]
+    settings: dict[str, str]
+    sizes: dict[str, tuple[str, str]]
+    explain: str
+    uses_hnsw: bool
+    stats: dict[str, ModeStats]
+    recall: RecallResult
+    concurrency: list[ConcurrencyRow]
+    mcp: McpResult | None
+    goals: list[Goal] = field(default_factory=list)
+
+
+def check_goals(r: BenchResult) -> list[Goal]:
+    s = r.stats
+    large = r.chunks >= LARGE
+    limit = GOALS["hybrid_ratio_large" if large else "hybrid_ratio"]
+    ratio = s["hybrid"].pct(95) / s["vector_plain"].pct(95)
+    goals = [
+        Goal(
+            f"hybrid p95 <= {limit:g} x vector-only (plain) p95",
+            f"{_fmt(s['hybrid'].pct(95))} / {_fmt(s['vector_plain'].pct(95))} ms = {ratio:.2f}",
+            ratio <= limit,
+        )
+    ]
+    if large:
+        lex, vec = s["lexical"].pct(95), s["vector"].pct(95)
+        goals.append(
+            Goal("lexical leg p95 <= vector leg p95", f"{_fmt(lex)} vs {_fmt(vec)} ms ({lex / vec:.2f})", lex <= vec)
+        )
+    for label in ("vector_plain (ef_search 100)", "vector_search"):
+        value = r.recall.recall[label]
+        kind = "anchored vectors" if r.vectors == "anchored" else "uniform random vectors, the worst case"
+        goals.append(
+            Goal(f"HNSW recall@10 >= {GOALS['recall']:g}, {label} ({kind})", f"{value:.3f}", value >= GOALS["recall"])
+        )
+    if r.mcp is not None:
+        over = r.mcp.pct(r.mcp.overhead_ms, 95)
+        goals.append(
+            Goal(
+                f"MCP overhead p95 <= {GOALS['mcp_overhead_ms']:g} ms",
+                f"{over:.1f} ms",
+                over <= GOALS["mcp_overhead_ms"],
+            )
+        )
+    return goals
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+
+
+def render_report(r: BenchResult) -> str:
+    s = r.stats
+    when = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    lines = [
+        f"## pgkb bench, {r.chunks} chunks, {r.queries} queries ({when})",
+        "",
+        f"Knowledge base `{r.kb_name}`: {r.load.describe()}.",
+        "",
+        "| goal | measured | |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {g.name} | {g.measured} | {'met' if g.met else '**missed**'} |" for g in r.goals]
+    lines += [
+        "",
+        "### Latency per mode (one connection)",
+        "",
+        "| mode | p50 ms | p95 ms | p99 ms | mean ms | avg rows |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for mode in MODES:
+        m = s[mode]
+        lines.append(
+            f"| {mode} | {_fmt(m.pct(50))} | {_fmt(m.pct(95))} | {_fmt(m.pct(99))} | {_fmt(m.mean)} "
+            f"| {np.mean(m.rows):.1f} |"
+        )
+    plain95 = s["vector_plain"].pct(95)
+    lines += [
+        "",
+        f"- p95 ratios to vector_plain: hybrid {s['hybrid'].pct(95) / plain95:.2f}, "
+        f"vector (kb.vector_search) {s['vector'].pct(95) / plain95:.2f}, lexical {s['lexical'].pct(95) / plain95:.2f}, "
+        f"fuzzy {s['fuzzy'].pct(95) / plain95:.2f}; hybrid vs vector_plain_ef40: "
+        f"{s['hybrid'].pct(95) / s['vector_plain_ef40'].pct(95):.2f}",
+        f"- lexical p95 / vector (kb.vector_search) p95 = {s['lexical'].pct(95) / s['vector'].pct(95):.2f}",
+        f"- plain vector query uses the HNSW index: **{'yes' if r.uses_hnsw else 'NO'}**",
+        "",
+        f"### HNSW recall@10 against exact search ({r.recall.queries} "
+        f"{'random query vectors' if r.vectors == 'uniform' else 'real query embeddings'})",
+        "",
+        f"Exact search: the plain query with index scans off, {_fmt(r.recall.exact_ms)} ms per query.",
+        "",
+        "| method | mean recall@10 | worst query |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {k} | {v:.3f} | {r.recall.min_recall[k]:.1f} |" for k, v in r.recall.recall.items()]
+    lines += [
+        "",
+        "### Concurrency (each client its own connection, same number of queries each)",
+        "",
+        "| mode | clients | queries | QPS | p50 ms | p95 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {c.mode} | {c.clients} | {c.queries} | {c.qps:.1f} | {_fmt(c.pct(50))} | {_fmt(c.pct(95))} |"
+        for c in r.concurrency
+    ]
+    if r.mcp is not None:
+        m = r.mcp
+        lines += [
+            "",
+            f"### MCP `search_knowledge` end to end ({m.calls} calls over {m.transport}, top_k 5)",
+            "",
+            "| per call | p50 ms | p95 ms | p99 ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for label, values in (
+            ("client-observed call", m.client_ms),
+            ("embed (server, timings_ms.embed)", m.embed_ms),
+            ("SQL (server, timings_ms.search)", m.search_ms),
+            ("**overhead** = call - embed - SQL", m.overhead_ms),
+            ("of which outside pgkb.search (connect, MCP, rendering)", m.outside_search_ms),
+        ):
+            lines.append(
+                f"| {label} | {_fmt(m.pct(values, 50))} | {_fmt(m.pct(values, 95))} | {_fmt(m.pct(values, 99))} |"
+            )
+    builds = r.load.index_builds
+    lines += ["", "### Sizes and index builds", "", "| relation | size | build s |", "|---|---|---:|"]
+    for label, (rel, size) in r.sizes.items():
+        build = f"{builds[rel]:.1f}" if rel in builds else ""
+        lines.append(f"| {label} | {size} | {build} |")
+    lines += ["", "<details><summary>SQL per mode, plan of the plain vector query</summary>", "", "```sql"]
+    for mode in MODES:
+        ef = 40 if mode == "vector_plain_ef40" else VECTOR_LEG_EF_SEARCH
+        suffix = f"  -- hnsw.ef_search = {ef}" if mode.startswith("vector_plain") else ""
+        lines.append(f"-- {mode}{suffix}\n{s[mode].sql};")
+    lines += ["```", "", "```", r.explain, "```", "", "</details>", "", "| machine | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in r.machine.items()]
+    lines += ["", "| setting | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in r.settings.items()]
+    return "\n".join(lines) + "\n"
