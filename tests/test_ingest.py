@@ -415,3 +415,67 @@ def test_decomposed_file_names_are_one_nfc_document(db, docs, embedder):
     assert "café.md" in keys and nfd not in keys
     again = run(db, docs, embedder)
     assert (again.added, again.changed, again.removed, again.unchanged) == (0, 0, 0, first.added)
+
+
+# ------------------------------------------------------------------------- the engine on titled texts
+
+
+class CountingEmbedder:
+    """The offline model, recording how many texts each call embeds; fails on texts containing ``poison``."""
+
+    def __init__(self, embedder, poison: str | None = None) -> None:
+        self.inner, self.poison, self.calls = embedder, poison, []
+        self.name, self.dimension = embedder.name, embedder.dimension
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        if self.poison and any(self.poison in t for t in texts):
+            raise RuntimeError(f"cannot embed {self.poison}")
+        return self.inner.embed(texts)
+
+
+def texts(n: int, changed: int | None = None) -> list:
+    from pgkb.sources import TextDocument
+
+    return [
+        TextDocument(f"t{i}", f"标题 {i}", f"第 {i} 段正文{'（改过）' if i == changed else ''}。", {"n": i})
+        for i in range(n)
+    ]
+
+
+def test_text_documents_are_embedded_across_documents_and_synced(db, embedder):
+    from pgkb.ingest import ingest_documents
+
+    counting = CountingEmbedder(embedder)
+    options = IngestOptions(embed_batch=3)
+    summary = ingest_documents(db, db.info.dsn, "texts", SPEC, counting, texts(5), options)
+    assert (summary.added, summary.chunks, summary.failed) == (5, 5, 0)
+    assert counting.calls == [3, 2]  # one chunk each: 3 documents in the first call, the rest at the end
+    title, metadata, source_type = db.execute(
+        "select title, metadata, source_type from kb.documents where doc_key = 't1'"
+    ).fetchone()
+    assert (title, metadata, source_type) == ("标题 1", {"n": 1}, "text")
+    content = db.execute(
+        "select c.content from kb.chunks c join kb.documents d on d.id = c.document_id where d.doc_key = 't1'"
+    ).fetchone()[0]
+    assert content == "第 1 段正文。" and db.execute("select count(*) from kb.embeddings").fetchone()[0] == 5
+    counting.calls.clear()
+    again = ingest_documents(db, db.info.dsn, "texts", SPEC, counting, texts(4, changed=2), options)
+    assert (again.unchanged, again.changed, again.added, again.removed) == (3, 1, 0, 1)
+    assert counting.calls == [1]
+
+
+def test_a_failed_batch_is_embedded_document_by_document(db, embedder):
+    from pgkb.ingest import ingest_documents
+    from pgkb.sources import TextDocument
+
+    docs = texts(4) + [TextDocument("bad", "poison", "正文"), TextDocument("t9", "标题 9", "")]
+    counting = CountingEmbedder(embedder, poison="poison")
+    summary = ingest_documents(db, db.info.dsn, "texts", SPEC, counting, docs, IngestOptions(embed_batch=100))
+    assert (summary.added, summary.failed, summary.stopped) == (5, 1, None)
+    assert counting.calls == [6, 1, 1, 1, 1, 1, 1]  # the whole batch, then each document alone
+    assert recorded_failures(db) == {"bad": "embedding failed: cannot embed poison"}
+    # a document without text but with a title is its title
+    assert db.execute(
+        "select c.content from kb.chunks c join kb.documents d on d.id = c.document_id where d.doc_key = 't9'"
+    ).fetchone() == ("标题 9",)

