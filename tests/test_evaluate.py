@@ -13,19 +13,8 @@ import pytest
 from pgkb.cli import build_parser
 from pgkb.config import Settings
 from pgkb.quality import evaluate
-from pgkb.quality.evaluate import (
-    EvalError,
-    ModeResult,
-    Query,
-    dedupe,
-    mrr_at,
-    ndcg_at,
-    percentile,
-    read_qrels,
-    recall_at,
-    sample,
-    score_mode,
-)
+from pgkb.quality.datasets import EvalError, Query, load_beir, load_questions, read_qrels, sample
+from pgkb.quality.metrics import ModeResult, dedupe, mrr_at, ndcg_at, percentile, recall_at, score_mode
 
 # ------------------------------------------------------------------------------------------- metrics
 
@@ -182,7 +171,7 @@ def test_read_qrels_header_and_grades(tmp_path):
 def test_malformed_qrels_is_a_clear_error(tmp_path, capsys, qrels, message):
     folder = write_beir(tmp_path / "bad", qrels=qrels)
     with pytest.raises(EvalError, match=message):
-        evaluate.load_beir(folder)
+        load_beir(folder)
     assert evaluate.run(parse(str(folder)), Settings(None, Path("."))) == 2
     assert "pgkb: eval:" in capsys.readouterr().err
 
@@ -216,17 +205,17 @@ def test_malformed_jsonl_and_questions(tmp_path):
     folder = write_beir(tmp_path / "set")
     (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "退款"}\n{not json\n', "utf-8")
     with pytest.raises(EvalError, match=r"queries.jsonl:2: not valid JSON"):
-        evaluate.load_beir(folder)
+        load_beir(folder)
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\ntext\n", "utf-8")
     questions = tmp_path / "questions.jsonl"
     questions.write_text('{"id": "1", "query": "x", "relevant": []}\n', "utf-8")
     with pytest.raises(EvalError, match="non-empty list of paths"):
-        evaluate.load_questions(docs, questions)
+        load_questions(docs, questions)
     questions.write_text('{"id": "1", "query": "x", "relevant": ["b.md"]}\n', "utf-8")
     with pytest.raises(EvalError, match="relevant files not found .*b.md"):
-        evaluate.load_questions(docs, questions)
+        load_questions(docs, questions)
 
 
 # -------------------------------------------------------------------------------------- end to end
@@ -294,7 +283,7 @@ def test_beir_end_to_end_and_reuse(db, embedder, tmp_path, capsys):
         assert {k: v for k, v in report2["modes"][mode].items() if "ms" not in k} == {
             k: v for k, v in report["modes"][mode].items() if "ms" not in k
         }
-    assert "0 documents written (0 chunks embedded), 5 unchanged" in capsys.readouterr().err
+    assert "loaded: 0 added, 0 changed, 5 unchanged, 0 removed" in capsys.readouterr().err
 
     # one document edited, one gone: only the edited one is embedded again, the gone one deleted
     corpus = [dict(d) for d in CORPUS if d["_id"] != "en-backup"]

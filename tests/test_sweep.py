@@ -8,15 +8,15 @@ import argparse
 import json
 
 import pytest
+from pgkb.cli import build_parser
 from pgkb.quality import evaluate, sweep
-from pgkb.quality.evaluate import EvalError, SearchSettings
+from pgkb.quality.datasets import EvalError
+from pgkb.quality.evaluate import SearchSettings
 from test_evaluate import parse, settings_for, write_beir
 
 
 def sweep_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    sweep.add_arguments(parser)
-    return parser.parse_args(argv)
+    return build_parser().parse_args(["sweep", *argv])
 
 
 def test_grid_is_the_cartesian_product_over_the_defaults():

@@ -1,3 +1,4 @@
-"""Retrieval quality tooling, not product: `pgkb eval` (``evaluate``: load a BEIR set or labelled document
-questions, run every search mode, Recall/MRR/nDCG) and `pgkb sweep` (``sweep``: a grid of search settings
-over several loaded sets)."""
+"""Retrieval quality tooling, not product: `pgkb eval` (``evaluate``: load a judged dataset -- ``datasets``:
+BEIR sets or labelled document questions -- through the ingest engine, run every search mode and score it
+with ``metrics``: Recall/MRR/nDCG) and `pgkb sweep` (``sweep``: a grid of search settings over several
+loaded sets)."""

@@ -17,22 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pgkb.quality.datasets import Dataset, EvalError, default_kb, load_beir, load_questions, sample
 from pgkb.quality.evaluate import (
     FUSIONS,
     SETTING_TYPES,
-    Dataset,
-    EvalError,
-    ModeResult,
     SearchSettings,
-    _vector,
     configured_embedder,
-    default_kb,
-    load_beir,
-    load_questions,
-    sample,
-    score_mode,
+    embed_queries,
     search_mode,
 )
+from pgkb.quality.metrics import ModeResult, score_mode
 
 SWEEPABLE = tuple(SETTING_TYPES)
 SWEEP_MODES = ("hybrid", "lexical", "vector", "fuzzy")
@@ -87,8 +81,6 @@ def _ndcg(conn, dataset: Dataset, embeddings, kb, spec, mode: str, settings: Sea
 
 def sweep(conn, datasets: list[Dataset], spec, embedder, combos, modes, batch: int = 16) -> dict[str, Any]:
     """Run every combination on every dataset; returns the JSON report."""
-    from pgkb.models.embedding import prefixed
-
     report: dict[str, Any] = {"model": spec.name, "datasets": {}, "rows": []}
     prepared = []
     for ds in datasets:
@@ -98,8 +90,7 @@ def sweep(conn, datasets: list[Dataset], spec, embedder, combos, modes, batch: i
         ).fetchone()[0]
         if not chunks:
             raise EvalError(f"knowledge base {kb} is missing or empty: load it first with `pgkb eval` on {ds.name}")
-        texts = prefixed(spec, [q.text for q in ds.queries], query=True)
-        embeddings = [_vector(v) for i in range(0, len(texts), batch) for v in embedder.embed(texts[i : i + batch])]
+        embeddings = embed_queries(spec, embedder, [q.text for q in ds.queries], batch)
         legs = {leg: _ndcg(conn, ds, embeddings, kb, spec, leg, SearchSettings()) for leg in ("vector", "lexical")}
         best = max(legs, key=lambda leg: legs[leg]["ndcg@10"])
         report["datasets"][ds.name] = {
