@@ -421,3 +421,17 @@ def test_refuses_to_sync_into_a_knowledge_base_it_did_not_create(db, embedder, t
     assert evaluate.run(parse(str(folder), "--kb", "team-docs"), settings_for(db), embedder=embedder) == 2
     assert "holds 1 documents not loaded by pgkb eval" in capsys.readouterr().err
     assert set(documents(db, "team-docs")) == {"a.md"}
+
+
+def test_embedding_endpoint_down_stops_the_load_and_evaluates_nothing(db, tmp_path, capsys, dead_embedding_url):
+    from pgkb.models.embedding import HttpEmbedder
+
+    folder = write_beir(tmp_path / "down-set")
+    down = HttpEmbedder(dead_embedding_url, "multilingual-e5-small", 384, retries=0)
+    assert evaluate.run(parse(str(folder), "--modes", "lexical"), settings_for(db), embedder=down) == 1
+    captured = capsys.readouterr()
+    assert "loading stopped early, nothing evaluated" in captured.err and "looks down" in captured.err
+    assert "| lexical |" not in captured.out
+    failed = db.execute("select doc_key from kb.ingest_failures order by doc_key").fetchall()
+    assert len(failed) == 3  # three documents in a row, each tried alone after the batch failed; then it stops
+    assert db.execute("select count(*) from kb.documents").fetchone() == (0,)
