@@ -544,6 +544,14 @@ UPDATABLE_COLUMN = {
 }
 
 
+def test_the_table_list_is_every_kb_table(db):
+    """TABLES (and UPDATABLE_COLUMN) name every table of schema kb, so a new table is checked too."""
+    catalog = db.execute(
+        "select relname from pg_class where relnamespace = 'kb'::regnamespace and relkind in ('r', 'p')"
+    ).fetchall()
+    assert sorted(TABLES) == sorted(UPDATABLE_COLUMN) == sorted(name for (name,) in catalog)
+
+
 @pytest.mark.parametrize("principal", ["alice", "mallory", "svc-as-bob"])
 @pytest.mark.parametrize("table", TABLES)
 def test_direct_writes_are_denied(world, as_, principal, table):

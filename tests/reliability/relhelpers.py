@@ -291,26 +291,14 @@ def _alive(pid: int) -> bool:
 
 # ------------------------------------------------------------------------------- fingerprints and checks
 
-KB_TABLES = (
-    "users",
-    "teams",
-    "memberships",
-    "knowledge_bases",
-    "documents",
-    "chunks",
-    "term_stats",
-    "embeddings",
-    "embedding_queue",
-    "embedding_models",
-    "settings",
-    "ingest_failures",
-)
-
-
 def snapshot(admin: psycopg.Connection) -> dict[str, tuple[int, str]]:
-    """(row count, md5 of every row's text) per kb table: equal snapshots = nothing changed."""
+    """(row count, md5 of every row's text) per kb table (all of them, from the catalog): equal snapshots =
+    nothing changed."""
+    tables = admin.execute(
+        "select relname from pg_class where relnamespace = 'kb'::regnamespace and relkind in ('r', 'p') order by 1"
+    ).fetchall()
     out = {}
-    for table in KB_TABLES:
+    for (table,) in tables:
         out[table] = admin.execute(
             f"select count(*), coalesce(md5(string_agg(t::text, '|' order by t::text)), '') from kb.{table} as t"
         ).fetchone()

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pgkb.models.http_json import post_json
+from pgkb.models.http_json import JsonEndpoint
 
 OFFLINE_MODEL = "multilingual-e5-small"
 OFFLINE_DIMENSION = 384
@@ -99,16 +99,25 @@ class OfflineEmbedder:
         return out
 
 
+def sentence_transformers_model(kind: str, model: str, device: str | None, what: str):
+    """A sentence-transformers ``kind`` (``SentenceTransformer``, ``CrossEncoder``) of ``model`` (name or local
+    path) on ``device`` (default: the CPU); EmbeddingError saying that ``what`` needs the package if it is
+    not installed."""
+    try:
+        import sentence_transformers
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise EmbeddingError(f"{what} needs `pip install sentence-transformers`") from e
+    return getattr(sentence_transformers, kind)(model, device=device or "cpu")
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model (name or path), normalized output."""
 
     def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise EmbeddingError("the sentence-transformers provider needs `pip install sentence-transformers`") from e
         self.name = model
-        self._model = SentenceTransformer(model, device=device or "cpu")
+        self._model = sentence_transformers_model(
+            "SentenceTransformer", model, device, "the sentence-transformers provider"
+        )
         dimension_of = (
             getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         )
@@ -122,8 +131,10 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-class HttpEmbedder:
+class HttpEmbedder(JsonEndpoint):
     """An OpenAI-compatible /v1/embeddings endpoint: batched, retried with exponential backoff."""
+
+    error = EmbeddingError
 
     def __init__(
         self,
@@ -137,26 +148,17 @@ class HttpEmbedder:
         retries: int = 3,
         backoff: float = 0.5,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise EmbeddingError(f"embedding URL must be http(s), got {url!r}")
-        self.url, self.name, self.dimension, self.api_key = url, model, dimension, api_key
-        self.batch_size, self.timeout, self.retries, self.backoff = batch_size, timeout, retries, backoff
+        super().__init__(url, api_key, what="embedding", timeout=timeout, retries=retries, backoff=backoff)
+        self.name, self.dimension, self.batch_size = model, dimension, batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        batches = [self._post(list(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)]
+        batches = [
+            self._embed_batch(list(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)
+        ]
         return np.concatenate(batches) if batches else np.empty((0, self.dimension), dtype=np.float32)
 
-    def _post(self, batch: list[str]) -> np.ndarray:
-        answer = post_json(
-            self.url,
-            {"model": self.name, "input": batch},
-            api_key=self.api_key,
-            timeout=self.timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-            error=EmbeddingError,
-        )
-        return self._parse(answer, len(batch))
+    def _embed_batch(self, batch: list[str]) -> np.ndarray:
+        return self._parse(self.post({"model": self.name, "input": batch}), len(batch))
 
     def _parse(self, answer: object, expected: int) -> np.ndarray:
         try:

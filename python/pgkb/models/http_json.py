@@ -1,4 +1,5 @@
-"""One JSON POST with bounded retries and exponential backoff, shared by the HTTP embedder and reranker.
+"""One JSON POST with bounded retries and exponential backoff (:func:`post_json`), and the endpoint the HTTP
+embedder and reranker are (:class:`JsonEndpoint`).
 
 Retried: connection errors, timeouts, HTTP 5xx and 429. Not retried: other 4xx (the request is wrong).
 Failures raise the caller's error class with the endpoint's message.
@@ -45,3 +46,27 @@ def post_json(
         except ValueError as e:
             raise error(f"{url} did not answer JSON") from e
     raise error(f"{last} (after {retries + 1} attempts)")
+
+
+class JsonEndpoint:
+    """An http(s) endpoint answering JSON, with its key and retry policy; ``error`` is the class its
+    failures raise (subclasses set it)."""
+
+    error: type[Exception] = RuntimeError
+
+    def __init__(self, url: str, api_key: str, *, what: str, timeout: float, retries: int, backoff: float) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise self.error(f"{what} URL must be http(s), got {url!r}")
+        self.url, self.api_key, self.timeout, self.retries, self.backoff = url, api_key, timeout, retries, backoff
+
+    def post(self, body: object) -> object:
+        """The decoded JSON answer to ``body`` (see :func:`post_json`)."""
+        return post_json(
+            self.url,
+            body,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            error=self.error,
+        )

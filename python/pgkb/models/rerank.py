@@ -28,8 +28,8 @@ from typing import Protocol
 
 import numpy as np
 
-from pgkb.models.embedding import EmbeddingError
-from pgkb.models.http_json import post_json
+from pgkb.models.embedding import EmbeddingError, sentence_transformers_model
+from pgkb.models.http_json import JsonEndpoint
 
 RERANK_URL_ENV = "PGKB_RERANK_URL"
 RERANK_KEY_ENV = "PGKB_RERANK_API_KEY"
@@ -42,12 +42,8 @@ class CrossEncoderReranker:
     """A sentence-transformers CrossEncoder (model name or local path) with a single relevance output."""
 
     def __init__(self, model: str, device: str | None = None, batch_size: int = 16) -> None:
-        try:
-            from sentence_transformers import CrossEncoder
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise EmbeddingError("a reranker needs `pip install sentence-transformers`") from e
         self.name = model
-        self._model = CrossEncoder(model, device=device or "cpu")
+        self._model = sentence_transformers_model("CrossEncoder", model, device, "a reranker")
         if self._model.num_labels != 1:
             raise EmbeddingError(
                 f"{model!r} has {self._model.num_labels} output labels; a reranker must produce one relevance score"
@@ -104,8 +100,10 @@ def guess_api(url: str) -> str:
     return "cohere"
 
 
-class HttpReranker:
+class HttpReranker(JsonEndpoint):
     """A remote rerank endpoint (Cohere/Jina or TEI shape), retried with exponential backoff."""
+
+    error = RerankError
 
     def __init__(
         self,
@@ -118,14 +116,12 @@ class HttpReranker:
         retries: int = 2,
         backoff: float = 0.5,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise RerankError(f"rerank URL must be http(s), got {url!r}")
+        super().__init__(url, api_key, what="rerank", timeout=timeout, retries=retries, backoff=backoff)
         api = api or guess_api(url)
         if api not in APIS:
             raise RerankError(f"rerank API must be one of {APIS}, got {api!r}")
-        self.url, self.model, self.api_key, self.api = url, model, api_key, api
+        self.model, self.api = model, api
         self.name = model or url
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
 
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
         documents = list(documents)
@@ -137,7 +133,7 @@ class HttpReranker:
             body = {"query": query, "documents": documents, "top_n": len(documents)}
             if self.model:
                 body["model"] = self.model
-        answer = self._post(body)
+        answer = self.post(body)
         items = answer.get("results") if isinstance(answer, dict) else answer
         key = "score" if self.api == "tei" else "relevance_score"
         scores: list[float | None] = [None] * len(documents)
@@ -149,17 +145,6 @@ class HttpReranker:
         if any(s is None for s in scores):
             raise RerankError(f"{self.url} scored {sum(s is not None for s in scores)} of {len(documents)} documents")
         return scores  # type: ignore[return-value]
-
-    def _post(self, body: dict) -> object:
-        return post_json(
-            self.url,
-            body,
-            api_key=self.api_key,
-            timeout=self.timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-            error=RerankError,
-        )
 
 
 def load_reranker(env: dict[str, str] | None = None) -> Reranker | None:
