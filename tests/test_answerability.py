@@ -14,7 +14,7 @@ from pgkb.cli import build_parser
 from pgkb.config import Settings
 from pgkb.models.embedding import model_spec
 from pgkb.quality import answerability, evaluate
-from pgkb.quality.evaluate import Dataset, EvalError, Query, load_beir
+from pgkb.quality.datasets import Dataset, EvalError, Query, load_beir
 
 CORPUS = [
     {"_id": key, "title": title, "text": text}

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgkb.quality.evaluate import Dataset, EvalError, Query, _vector, default_kb, sample
+from pgkb.quality.datasets import Dataset, EvalError, Query, default_kb, read_jsonl, sample
+from pgkb.quality.searching import embed_queries
 
 DEFAULT_TOP_K = 5  # kb.ask's default top_k
 DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb.search's max)
@@ -109,15 +110,12 @@ def ask_all(
 ) -> list[Asked]:
     """Ask every question of ``dataset`` as it is and with its relevant documents hidden (see the module
     docstring); the query embedding is the client's (registry query prefix), passed to the search."""
-    from pgkb.models.embedding import prefixed
-
     if not 1 <= top_k <= depth <= 100:
         raise EvalError(f"need 1 <= top_k ({top_k}) <= depth ({depth}) <= 100")
     queries = dataset.queries
-    texts = prefixed(spec, [q.text for q in queries], query=True)
     out: list[Asked] = []
     for i in range(0, len(queries), batch):
-        vectors = [_vector(v) for v in embedder.embed(texts[i : i + batch])]
+        vectors = embed_queries(spec, embedder, [q.text for q in queries[i : i + batch]], batch)
         for q, emb in zip(queries[i : i + batch], vectors, strict=True):
             relevant = sorted(doc for doc, grade in q.relevant.items() if grade > 0)
             row = conn.execute(
@@ -476,10 +474,8 @@ def run_loaded(
 def load_unrelated(path: Path) -> Dataset:
     """Questions of another set, with no relevant document here: a BEIR folder's queries.jsonl (``text``)
     or a questions file (``query`` or ``text`` per line). EvalError when there are none."""
-    from pgkb.quality.evaluate import _read_jsonl
-
     file = path / "queries.jsonl" if path.is_dir() else path
-    rows = _read_jsonl(file, "unrelated questions")
+    rows = read_jsonl(file, "unrelated questions")
     queries = [
         Query(f"unrelated-{i}", text.strip(), {})
         for i, row in enumerate(rows, 1)

@@ -31,6 +31,7 @@ __all__ = [
     "default_kb",
     "load_beir",
     "load_questions",
+    "read_jsonl",
     "read_qrels",
     "sample",
 ]
@@ -59,7 +60,8 @@ class Dataset:
     docs_dir: Path | None = None  # doc-questions only
 
 
-def _read_jsonl(path: Path, what: str) -> list[dict]:
+def read_jsonl(path: Path, what: str) -> list[dict]:
+    """The JSON objects of a JSONL file (blank lines skipped); EvalError naming the file and line."""
     if not path.is_file():
         raise EvalError(f"{what} not found: {path}")
     rows = []
@@ -115,7 +117,7 @@ def load_beir(folder: Path, warn: Callable[[str], None] = lambda _m: None) -> Da
     """Read and check a BEIR folder; queries without a relevant document in the corpus are left out."""
     if not folder.is_dir():
         raise EvalError(f"dataset folder not found: {folder}")
-    corpus = _read_jsonl(folder / "corpus.jsonl", "corpus.jsonl")
+    corpus = read_jsonl(folder / "corpus.jsonl", "corpus.jsonl")
     ids = set()
     for n, doc in enumerate(corpus, 1):
         if not isinstance(doc.get("_id"), (str, int)) or str(doc["_id"]).strip() == "":
@@ -128,7 +130,7 @@ def load_beir(folder: Path, warn: Callable[[str], None] = lambda _m: None) -> Da
         ids.add(doc["_id"])
     if not corpus:
         raise EvalError(f"{folder / 'corpus.jsonl'} is empty")
-    raw_queries = _read_jsonl(folder / "queries.jsonl", "queries.jsonl")
+    raw_queries = read_jsonl(folder / "queries.jsonl", "queries.jsonl")
     qrels = read_qrels(folder / "qrels.tsv")
     queries, unknown_docs, no_text = [], 0, 0
     for row in raw_queries:
@@ -161,7 +163,7 @@ def load_questions(docs: Path, questions: Path) -> Dataset:
     """Read and check a doc-questions file (relevant paths are relative to ``docs``)."""
     if not docs.is_dir():
         raise EvalError(f"docs folder not found: {docs}")
-    rows = _read_jsonl(questions, "questions file")
+    rows = read_jsonl(questions, "questions file")
     queries = []
     for n, row in enumerate(rows, 1):
         text, relevant = row.get("query"), row.get("relevant")

@@ -18,15 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pgkb.quality.datasets import Dataset, EvalError, default_kb, load_beir, load_questions, sample
-from pgkb.quality.evaluate import (
-    FUSIONS,
-    SETTING_TYPES,
-    SearchSettings,
-    configured_embedder,
-    embed_queries,
-    search_mode,
-)
+from pgkb.quality.evaluate import configured_embedder
 from pgkb.quality.metrics import ModeResult, score_mode
+from pgkb.quality.searching import FUSIONS, SETTING_TYPES, SearchSettings, embed_queries, search_mode
 
 SWEEPABLE = tuple(SETTING_TYPES)
 SWEEP_MODES = ("hybrid", "lexical", "vector", "fuzzy")

@@ -1,0 +1,90 @@
+"""How the quality tools search: every mode through the search client (pgkb.search), with the settings of a
+run (:class:`SearchSettings`; None leaves one to the database), and the queries embedded once, in batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgkb.models.embedding import Embedder, ModelSpec, prefixed
+from pgkb.quality.datasets import EvalError
+from pgkb.quality.metrics import dedupe
+from pgkb.search import MODE_SETTINGS, query_rows, rerank
+
+__all__ = ["DEFAULT_DEPTH", "FUSIONS", "MAX_TOP_K", "SETTING_TYPES", "SearchSettings", "embed_queries", "search_mode"]
+
+DEFAULT_DEPTH = 50
+MAX_TOP_K = 100  # kb.search's own limit
+FUSIONS = ("dbsf", "rrf")  # kb.search's fusion methods
+
+
+# kb.hybrid_search's settings a run may set, with their types; the defaults are the database's own
+# (kb.search_defaults()), which it applies to every setting passed as NULL.
+SETTING_TYPES: dict[str, type] = {
+    "fusion": str,
+    "rrf_k": float,
+    "vector_weight": float,
+    "lexical_weight": float,
+    "fuzzy_weight": float,
+    "candidates": int,
+    "bm25_k1": float,
+    "bm25_b": float,
+}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """kb.hybrid_search's settings for a run; None leaves one to the database (kb.search_defaults()), which
+    also checks them (a bad value is the database's clear error). depth and rerank_depth are this tool's."""
+
+    rrf_k: float | None = None
+    vector_weight: float | None = None
+    lexical_weight: float | None = None
+    fuzzy_weight: float | None = None
+    candidates: int | None = None
+    bm25_k1: float | None = None
+    bm25_b: float | None = None
+    rerank_depth: int = 40
+    depth: int = DEFAULT_DEPTH  # chunks fetched per query (deduplicated to documents afterwards)
+    fusion: str | None = None
+
+    def validate(self) -> None:
+        if not 1 <= self.depth <= MAX_TOP_K:
+            raise EvalError(f"--depth must be between 1 and {MAX_TOP_K}")
+        if not 1 <= self.rerank_depth <= MAX_TOP_K:
+            raise EvalError(f"--rerank-depth must be between 1 and {MAX_TOP_K}")
+
+
+def search_mode(conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec, s: SearchSettings, reranker=None):
+    """(document keys in rank order (deduplicated), milliseconds) for one query in one mode, through the
+    search client's own SQL call and reranker (pgkb.search.query_rows / rerank)."""
+    leg = "hybrid" if mode == "hybrid+rerank" else mode
+    given = {
+        "query_embedding": embedding, "model": spec.name, "vector_weight": s.vector_weight,
+        "lexical_weight": s.lexical_weight, "fuzzy_weight": s.fuzzy_weight, "rrf_k": s.rrf_k,
+        "candidates": s.candidates, "bm25_k1": s.bm25_k1, "bm25_b": s.bm25_b, "fusion": s.fusion,
+    }  # fmt: skip
+    settings = {k: v for k, v in given.items() if k in MODE_SETTINGS[leg] and v is not None}
+    top_k = max(s.depth, s.rerank_depth) if mode == "hybrid+rerank" else s.depth
+    started = time.perf_counter()
+    hits, _ = query_rows(conn, leg, query, top_k, kb, **settings)
+    if mode == "hybrid+rerank" and hits:
+        hits = rerank(reranker, query, hits[: s.rerank_depth]) + hits[s.rerank_depth :]
+    ms = (time.perf_counter() - started) * 1000
+    return dedupe(h.doc_key for h in hits), ms
+
+
+def embed_queries(spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None) -> list:
+    """The query embeddings (registry query prefix), in batches of ``batch``, as pgvector values."""
+    from pgvector import Vector
+
+    prefixed_texts = prefixed(spec, list(texts), query=True)
+    out = []
+    for i in range(0, len(prefixed_texts), batch):
+        out.extend(Vector([float(x) for x in v]) for v in embedder.embed(prefixed_texts[i : i + batch]))
+        if progress:
+            progress(f"\rembedding queries: {min(i + batch, len(prefixed_texts))}/{len(prefixed_texts)}")
+    if progress:
+        progress("\n")
+    return out
