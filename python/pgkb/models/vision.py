@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 
-from pgkb.models.http_json import post_json
+from pgkb.models.http_json import JsonEndpoint
 
 DEFAULT_VISION_MODEL = "qwen-vl-max"
 DEFAULT_VISION_TIMEOUT = 60.0
@@ -54,8 +54,10 @@ def chat_completions_url(url: str) -> str:
     return base if base.endswith("/chat/completions") else base + "/chat/completions"
 
 
-class VisionCaptioner:
+class VisionCaptioner(JsonEndpoint):
     """Captions images through one OpenAI-compatible vision chat endpoint."""
+
+    error = VisionError
 
     def __init__(
         self,
@@ -68,11 +70,11 @@ class VisionCaptioner:
         backoff: float = 1.0,
         max_tokens: int = 1024,
     ) -> None:
-        self.url = chat_completions_url(url)
+        url = chat_completions_url(url)
         if not model.strip():
             raise VisionError("vision model name must not be empty")
-        self.model, self.api_key = model, api_key
-        self.timeout, self.retries, self.backoff, self.max_tokens = timeout, retries, backoff, max_tokens
+        super().__init__(url, api_key, what="vision", timeout=timeout, retries=retries, backoff=backoff)
+        self.model, self.max_tokens = model, max_tokens
 
     def caption(self, image: bytes, mime: str, language: str = "en") -> str:
         """The model's description of ``image`` (bytes of type ``mime``, e.g. image/png) in ``language``."""
@@ -91,16 +93,7 @@ class VisionCaptioner:
             "max_tokens": self.max_tokens,
             "temperature": 0,
         }
-        answer = post_json(
-            self.url,
-            body,
-            api_key=self.api_key,
-            timeout=self.timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-            error=VisionError,
-        )
-        return _caption_text(answer, self.url)
+        return _caption_text(self.post(body), self.url)
 
 
 def _caption_text(answer: object, url: str) -> str:
