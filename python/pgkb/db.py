@@ -22,6 +22,7 @@ from pgkb import replica as _replica  # noqa: F401 (registers: replicas start an
 from pgkb.cluster import embedded_cluster_from_env
 from pgkb.config import ConfigError, Settings
 from pgkb.migrate import NotMigratedError, migrate, pending_migrations
+from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
 
 class ReadOnlyDatabaseError(ConfigError):
@@ -117,3 +118,25 @@ def connect(url: str | None = None, *, autocommit: bool = True, vector: bool = T
     if vector and conn.execute("select 1 from pg_extension where extname = 'vector'").fetchone():
         register_vector(conn)
     return conn
+
+
+def service_database_url(settings: Settings) -> str:
+    """PGKB_DATABASE_URL when set (the operator chose the role; ``refuse_privileged`` still checks it),
+    else the embedded cluster as SERVICE_ROLE. Either is migrated first (see pgkb.db.database_url)."""
+    if settings.database_url:
+        return database_url(settings)
+    admin_url = database_url(settings)
+    with connect(admin_url, vector=False) as admin:
+        ensure_service_role(admin)
+    return login_url(admin_url, SERVICE_ROLE)
+
+
+def service_read_url(settings: Settings) -> str:
+    """Where a read-only server (`pgkb mcp`) connects: PGKB_READ_DATABASE_URL when set -- as given with
+    PGKB_DATABASE_URL set too (the operator chose the role), else, for the embedded cluster's replicas,
+    with SERVICE_ROLE as the user (``pgkb db replica add`` created it on the primary, so it exists on
+    every standby) -- otherwise :func:`service_database_url`. Nothing is started or written for it."""
+    if not settings.read_database_url:
+        return service_database_url(settings)
+    url = read_database_url(settings)
+    return url if settings.database_url else login_url(url, SERVICE_ROLE)

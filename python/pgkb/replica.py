@@ -41,6 +41,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgkb import cluster as _cluster
 from pgkb.cluster import ClusterError, EmbeddedCluster
+from pgkb.service_role import ensure_service_role
 
 __all__ = [
     "REPLICATION_ROLE",
@@ -257,8 +258,6 @@ def _ensure_hba(conn: psycopg.Connection, primary: EmbeddedCluster) -> None:
 
 def _ensure_service_login(conn: psycopg.Connection) -> None:
     """The MCP server's login role (pgkb_mcp) must exist before the copy: a standby cannot create it."""
-    from pgkb.service_role import ensure_service_role
-
     if conn.execute("select 1 from pg_roles where rolname = 'pgkb_service'").fetchone():
         ensure_service_role(conn)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgkb.config import ConfigError, Settings
+from pgkb.config import ConfigError
 
 SERVICE_ROLE = "pgkb_mcp"
 
@@ -37,32 +37,6 @@ def ensure_service_role(admin: psycopg.Connection, role: str = SERVICE_ROLE) -> 
     if not admin.execute("select 1 from pg_roles where rolname = %s", [role]).fetchone():
         admin.execute(f'create role "{role}" login')
     admin.execute(f'grant pgkb_service to "{role}"')
-
-
-def service_database_url(settings: Settings) -> str:
-    """PGKB_DATABASE_URL when set (the operator chose the role; ``refuse_privileged`` still checks it),
-    else the embedded cluster as SERVICE_ROLE. Either is migrated first (see pgkb.db.database_url)."""
-    from pgkb.db import connect, database_url
-
-    if settings.database_url:
-        return database_url(settings)
-    admin_url = database_url(settings)
-    with connect(admin_url, vector=False) as admin:
-        ensure_service_role(admin)
-    return login_url(admin_url, SERVICE_ROLE)
-
-
-def service_read_url(settings: Settings) -> str:
-    """Where a read-only server (`pgkb mcp`) connects: PGKB_READ_DATABASE_URL when set -- as given with
-    PGKB_DATABASE_URL set too (the operator chose the role), else, for the embedded cluster's replicas,
-    with SERVICE_ROLE as the user (``pgkb db replica add`` created it on the primary, so it exists on
-    every standby) -- otherwise :func:`service_database_url`. Nothing is started or written for it."""
-    from pgkb.db import read_database_url
-
-    if not settings.read_database_url:
-        return service_database_url(settings)
-    url = read_database_url(settings)
-    return url if settings.database_url else login_url(url, SERVICE_ROLE)
 
 
 def refuse_privileged(conn: psycopg.Connection) -> None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgkb.config import ConfigError, Settings
+from pgkb.db import service_read_url
 from pgkb.search import SearchOptions
-from pgkb.service_role import service_read_url
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8766
