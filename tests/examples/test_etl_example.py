@@ -10,7 +10,7 @@ from pathlib import Path
 from pgkb.cluster import find_pg_bindir
 from pgvector import Vector
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "etl" / "runbooks.sql"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "etl" / "runbooks.sql"
 
 
 def psql(info, *args: str) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import pytest
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-test-5ecret-never-shown-0123456789"
 DELTA = "pgkb-delta:"
 NOT_FOUND_ZH = "知识库中未找到相关信息"

@@ -26,7 +26,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from pgkb.mcp.arguments import ToolFailure
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
-PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
+PYTHON_DIR = str(Path(__file__).resolve().parents[2] / "python")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from psycopg import sql
 
 pytest.importorskip("dbt.adapters.postgres", reason="dbt-postgres is not installed (pip install -e '.[dbt]')")
 
-PROJECT = Path(__file__).resolve().parents[1] / "examples" / "dbt"
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "dbt"
 SEED = Path("seeds") / "support_tickets.csv"
 KB = "support-tickets"
 EDITED, DELETED, OPEN = "T-1017", "T-1005", "T-1019"

@@ -25,7 +25,7 @@ from pgkb.chunking import (
     chunk_text,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "chunking"
 REPO_FILES = sorted((REPO / "examples" / "kb").rglob("*.md")) + sorted(FIXTURES.glob("*.md"))
 VUE = REPO.parent / "shared" / "datasets" / "vue-docs-zh-cn" / "files"

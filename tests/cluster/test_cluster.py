@@ -37,7 +37,7 @@ except ClusterError as exc:  # pragma: no cover - depends on the machine
 
 IS_ROOT = os.geteuid() == 0
 SERVER_USER = "postgres" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
-PYTHON_DIR = Path(__file__).resolve().parents[1] / "python"
+PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
 
 def _free_port() -> int:
