@@ -3,7 +3,8 @@
 -- Fusion). The public functions kb.hybrid_search / vector_search / lexical_search / fuzzy_search are
 -- thin wrappers with the same columns.
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
--- under row-level security; the legs are not executable by pgkb users.
+-- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
+-- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql).
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. When the index still yields fewer than n rows (the visible
@@ -30,7 +31,7 @@ declare
             where e.model_id = %2$s and e.kb_id = any($2)
                 and ($4::jsonb is null or exists (
                     select from kb.chunks as c join kb.documents as d on d.id = c.document_id
-                    where c.id = e.chunk_id and d.metadata @> $4
+                    where c.id = e.chunk_id and kb.document_matches(d.metadata, $4)
                 ))
             order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
@@ -113,7 +114,8 @@ begin
             from kb.chunks as c
             where c.kb_id = any(kb_ids) and c.terms && probe
                 and (doc_filter is null or exists (
-                    select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
+                    select from kb.documents as d
+                    where d.id = c.document_id and kb.document_matches(d.metadata, doc_filter)
                 ))
             offset 0
         ) as c
@@ -140,7 +142,8 @@ as $$
         from kb.chunks as c
         where c.kb_id = any(kb_ids) and query <% c.content
             and (doc_filter is null or exists (
-                select from kb.documents as d where d.id = c.document_id and d.metadata @> doc_filter
+                select from kb.documents as d
+                where d.id = c.document_id and kb.document_matches(d.metadata, doc_filter)
             ))
         order by sim desc, c.id
         limit n
@@ -190,7 +193,8 @@ $$;
 -- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
--- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding).
+-- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
+-- metadata_condition). filter and metadata_condition restrict the documents inside every leg.
 -- vector_used is false when no query embedding could be had (lexical legs only).
 create or replace function kb.search(
     query text,
@@ -206,7 +210,8 @@ create or replace function kb.search(
     filter jsonb,
     bm25_k1 double precision,
     bm25_b double precision,
-    fusion text
+    fusion text,
+    metadata_condition jsonb default null
 )
 returns setof kb.search_result
 language plpgsql volatile
@@ -220,6 +225,7 @@ declare
     fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
     fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
     defaults record;
+    doc_filter jsonb;
 begin
     select * into defaults from kb.search_defaults();
     vector_weight := coalesce(vector_weight, defaults.vector_weight);
@@ -256,6 +262,7 @@ begin
         raise exception 'filter must be a JSON object (matched with @> against document metadata)'
             using errcode = 'invalid_parameter_value';
     end if;
+    doc_filter := kb.document_filter(filter, metadata_condition);
 
     if search.kb is null then
         kb_ids := kb.visible_kb_ids();
@@ -285,15 +292,15 @@ begin
 
     return query
     with vector_hits as (
-        select * from kb.vector_leg(embedding, target, kb_ids, candidates, filter)
+        select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
         where vector_weight > 0 and embedding is not null
     ),
     lexical_hits as (
-        select * from kb.lexical_leg(query, kb_ids, candidates, filter, bm25_k1, bm25_b, probe_budget)
+        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, probe_budget)
         where lexical_weight > 0
     ),
     fuzzy_hits as (
-        select * from kb.fuzzy_leg(query, kb_ids, candidates, filter)
+        select * from kb.fuzzy_leg(query, kb_ids, candidates, doc_filter)
         where fuzzy_weight > 0 and length(query) <= fuzzy_max_chars
             and cardinality(regexp_split_to_array(btrim(query), '\s+')) <= fuzzy_max_words
     ),
@@ -339,7 +346,8 @@ $$;
 -- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
 -- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.5, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
 -- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
--- embedding it searches the lexical legs only (vector_used = false, and a NOTICE).
+-- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
+-- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).
 create or replace function kb.hybrid_search(
     query text,
     top_k integer default 5,
@@ -354,7 +362,8 @@ create or replace function kb.hybrid_search(
     filter jsonb default null,
     bm25_k1 double precision default null,
     bm25_b double precision default null,
-    fusion text default null
+    fusion text default null,
+    metadata_condition jsonb default null
 )
 returns setof kb.search_result
 language sql volatile security definer
@@ -362,7 +371,7 @@ set search_path = pg_catalog, public, pg_temp
 as $$
     select * from kb.search(
         query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
-        rrf_k, candidates, filter, bm25_k1, bm25_b, fusion
+        rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition
     )
 $$;
 

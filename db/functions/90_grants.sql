@@ -44,8 +44,10 @@ kb.claim_embedding_batch(text, integer, interval, integer),
 kb.fail_embedding_batch(text, bigint[], text, integer),
 kb.hybrid_search(
     text, integer, text, vector, text, double precision, double precision, double precision,
-    double precision, integer, jsonb, double precision, double precision, text
+    double precision, integer, jsonb, double precision, double precision, text, jsonb
 ),
+kb.retrieve(text, integer, text, vector, text, jsonb, double precision),
+kb.check_metadata_condition(jsonb),
 kb.vector_search(text, integer, text, vector, text, jsonb),
 kb.lexical_search(text, integer, text, jsonb, double precision, double precision),
 kb.fuzzy_search(text, integer, text, jsonb),

@@ -1,0 +1,80 @@
+-- Retrieval with an absolute relevance score, for clients that threshold scores (Dify's External
+-- Knowledge API: score in 0..1, records below score_threshold dropped). kb.hybrid_search's fused score is
+-- relative to each query's own hits, so a threshold on it means nothing across queries.
+
+-- kb.hybrid_search's hits in its order, each with relevance = the greater of (a) its query-term coverage
+-- (share of the query's distinct kb.lexical_terms found in the chunk, title and headings) and (b) its cosine
+-- similarity mapped from [relevance_cosine_floor, 1] to [0, 1]; score = the lowest relevance at or above its
+-- rank, so scores never rise down the list and those >= score_threshold are a prefix of pgkb's ranking.
+create or replace function kb.retrieve(
+    query text,
+    top_k integer default 5,
+    kb text default null,
+    query_embedding vector default null,
+    model text default null,
+    metadata_condition jsonb default null,
+    score_threshold double precision default 0
+)
+returns table (
+    chunk_id bigint, knowledge_base text, doc_key text, title text, heading_path text[], chunk_index integer,
+    content text, source_url text, chunk_metadata jsonb, document_metadata jsonb,
+    fused_score double precision, relevance double precision, score double precision
+)
+language plpgsql volatile security definer
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    floor_raw text := kb.setting('relevance_cosine_floor');
+    cos_floor double precision;
+    query_terms text [];
+    target kb.embedding_models;
+begin
+    if not coalesce(score_threshold between 0 and 1, false) then
+        raise exception 'score_threshold must be between 0 and 1, got %', coalesce(score_threshold::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if floor_raw !~ '^\s*0?\.\d+\s*$' then
+        raise exception 'setting "relevance_cosine_floor" must be a number in [0, 1), not "%"', left(floor_raw, 50)
+            using errcode = 'invalid_parameter_value';
+    end if;
+    cos_floor := floor_raw::double precision;
+    query_terms := array(select distinct t.term from unnest(kb.lexical_terms(query)) as t (term));
+    if query_embedding is not null then
+        target := kb.resolve_model(model);
+    end if;
+    return query
+    with hits as (
+        select h.chunk_id, h.kb, h.doc_key, h.title, h.heading_path, h.chunk_index, h.content, h.source_url,
+            h.metadata, h.score, h.vector_score, h.ordinality as ord
+        from kb.hybrid_search(
+            query, top_k, retrieve.kb, query_embedding, model, metadata_condition => metadata_condition
+        ) with ordinality as h
+    ),
+    scored as (
+        select hits.*, d.metadata as doc_metadata,
+            greatest(
+                case when cardinality(query_terms) > 0 then
+                    (select count(*) from unnest(query_terms) as q (term) where q.term = any(c.terms))::double precision
+                    / cardinality(query_terms)
+                else 0 end,
+                least(1, greatest(0, (coalesce(
+                    (select 1 - (e.embedding <=> query_embedding) from kb.embeddings as e
+                        where e.chunk_id = hits.chunk_id and e.model_id = target.id and query_embedding is not null),
+                    hits.vector_score
+                ) - cos_floor) / (1 - cos_floor)))
+            ) as rel
+        from hits
+        join kb.chunks as c on c.id = hits.chunk_id
+        join kb.documents as d on d.id = c.document_id
+    ),
+    ranked as (
+        select scored.*, min(scored.rel) over (order by scored.ord rows unbounded preceding) as monotone
+        from scored
+    )
+    select r.chunk_id, r.kb, r.doc_key, r.title, r.heading_path, r.chunk_index, r.content, r.source_url,
+        r.metadata, r.doc_metadata, r.score, r.rel, r.monotone
+    from ranked as r
+    where r.monotone >= score_threshold
+    order by r.ord;
+end
+$$;
