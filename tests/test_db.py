@@ -57,11 +57,11 @@ def test_unmigrated_database_at_a_url_is_refused_with_the_command_to_run(empty_d
         assert "the database at PGKB_DATABASE_URL has no pgkb schema yet: run `pgkb db migrate`" in err, (argv, err)
         assert 'schema "kb" does not exist' not in err
     from pgkb.config import Settings
-    from pgkb.mcp.config import McpConfig
     from pgkb.migrate import NotMigratedError
+    from pgkb.serving.config import ServiceConfig
 
     with pytest.raises(NotMigratedError, match="run `pgkb db migrate`"):
-        McpConfig.from_env(Settings.from_env(), {})  # pgkb mcp, before it serves anything
+        ServiceConfig.from_env(Settings.from_env(), {})  # pgkb mcp, before it serves anything
     assert not kb_schema_exists(empty_database)  # refused before anything was changed
 
     assert main(["db", "migrate"]) == 0

@@ -311,10 +311,10 @@ def test_read_url_routes_search_and_mcp_to_the_standby(pair, documents, embedded
         assert through_read.returncode == 0, through_read.stderr
         assert "heron.md" not in {r["doc_key"] for r in json.loads(through_read.stdout)["results"]}
 
-        from pgkb.mcp.backend import Backend
-        from pgkb.mcp.config import McpConfig
+        from pgkb.serving.backend import Backend
+        from pgkb.serving.config import ServiceConfig
 
-        config = McpConfig.from_env(Settings.from_env())
+        config = ServiceConfig.from_env(Settings.from_env())
         assert "user=pgkb_mcp" in config.database_url  # the embedded replicas: the service role logs in
         backend = Backend(config)
         try:

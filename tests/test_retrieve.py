@@ -136,7 +136,7 @@ def test_condition_never_reaches_invisible_documents(meta, connect_as):
     meta.execute("select kb.create_knowledge_base('bob-private', 'private', owner => 'bob')")
     meta.execute(
         "select * from kb.replace_document(kb => 'bob-private', doc_key => 'secret.md', title => 's',"
-        " chunks => %s::jsonb, metadata => '{\"category\": \"ops\"}')",
+        ' chunks => %s::jsonb, metadata => \'{"category": "ops"}\')',
         [json.dumps([{"content": "quokka secret"}])],
     )
     alice = connect_as("alice")

@@ -23,7 +23,7 @@ import anyio
 import fixture_docs
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
-from pgkb.mcp.arguments import ToolFailure
+from pgkb.serving.arguments import ServiceError
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 PYTHON_DIR = str(Path(__file__).resolve().parents[2] / "python")
@@ -345,19 +345,19 @@ def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
 
 
 def test_statement_timeout_is_a_clear_error(db):
-    from pgkb.mcp.arguments import ToolFailure
-    from pgkb.mcp.backend import _db_errors
+    from pgkb.serving.arguments import ServiceError
+    from pgkb.serving.backend import _db_errors
 
     expected = r"timed out after 50 ms \(PGKB_STATEMENT_TIMEOUT_MS\)"
-    with pytest.raises(ToolFailure, match=expected), _db_errors(50, "search"), db.transaction():
+    with pytest.raises(ServiceError, match=expected), _db_errors(50, "search"), db.transaction():
         db.execute("select set_config('statement_timeout', '50', true)")
         db.execute("select pg_sleep(2)")
 
 
 def test_search_response_is_trimmed_to_the_budget_not_truncated():
-    from pgkb.mcp.config import RESPONSE_BUDGET_CHARS
     from pgkb.mcp.render import render_search
     from pgkb.search import SearchHit, SearchResponse
+    from pgkb.serving.config import RESPONSE_BUDGET_CHARS
 
     hits = [
         SearchHit(
@@ -375,8 +375,8 @@ def test_search_response_is_trimmed_to_the_budget_not_truncated():
 
 
 def test_origin_check():
-    from pgkb.mcp.config import parse_tokens
-    from pgkb.mcp.http_guard import origin_allowed
+    from pgkb.serving.auth import origin_allowed
+    from pgkb.serving.config import parse_tokens
 
     assert origin_allowed("http://localhost:5173", ())
     assert origin_allowed("http://[::1]:80", ())
@@ -389,10 +389,10 @@ def test_origin_check():
 
 def make_backend(dsn: str, embedder=None, **config):
     from pgkb.config import Settings
-    from pgkb.mcp.backend import Backend
-    from pgkb.mcp.config import McpConfig
+    from pgkb.serving.backend import Backend
+    from pgkb.serving.config import ServiceConfig
 
-    return Backend(McpConfig(settings=Settings.from_env(), database_url=dsn, **config), embedder=embedder)
+    return Backend(ServiceConfig(settings=Settings.from_env(), database_url=dsn, **config), embedder=embedder)
 
 
 def test_connection_loss_is_reconnected(world, embedder):
@@ -443,9 +443,9 @@ def test_pooled_connection_does_not_leak_identity_between_calls(world, embedder)
         assert {k["name"] for k in backend.knowledge_bases("alice")} == {"team-docs", "alice-notes", "empty-kb"}
         assert {k["name"] for k in backend.knowledge_bases("bob")} == {"team-docs", "bob-notes"}
         assert backend.document("alice", "zebramarker.md", None, -1, 0)["kb"] == "alice-notes"
-        with pytest.raises(ToolFailure, match="unknown document"):
+        with pytest.raises(ServiceError, match="unknown document"):
             backend.document("bob", "zebramarker.md", None, -1, 0)
-        with pytest.raises(ToolFailure, match='unknown pgkb user "nobody"'):
+        with pytest.raises(ServiceError, match='unknown pgkb user "nobody"'):
             backend.search("nobody", "退款", 3, None)
         assert session() == (pid, acting, timeout)  # failed calls roll back: still clean, same connection
     finally:
@@ -461,7 +461,7 @@ def test_database_down_is_a_readable_error_and_comes_back(world):
     backend = make_backend(dead)
     try:
         started = time.monotonic()
-        with pytest.raises(ToolFailure, match="database is unavailable"):
+        with pytest.raises(ServiceError, match="database is unavailable"):
             backend.knowledge_bases(None)
         assert time.monotonic() - started < 5 and backend._pool is None
         backend.config.database_url = svc_dsn(world)
@@ -479,7 +479,7 @@ def test_database_lost_after_start_is_a_readable_error_then_recovers(world, embe
         world.execute("alter role svc nologin")
         world.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = 'svc'")
         started = time.monotonic()
-        with pytest.raises(ToolFailure, match="database is unavailable.*not permitted to log in"):
+        with pytest.raises(ServiceError, match="database is unavailable.*not permitted to log in"):
             backend.search("alice", "退款", 3, None)
         assert time.monotonic() - started < 15
         world.execute("alter role svc login")
@@ -675,22 +675,22 @@ def test_hostile_arguments_are_clear_tool_errors(world, transport, request):
 
 
 def test_argument_checks():
-    from pgkb.mcp.arguments import _bounded_message, _shown, check_int, check_text
+    from pgkb.serving.arguments import _bounded_message, _shown, check_int, check_text
 
     assert check_text("q", "退款 refund", 20) == "退款 refund"
     for bad, reason in (("a\ud800b", "unpaired surrogate"), ("\x00", "NUL character"), ("x" * 21, "21 characters")):
-        with pytest.raises(ToolFailure, match=reason) as caught:
+        with pytest.raises(ServiceError, match=reason) as caught:
             check_text("q", bad, 20)
         assert bad not in str(caught.value)
-    with pytest.raises(ToolFailure, match="must be a string"):
+    with pytest.raises(ServiceError, match="must be a string"):
         check_text("q", 5, 20)
     assert check_int("n", 0, -1, 3) == 0
     for bad in (True, False, 1.0, "1", None, -2, 4):
-        with pytest.raises(ToolFailure, match="n must be"):
+        with pytest.raises(ServiceError, match="n must be"):
             check_int("n", bad, -1, 3)
     assert _shown("x" * 300) == "x" * 200 + "…" and _shown("short") == "short"
     long_value = "z" * 5000
-    message = _bounded_message(ToolFailure(f'unknown document "{long_value}" in "{long_value}"'), long_value)
+    message = _bounded_message(ServiceError(f'unknown document "{long_value}" in "{long_value}"'), long_value)
     assert message == f'unknown document "{"z" * 200}…" in "{"z" * 200}…"'
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from pgkb.mcp.config import DEFAULT_HOST, DEFAULT_PORT
+    from pgkb.serving.config import DEFAULT_HOST, DEFAULT_PORT
 
     parser = sub.add_parser("mcp", help="MCP server for IDE agents (stdio; --transport http on 127.0.0.1:8766)")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")

@@ -56,7 +56,8 @@ Logging: ``--verbose`` logs every stage to stderr. PGKB_QUERY_LOG=<path> appends
 timestamp, user, query, kb, top_k, each result's doc/chunk/score and leg ranks, per-stage milliseconds.
 
 Run as ``pgkb mcp``. Importing the package does not import the SDK (``server.build_server`` does), so
-`pgkb` stays quick to start. Modules: ``config`` (environment, limits), ``arguments`` (argument checks, tool
-errors), ``output`` (structured output models), ``backend`` (database and embedder), ``render`` (text
-renderings), ``stdio`` and ``http_guard`` (transports), ``server`` (tools, resources, the command).
+`pgkb` stays quick to start. Modules: ``output`` (structured output models), ``render`` (text renderings),
+``stdio`` and ``http_guard`` (transports), ``server`` (tools, resources, the command). What `pgkb serve`
+shares with it lives in pgkb.serving: ``config`` (environment, limits), ``arguments`` (argument checks,
+caller errors), ``auth`` (tokens, Origin / Host checks), ``backend`` (database and embedder).
 """

@@ -3,28 +3,16 @@ rebinding, bearer tokens mapped to pgkb users)."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-from urllib.parse import urlsplit
 
-from pgkb.mcp.config import (
+from pgkb.serving.auth import bearer, host_allowed, origin_allowed, user_for_token
+from pgkb.serving.config import (
     LOOPBACK,
-    McpConfig,
+    ServiceConfig,
 )
 
 log = logging.getLogger("pgkb.mcp")
-
-
-def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
-    """Localhost origins always; others only when listed (or ``*``)."""
-    if "*" in allowed or origin in allowed:
-        return True
-    try:
-        host = urlsplit(origin).hostname
-    except ValueError:
-        return False
-    return host in LOOPBACK
 
 
 class HttpGuard:
@@ -47,16 +35,12 @@ class HttpGuard:
             log.warning("refused Origin %s", origin)
             await _reply(send, 403, f"Origin {origin} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)")
             return
-        if self.loopback:
-            host = (headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
-            if host not in LOOPBACK:
-                await _reply(send, 421, "Host must be localhost, 127.0.0.1 or [::1]")
-                return
-        if self.tokens:
-            token = _bearer(headers.get("authorization"))
-            if token is None or not any(hmac.compare_digest(token.encode(), t.encode()) for t in self.tokens):
-                await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
-                return
+        if self.loopback and not host_allowed(headers.get("host")):
+            await _reply(send, 421, "Host must be localhost, 127.0.0.1 or [::1]")
+            return
+        if self.tokens and user_for_token(self.tokens, bearer(headers.get("authorization"))) is None:
+            await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
+            return
         path = scope.get("path", "")
         if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
             await self.sse_app(scope, receive, send)
@@ -72,7 +56,7 @@ async def _reply(send, status: int, message: str, extra: dict[str, str] | None =
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server, config: McpConfig, host: str):
+def http_app(server, config: ServiceConfig, host: str):
     from mcp.server.transport_security import TransportSecuritySettings
 
     off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
@@ -81,10 +65,3 @@ def http_app(server, config: McpConfig, host: str):
     return HttpGuard(
         app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK, sse_app=sse
     )
-
-
-def _bearer(value: str | None) -> str | None:
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from pgkb.chunking import breadcrumb
-from pgkb.mcp.arguments import (
-    _shown,
-)
-from pgkb.mcp.config import (
-    RESPONSE_BUDGET_CHARS,
-)
 from pgkb.mcp.output import (
     SearchOutput,
     SearchResultItem,
 )
 from pgkb.search import SearchResponse
+from pgkb.serving.arguments import (
+    _shown,
+)
+from pgkb.serving.config import (
+    RESPONSE_BUDGET_CHARS,
+)
 
 
 def _trim(text: str, limit: int) -> tuple[str, bool]:

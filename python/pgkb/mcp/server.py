@@ -1,7 +1,6 @@
 """The MCP server: tools, resources and prompts, served over stdio or streamable HTTP (`pgkb mcp`)."""
 
 import contextlib
-import hmac
 import logging
 import sys
 from typing import Annotated
@@ -9,29 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from pgkb.config import ConfigError, Settings
-from pgkb.mcp.arguments import (
-    ToolFailure,
-    _bounded_message,
-    _shown,
-    check_int,
-    check_text,
-)
-from pgkb.mcp.backend import Backend
-from pgkb.mcp.config import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    LOOPBACK,
-    MAX_CHUNK_INDEX,
-    MAX_DOC_ID_CHARS,
-    MAX_KB_NAME_CHARS,
-    MAX_QUERY_ARGUMENT_CHARS,
-    MAX_WINDOW,
-    MCP_MAX_TOP_K,
-    RESOURCE_BUDGET_CHARS,
-    RESPONSE_BUDGET_CHARS,
-    McpConfig,
-)
-from pgkb.mcp.http_guard import _bearer, http_app
+from pgkb.mcp.http_guard import http_app
 from pgkb.mcp.output import (
     AskOutput,
     DocumentOutput,
@@ -43,6 +20,29 @@ from pgkb.mcp.stdio import serve_stdio
 from pgkb.models.embedding import EmbeddingError
 from pgkb.search import validate
 from pgkb.service_role import PrivilegedRoleError
+from pgkb.serving.arguments import (
+    ServiceError,
+    _bounded_message,
+    _shown,
+    check_int,
+    check_text,
+)
+from pgkb.serving.auth import bearer, user_for_token
+from pgkb.serving.backend import Backend
+from pgkb.serving.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    LOOPBACK,
+    MAX_CHUNK_INDEX,
+    MAX_DOC_ID_CHARS,
+    MAX_KB_NAME_CHARS,
+    MAX_QUERY_ARGUMENT_CHARS,
+    MAX_WINDOW,
+    MCP_MAX_TOP_K,
+    RESOURCE_BUDGET_CHARS,
+    RESPONSE_BUDGET_CHARS,
+    ServiceConfig,
+)
 
 log = logging.getLogger("pgkb.mcp")
 
@@ -78,11 +78,10 @@ def build_server(backend: Backend):
             with contextlib.suppress(ValueError, AttributeError):
                 headers = ctx.headers
         if config.tokens and headers is not None:
-            token = _bearer(headers.get("authorization"))
-            for known, user in config.tokens.items():
-                if token is not None and hmac.compare_digest(token.encode(), known.encode()):
-                    return user
-            raise ToolFailure("unauthorized: send Authorization: Bearer <token>")
+            user = user_for_token(config.tokens, bearer(headers.get("authorization")))
+            if user is None:
+                raise ServiceError("unauthorized: send Authorization: Bearer <token>")
+            return user
         return config.default_user
 
     @server.tool(name="search_knowledge", title="Search the knowledge base", annotations=read_only)
@@ -109,7 +108,7 @@ def build_server(backend: Backend):
             check_text("kb", kb, MAX_KB_NAME_CHARS)
             user = user_of(ctx)
             response = backend.search(user, query, top_k, kb.strip() or None)
-        except (ToolFailure, ValueError) as e:
+        except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, query, kb)) from e
         return render_search(response, notes)
 
@@ -132,7 +131,7 @@ def build_server(backend: Backend):
             check_text("kb", kb, MAX_KB_NAME_CHARS)
             question, top_k = validate(question, top_k, MCP_MAX_TOP_K)
             row = backend.ask(user_of(ctx), question, top_k, kb.strip() or None)
-        except (ToolFailure, ValueError) as e:
+        except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, question, kb)) from e
         return render_answer(question, kb.strip() or None, row, [])
 
@@ -156,10 +155,10 @@ def build_server(backend: Backend):
                 k = int(top_k.strip() or "5")
             except ValueError:
                 shown = _shown(top_k, 20)
-                raise ToolFailure(f"top_k must be an integer between 1 and {MCP_MAX_TOP_K}, got {shown}") from None
+                raise ServiceError(f"top_k must be an integer between 1 and {MCP_MAX_TOP_K}, got {shown}") from None
             question, k = validate(question, k, MCP_MAX_TOP_K)
             messages, sources, degraded = backend.answer_prompt(user_of(ctx), question, k, kb.strip() or None)
-        except (ToolFailure, ValueError) as e:  # an MCPError reaches the client with its message
+        except (ServiceError, ValueError) as e:  # an MCPError reaches the client with its message
             raise MCPError(INVALID_PARAMS, _bounded_message(e, question, kb)) from e
         return render_prompt(question, messages, sources, degraded)
 
@@ -183,12 +182,12 @@ def build_server(backend: Backend):
             check_text("doc_id", doc_id, MAX_DOC_ID_CHARS)
             check_text("kb", kb, MAX_KB_NAME_CHARS)
             if check_int("chunk_index", chunk_index, -MAX_CHUNK_INDEX, MAX_CHUNK_INDEX) < -1:
-                raise ToolFailure(
+                raise ServiceError(
                     f"chunk_index must be -1 (the whole document) or a chunk number >= 0, got {chunk_index}"
                 )
             check_int("window", window, 0, MAX_WINDOW)
             doc = backend.document(user_of(ctx), doc_id, kb.strip() or None, chunk_index, window)
-        except ToolFailure as e:
+        except ServiceError as e:
             raise ToolError(_bounded_message(e, doc_id, kb)) from e
         out, text = render_document(doc, RESPONSE_BUDGET_CHARS)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
@@ -198,7 +197,7 @@ def build_server(backend: Backend):
         """The knowledge bases you can search, with their document counts and when they last changed."""
         try:
             kbs = backend.knowledge_bases(user_of(ctx))
-        except ToolFailure as e:
+        except ServiceError as e:
             raise ToolError(_bounded_message(e)) from e
         if kbs:
             text = "\n".join(
@@ -225,7 +224,7 @@ def build_server(backend: Backend):
             check_text("knowledge base", kb, MAX_KB_NAME_CHARS)
             check_text("document key", doc_key, MAX_DOC_ID_CHARS)
             doc = backend.document(user_of(ctx), doc_key, kb, -1, 0)
-        except ToolFailure as e:
+        except ServiceError as e:
             message = _bounded_message(e, doc_key, kb)
             if message.startswith("unknown"):
                 raise ResourceNotFoundError(message) from e
@@ -265,7 +264,7 @@ def serve(
     from pgkb.models.rerank import RerankError, load_reranker
 
     try:
-        config = McpConfig.from_env(settings, verbose=verbose)
+        config = ServiceConfig.from_env(settings, verbose=verbose)
         reranker = None if not rerank else load_reranker()
     except (ConfigError, RerankError, EmbeddingError) as e:
         print(f"pgkb: mcp: {e}", file=sys.stderr)

@@ -10,12 +10,12 @@ import os
 import sys
 from typing import BinaryIO
 
-from pgkb.mcp.arguments import (
+from pgkb.serving.arguments import (
     _SURROGATE_MESSAGE,
     _first_line,
     _shown,
 )
-from pgkb.mcp.config import (
+from pgkb.serving.config import (
     _SURROGATE,
 )
 

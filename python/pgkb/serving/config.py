@@ -1,5 +1,5 @@
-"""Configuration of `pgkb mcp` from the environment (PGKB_USER, PGKB_MCP_TOKENS, PGKB_MCP_POOL_SIZE, …) and
-the limits every part of the server shares."""
+"""Configuration of the servers (`pgkb mcp`, `pgkb serve`) from the environment (PGKB_USER, PGKB_MCP_TOKENS,
+PGKB_MCP_POOL_SIZE, …) and the limits every part of them shares."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def parse_tokens(raw: str) -> dict[str, str]:
 
 
 @dataclass
-class McpConfig:
+class ServiceConfig:
     settings: Settings
     database_url: str
     default_user: str | None = None
@@ -68,7 +68,7 @@ class McpConfig:
     max_concurrent: int = 2 * DEFAULT_POOL_SIZE
 
     @classmethod
-    def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> McpConfig:
+    def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> ServiceConfig:
         env = os.environ if env is None else env
         log_path = env.get("PGKB_QUERY_LOG", "").strip()
         pool_size = _whole_number(env, "PGKB_MCP_POOL_SIZE", DEFAULT_POOL_SIZE, 1)

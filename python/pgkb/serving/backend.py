@@ -1,5 +1,6 @@
-"""Database access for the tools: the connection pool, the acting user and statement timeout per call,
-the query embedder with its deadline, and the reads (search, kb.get_document, kb.list_knowledge_bases)."""
+"""Database access for the servers (MCP tools, `pgkb serve`): the connection pool, the acting user and
+statement timeout per call, the query embedder with its deadline, and the reads (search, kb.get_document,
+kb.list_knowledge_bases)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from datetime import datetime, timezone
 
 import psycopg
 
-from pgkb.mcp.arguments import (
-    ToolFailure,
+from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
+from pgkb.search import SearchResponse, search
+from pgkb.service_role import PrivilegedRoleError, refuse_privileged
+from pgkb.serving.arguments import (
+    ServiceError,
     _first_line,
 )
-from pgkb.mcp.config import (
+from pgkb.serving.config import (
     CONNECT_TIMEOUT_SECONDS,
     EMBED_WORKERS,
     EMBEDDER_RETRY_SECONDS,
@@ -26,13 +30,10 @@ from pgkb.mcp.config import (
     POOL_QUICK_WAIT_SECONDS,
     POOL_WAIT_SECONDS,
     SLOT_WAIT_SECONDS,
-    McpConfig,
+    ServiceConfig,
 )
-from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
-from pgkb.search import SearchResponse, search
-from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 
-log = logging.getLogger("pgkb.mcp")
+log = logging.getLogger("pgkb.serving")
 
 
 class _BrokenEmbedder:
@@ -95,7 +96,7 @@ class Backend:
     pool opened on the first call (``close()`` closes it); each is checked before use, so a restarted
     database costs nothing but the calls in flight."""
 
-    def __init__(self, config: McpConfig, *, reranker=None, embedder=None) -> None:
+    def __init__(self, config: ServiceConfig, *, reranker=None, embedder=None) -> None:
         self.config = config
         self.reranker = reranker
         self._embedder = embedder
@@ -109,17 +110,17 @@ class Backend:
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
 
     def _probe(self) -> None:
-        """ToolFailure unless a direct connection to the database succeeds (it is closed again) as a role
+        """ServiceError unless a direct connection to the database succeeds (it is closed again) as a role
         that sees no more than the users it acts for (PrivilegedRoleError otherwise)."""
         try:
             with psycopg.connect(self.config.database_url, connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
                 refuse_privileged(conn)
         except psycopg.OperationalError as e:
-            raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+            raise ServiceError(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
         except psycopg.errors.UndefinedFunction as e:
-            raise ToolFailure("the knowledge base database is not migrated: run `pgkb db migrate`") from e
+            raise ServiceError("the knowledge base database is not migrated: run `pgkb db migrate`") from e
         except PrivilegedRoleError as e:
-            raise ToolFailure(str(e)) from e
+            raise ServiceError(str(e)) from e
 
     def check_role(self) -> None:
         """PrivilegedRoleError when the configured role bypasses visibility; nothing when it is fit or the
@@ -146,7 +147,7 @@ class Backend:
                     configure=_configure_connection,
                     check=ConnectionPool.check_connection,
                     timeout=POOL_WAIT_SECONDS,
-                    name="pgkb-mcp",
+                    name="pgkb-serving",
                     open=False,
                 )
                 self._pool.open(wait=False)
@@ -163,13 +164,13 @@ class Backend:
     def connection(self) -> Iterator[psycopg.Connection]:
         """A checked connection from the pool (autocommit; calls open their own transactions), returned
         after the call. At most ``max_concurrent`` calls hold or wait for one; beyond that a call is turned
-        away within SLOT_WAIT_SECONDS (ToolFailure "busy"). A pool that hands out nothing within
+        away within SLOT_WAIT_SECONDS (ServiceError "busy"). A pool that hands out nothing within
         POOL_QUICK_WAIT_SECONDS is either busy or cut off from the database: a direct connection tells
         which, so a database that went down is reported within seconds; a busy pool is waited for up to
         POOL_WAIT_SECONDS."""
 
         if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
-            raise ToolFailure(
+            raise ServiceError(
                 f"the server is busy ({self.config.max_concurrent} calls in progress, PGKB_MCP_MAX_CONCURRENT); "
                 "try again in a moment"
             )
@@ -192,7 +193,7 @@ class Backend:
             try:
                 conn = pool.getconn(timeout=POOL_WAIT_SECONDS - POOL_QUICK_WAIT_SECONDS)
             except PoolTimeout as e:
-                raise ToolFailure(
+                raise ServiceError(
                     f"no free database connection after {POOL_WAIT_SECONDS:g} s (all {self.config.pool_size} "
                     "in use, PGKB_MCP_POOL_SIZE); try again"
                 ) from e
@@ -267,7 +268,7 @@ class Backend:
         """kb.get_document as ``user``: visibility, the unknown / ambiguous / out-of-range errors and the
         chunk window are the database's."""
         if not doc_id or not doc_id.strip():
-            raise ToolFailure("doc_id must not be empty: pass the doc_id of a search result")
+            raise ServiceError("doc_id must not be empty: pass the doc_id of a search result")
         with (
             self.connection() as conn,
             _db_errors(self.config.options.statement_timeout_ms, "get_document"),
@@ -299,7 +300,7 @@ class Backend:
 
     def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
         """kb.ask as ``user`` (not streamed): retrieval, the not-found gate, the answer and its checked
-        citations are the database's; its input errors become ToolFailure with the database's message."""
+        citations are the database's; its input errors become ServiceError with the database's message."""
         from pgkb.answer import AskError, ask
 
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask_knowledge"):
@@ -309,7 +310,7 @@ class Backend:
                     timeout_ms=self.config.options.statement_timeout_ms,
                 )  # fmt: skip
             except AskError as e:
-                raise ToolFailure(str(e)) from e
+                raise ServiceError(str(e)) from e
         log.info(
             "ask user=%s kb=%s top_k=%d: %s, %d citations, %.0f ms", user, kb, top_k, row["mode"],
             len(row["citations"] or []), row["total_ms"] or 0,
@@ -327,7 +328,7 @@ class Backend:
             try:
                 check_input(conn, question, top_k)
             except ValueError as e:
-                raise ToolFailure(str(e)) from e
+                raise ServiceError(str(e)) from e
             spec, embedder = self.embedder(conn)
             degraded, embedding = "", None
             try:
@@ -411,19 +412,19 @@ class Backend:
 
 @contextlib.contextmanager
 def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
-    """Database failures as ToolFailure messages a model (and a person) can act on."""
+    """Database failures as ServiceError messages a model (and a person) can act on."""
     try:
         yield
     except psycopg.errors.QueryCanceled as e:
-        raise ToolFailure(
+        raise ServiceError(
             f"{what} timed out after {timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS); try a more specific query or a kb"
         ) from e
     except psycopg.OperationalError as e:
-        raise ToolFailure(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
+        raise ServiceError(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
     except psycopg.Error as e:
         diag = getattr(e, "diag", None)
         message = (diag.message_primary if diag else None) or _first_line(e)
         hint = diag.message_hint if diag else None
         if isinstance(e, psycopg.errors.NoDataFound) and "knowledge base" in message:
             hint = "list_knowledge_bases shows the ones you can see"
-        raise ToolFailure(message + (f" ({hint})" if hint else "")) from e
+        raise ServiceError(message + (f" ({hint})" if hint else "")) from e

@@ -1,17 +1,17 @@
-"""Tool errors and the checks every tool argument passes (types, ranges, lengths, valid Unicode), with
-messages that echo at most a bounded part of what the caller sent."""
+"""Errors meant for the caller and the checks every tool / API argument passes (types, ranges, lengths,
+valid Unicode), with messages that echo at most a bounded part of what the caller sent."""
 
 from __future__ import annotations
 
-from pgkb.mcp.config import (
+from pgkb.serving.config import (
     _SURROGATE,
     MAX_MESSAGE_CHARS,
     SHOWN_CHARS,
 )
 
 
-class ToolFailure(Exception):
-    """An error meant for the caller (becomes a tool error / resource error)."""
+class ServiceError(Exception):
+    """An error meant for the caller (an MCP tool or resource error; an HTTP error of `pgkb serve`)."""
 
 
 def _first_line(e: BaseException) -> str:
@@ -38,16 +38,16 @@ def _bounded_message(e: BaseException, *values: object) -> str:
 
 
 def check_text(name: str, value: object, limit: int) -> str:
-    """A string argument, or ToolFailure: not a string, longer than ``limit`` characters, a NUL character or
+    """A string argument, or ServiceError: not a string, longer than ``limit`` characters, a NUL character or
     an unpaired surrogate (text that is not valid Unicode). The value itself is never echoed."""
     if not isinstance(value, str):
-        raise ToolFailure(f"{name} must be a string, got {type(value).__name__}")
+        raise ServiceError(f"{name} must be a string, got {type(value).__name__}")
     if len(value) > limit:
-        raise ToolFailure(f"{name} is {len(value)} characters long; at most {limit} are accepted")
+        raise ServiceError(f"{name} is {len(value)} characters long; at most {limit} are accepted")
     if "\x00" in value:
-        raise ToolFailure(f"{name} contains a NUL character, which is not allowed")
+        raise ServiceError(f"{name} contains a NUL character, which is not allowed")
     if _SURROGATE.search(value):
-        raise ToolFailure(f"{name} {_SURROGATE_MESSAGE}")
+        raise ServiceError(f"{name} {_SURROGATE_MESSAGE}")
     return value
 
 
@@ -55,10 +55,10 @@ _SURROGATE_MESSAGE = "contains an unpaired surrogate (invalid Unicode); send val
 
 
 def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """An integer argument within [low, high] (booleans are not integers), or ToolFailure."""
+    """An integer argument within [low, high] (booleans are not integers), or ServiceError."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ToolFailure(f"{name} must be an integer, got {type(value).__name__} {_shown(value, 20)}")
+        raise ServiceError(f"{name} must be an integer, got {type(value).__name__} {_shown(value, 20)}")
     if value < low or (high is not None and value > high):
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ToolFailure(f"{name} must be {bounds}, got {_shown(value, 20)}")
+        raise ServiceError(f"{name} must be {bounds}, got {_shown(value, 20)}")
     return value

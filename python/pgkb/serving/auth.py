@@ -1,0 +1,42 @@
+"""Who is calling and from where: bearer tokens mapped to pgkb users (PGKB_MCP_TOKENS), and the Origin and
+Host checks against cross-site requests and DNS rebinding that every HTTP endpoint applies."""
+
+from __future__ import annotations
+
+import hmac
+from urllib.parse import urlsplit
+
+from pgkb.serving.config import LOOPBACK
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Localhost origins always; others only when listed (or ``*``)."""
+    if "*" in allowed or origin in allowed:
+        return True
+    try:
+        host = urlsplit(origin).hostname
+    except ValueError:
+        return False
+    return host in LOOPBACK
+
+
+def host_allowed(host_header: str | None) -> bool:
+    """A Host header naming a loopback address (what a server bound to loopback accepts)."""
+    return (host_header or "").rsplit(":", 1)[0].strip("[]") in LOOPBACK
+
+
+def bearer(value: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value; None when absent or another scheme."""
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def user_for_token(tokens: dict[str, str], token: str | None) -> str | None:
+    """The pgkb user a token maps to, or None; every known token is compared in constant time."""
+    found = None
+    for known, user in tokens.items():
+        if token is not None and hmac.compare_digest(token.encode(), known.encode()):
+            found = user
+    return found
