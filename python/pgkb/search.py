@@ -227,6 +227,24 @@ def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
     return sorted(hits, key=lambda h: -h.rerank_score)
 
 
+def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None, spec: ModelSpec | None = None):
+    """``(embedding, model, failure)``: the query's embedding (a pgvector Vector) by the configured model
+    (``embedder`` None loads it), the model's name, and None -- or ``(None, model or None, reason)`` when no
+    usable embedding can be had (the caller then searches the lexical legs only and says why)."""
+    model = None
+    try:
+        spec = spec or model_spec(conn, settings.embed_model)
+        model = spec.name
+        embedder = embedder or load_embedder(settings, spec)
+        embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
+        norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
+        if not 1e-15 <= norm <= 1e15:  # kb.usable_embedding's bounds: zero, NaN or degenerate vectors
+            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
+    except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
+        return None, model, f"query embedding failed, lexical-only results ({e})"
+    return _vector(embedding), model, None
+
+
 def search(
     conn,
     settings,
@@ -254,25 +272,16 @@ def search(
     started = time.perf_counter()
     response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
 
-    embedding = None
-    try:
-        spec = spec or model_spec(conn, settings.embed_model)
-        response.model = spec.name
-        embedder = embedder or load_embedder(settings, spec)
-        embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
-        norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
-        if not 1e-15 <= norm <= 1e15:  # kb.usable_embedding's bounds: zero, NaN or degenerate vectors
-            embedding = None
-            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
-    except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
+    embedding, response.model, failure = embed_query(conn, settings, query, embedder=embedder, spec=spec)
+    if failure is not None:
         response.degraded = True
-        response.degraded_reasons.append(f"query embedding failed, lexical-only results ({e})")
+        response.degraded_reasons.append(failure)
     t_embed = time.perf_counter()
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
     depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
     # without an embedding the vector leg is off, so the database does not try its own HTTP embedding either
-    vector = {"vector_weight": 0.0} if embedding is None else {"query_embedding": _vector(embedding)}
+    vector = {"vector_weight": 0.0} if embedding is None else {"query_embedding": embedding}
     with conn.transaction():
         _acting(conn, user, options.statement_timeout_ms)
         hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, model=response.model, **vector)

@@ -14,6 +14,18 @@ class ServiceError(Exception):
     """An error meant for the caller (an MCP tool or resource error; an HTTP error of `pgkb serve`)."""
 
 
+class BadInput(ServiceError):
+    """The caller's input was refused, by the checks here or by the database (HTTP 400)."""
+
+
+class Unsupported(ServiceError):
+    """The database lacks a function this call needs (an older or partly migrated schema; HTTP 501)."""
+
+
+class NotFound(ServiceError):
+    """What the caller named does not exist or is not visible to them: the same answer for both (HTTP 404)."""
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 

@@ -15,10 +15,13 @@ from datetime import datetime, timezone
 import psycopg
 
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
-from pgkb.search import SearchResponse, search
+from pgkb.search import SearchResponse, check_input, embed_query, search
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
+    BadInput,
+    NotFound,
     ServiceError,
+    Unsupported,
     _first_line,
 )
 from pgkb.serving.config import (
@@ -373,6 +376,67 @@ class Backend:
             for n, v, desc, docs, chunks, last in rows
         ]
 
+    def retrieve(
+        self,
+        user: str | None,
+        query: str,
+        top_k: int,
+        kb: str | None,
+        metadata_condition: dict | None = None,
+        score_threshold: float = 0.0,
+    ) -> tuple[list[dict], str | None]:
+        """kb.retrieve as ``user`` (hits with an absolute 0..1 score, those below ``score_threshold`` left
+        out) with the query embedded here; returns the rows (dicts by column) and, when no query embedding
+        could be had, why (the relevance is then term coverage alone). BadInput for input the database
+        refuses (blank query, a condition it cannot honour), NotFound for an unknown or invisible kb."""
+        timeout = self.config.options.statement_timeout_ms
+        with self.connection() as conn, _db_errors(timeout, "retrieve"):
+            try:
+                check_input(conn, query, top_k)
+            except ValueError as e:
+                raise BadInput(str(e)) from e
+            spec, embedder = self.embedder(conn)
+            embedding, model, failure = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec)
+            condition = None if metadata_condition is None else json.dumps(metadata_condition)
+            with self.acting(conn, user):
+                cursor = conn.execute(
+                    "select * from kb.retrieve(%s, %s, %s, %s, %s, %s::jsonb, %s)",
+                    [query, top_k, kb, embedding, model, condition, score_threshold],
+                )
+                columns = [c.name for c in cursor.description]
+                rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        log.info("retrieve user=%s kb=%s top_k=%d: %d records", user, kb, top_k, len(rows))
+        return rows, failure
+
+    def snippets(self, query: str, contents: list[str], width: int, marks: tuple[str, str]) -> list[str]:
+        """kb.snippet for each content: a window around the query's first term, terms wrapped in ``marks``
+        (the database's term model decides what is highlighted)."""
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "snippet"):
+            rows = conn.execute(
+                "select kb.snippet(c.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as c (content, n)"
+                " order by c.n",
+                [query, width, marks[0], marks[1], contents],
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
+        """kb.ask(question, top_k, kb) as ``user``: its one row as a dict by column; Unsupported when the
+        database has no kb.ask (yet)."""
+        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask"):
+            if not conn.execute(
+                "select exists (select from pg_proc where proname = 'ask' and pronamespace = 'kb'::regnamespace)"
+            ).fetchone()[0]:
+                raise Unsupported("answers are not available: this database has no kb.ask function")
+            with self.acting(conn, user):
+                cursor = conn.execute(
+                    "select * from kb.ask(question => %s, top_k => %s, kb => %s)", [question, top_k, kb]
+                )
+                columns = [c.name for c in cursor.description]
+                row = cursor.fetchone()
+        if row is None:
+            raise ServiceError("kb.ask returned no row")
+        return dict(zip(columns, row, strict=True))
+
     def log_query(self, response: SearchResponse) -> None:
         path = self.config.query_log
         if path is None:
@@ -427,4 +491,9 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
         hint = diag.message_hint if diag else None
         if isinstance(e, psycopg.errors.NoDataFound) and "knowledge base" in message:
             hint = "list_knowledge_bases shows the ones you can see"
-        raise ServiceError(message + (f" ({hint})" if hint else "")) from e
+        kind = ServiceError
+        if isinstance(e, psycopg.errors.NoDataFound):
+            kind = NotFound
+        elif isinstance(e, (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded)):
+            kind = BadInput
+        raise kind(message + (f" ({hint})" if hint else "")) from e
