@@ -24,6 +24,7 @@ import fixture_docs
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from pgkb.serving.arguments import ServiceError
+from server_process import free_port, running
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 PYTHON_DIR = str(Path(__file__).resolve().parents[2] / "python")
@@ -79,12 +80,6 @@ def run(coro_fn, *args):
 
 def text_of(result) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -------------------------------------------------------------------------------------------------- stdio
@@ -227,29 +222,8 @@ def http_server(world):
     port = free_port()
     env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS="alice-token:alice,bob-token:bob")}
     env.pop("PGKB_USER", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgkb.cli", "mcp", "--transport", "http", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"MCP server did not start: {proc.communicate()[1].decode()[-2000:]}") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    assert b"Traceback" not in proc.stderr.read()
+    with running(["mcp", "--transport", "http", "--port", str(port)], env, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def http_client(base: str, token: str | None, statuses: list[int] | None = None, **kwargs) -> Client:

@@ -17,6 +17,7 @@ NAMES = (
     "search",
     "ask",
     "mcp",
+    "serve",
     "embed_server",
     "eval",
     "sweep",

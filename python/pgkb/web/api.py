@@ -1,0 +1,159 @@
+"""The page's JSON endpoints. Every call needs ``Authorization: Bearer <token>`` (PGKB_MCP_TOKENS; 401
+without a known one) and acts as the token's pgkb user. Errors are ``{"error": "<message>"}``: 400 for bad
+input (empty, oversized or malformed JSON, invalid Unicode, wrong types, top_k out of range), 404 for a
+knowledge base or document the user cannot see (the same as one that does not exist), 501 for /api/ask while
+the database has no kb.ask, 503 when the database is unavailable or busy.
+
+- ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...}]}``
+- ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5)}`` -> ``{"query", "kb", "results":
+  [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, page, score, snippet}], "degraded",
+  "degraded_reason"}``; snippet is kb.snippet's window as ``[{"text", "hit"}]`` parts (hit: a query term by
+  the database's tokenizer), so the page highlights without parsing markup.
+- ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document.
+- ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20)}`` -> kb.ask's row: ``{answer, found, citations:
+  [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, quote}], mode, model, ...}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
+from pgkb.serving.auth import bearer, user_for_token
+from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
+from pgkb.web.app import RequestError, json_response, read_json
+
+MAX_QUERY_CHARS = 4000  # kb.check_search_input's limit
+SNIPPET_CHARS = 240
+MARKS = ("\ue000", "\ue001")  # private-use characters: kb.snippet's marks, removed from contents first
+
+
+def snippet_parts(marked: str) -> list[dict]:
+    """kb.snippet output with MARKS -> [{"text", "hit"}] (empty parts dropped)."""
+    parts, hit = [], False
+    for piece in marked.replace(MARKS[1], MARKS[0]).split(MARKS[0]):
+        if piece:
+            parts.append({"text": piece, "hit": hit})
+        hit = not hit
+    return parts
+
+
+def _plain(value):
+    """A database value as JSON (timestamps as ISO text, numerics as numbers)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
+
+
+def _text(body: dict, name: str, limit: int, *, required: bool) -> str | None:
+    value = body.get(name)
+    if value is None or (value == "" and not required):
+        if required:
+            raise RequestError(400, f"{name} is required")
+        return None
+    try:
+        value = check_text(name, value, limit)
+    except ServiceError as e:
+        raise RequestError(400, str(e)) from None
+    if required and not value.strip():
+        raise RequestError(400, f"{name} must not be empty")
+    return value.strip() or None
+
+
+def _int(body: dict, name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    try:
+        return check_int(name, value, low, high)
+    except ServiceError as e:
+        raise RequestError(400, str(e)) from None
+
+
+def routes(backend):
+    from starlette.concurrency import run_in_threadpool
+    from starlette.routing import Route
+
+    tokens = backend.config.tokens
+
+    def endpoint(handler, *, body: bool):
+        async def call(request):
+            user = user_for_token(tokens, bearer(request.headers.get("authorization")))
+            if user is None:
+                challenge = {"www-authenticate": "Bearer"}
+                return json_response(401, {"error": "sign in: a valid token is required"}, challenge)
+            try:
+                payload = await read_json(request) if body else {}
+                return json_response(200, await run_in_threadpool(handler, user, payload))
+            except RequestError as e:
+                return json_response(e.status, {"error": str(e)})
+            except BadInput as e:
+                return json_response(400, {"error": str(e)})
+            except NotFound as e:
+                return json_response(404, {"error": str(e)})
+            except Unsupported as e:
+                return json_response(501, {"error": str(e)})
+            except ValueError as e:  # pgkb.search's and the database's input checks
+                return json_response(400, {"error": str(e)})
+            except ServiceError as e:
+                return json_response(503, {"error": str(e)})
+
+        return call
+
+    def kbs(user: str, _body: dict) -> dict:
+        return {"user": user, "knowledge_bases": backend.knowledge_bases(user)}
+
+    def search(user: str, body: dict) -> dict:
+        query = _text(body, "query", MAX_QUERY_CHARS, required=True)
+        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
+        response = backend.search(user, query, top_k, kb)
+        contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
+        snippets = backend.snippets(query, contents, SNIPPET_CHARS, MARKS) if contents else []
+        return {
+            "query": response.query,
+            "kb": kb,
+            "results": [
+                {
+                    "rank": i,
+                    "title": h.title or h.doc_key,
+                    "heading_path": h.heading_path,
+                    "kb": h.kb,
+                    "doc_id": h.doc_key,
+                    "chunk_index": h.chunk_index,
+                    "source": h.source,
+                    "uri": f"kb://{h.kb}/{h.doc_key}",
+                    "page": (h.metadata or {}).get("page"),
+                    "score": h.final_score,
+                    "snippet": snippet_parts(s),
+                }
+                for i, (h, s) in enumerate(zip(response.results, snippets, strict=True), 1)
+            ],
+            "degraded": response.degraded,
+            "degraded_reason": response.degraded_reason,
+        }
+
+    def document(user: str, body: dict) -> dict:
+        doc_id = _text(body, "doc_id", MAX_DOC_ID_CHARS, required=True)
+        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        chunk_index = _int(body, "chunk_index", -1, -1, MAX_CHUNK_INDEX)
+        window = _int(body, "window", 2, 0, MAX_WINDOW)
+        return backend.document(user, doc_id, kb, chunk_index, window)
+
+    def ask(user: str, body: dict) -> dict:
+        question = _text(body, "question", MAX_QUERY_CHARS, required=True)
+        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
+        return _plain(backend.ask(user, question, top_k, kb))
+
+    return [
+        Route("/api/kbs", endpoint(kbs, body=False), methods=["GET"]),
+        Route("/api/search", endpoint(search, body=True), methods=["POST"]),
+        Route("/api/document", endpoint(document, body=True), methods=["POST"]),
+        Route("/api/ask", endpoint(ask, body=True), methods=["POST"]),
+    ]

@@ -1,0 +1,251 @@
+// pgkb's search page: sign in with a token (kept in sessionStorage), search, read answers with citations.
+// Plain JavaScript, no dependencies; every text from the server is inserted with textContent, never as HTML.
+"use strict";
+
+const TOKEN_KEY = "pgkb-token";
+const $ = (id) => document.getElementById(id);
+let askSupported = true; // false once /api/ask answered 501 (the database has no kb.ask yet)
+let searchSerial = 0; // answers of an older search are dropped
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else node.setAttribute(k, v);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: "Bearer " + (sessionStorage.getItem(TOKEN_KEY) || "") };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (e) {
+    throw new ApiError(0, "the server cannot be reached");
+  }
+  let payload = null;
+  try {
+    payload = await response.json();
+  } catch (e) {
+    payload = null;
+  }
+  if (!response.ok) {
+    throw new ApiError(response.status, (payload && payload.error) || "HTTP " + response.status);
+  }
+  return payload;
+}
+
+function setStatus(text, isError) {
+  $("status").textContent = text || "";
+  $("status").classList.toggle("error", Boolean(isError));
+}
+
+function isWebLink(url) {
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "http:" || parsed.protocol === "https:";
+  } catch (e) {
+    return false;
+  }
+}
+
+function crumbs(title, headingPath) {
+  const node = el("div", { class: "crumbs" });
+  [title, ...(headingPath || [])].forEach((part, i) => {
+    if (i > 0) node.append(el("span", { class: "sep" }, "›"));
+    node.append(el("span", {}, part));
+  });
+  return node;
+}
+
+// A source: a link for http(s) sources; documents without one open in the side panel.
+function sourceControl(item, label) {
+  if (isWebLink(item.source_url || item.source)) {
+    const url = item.source_url || item.source;
+    return el("a", { href: url, target: "_blank", rel: "noopener noreferrer", class: "source" }, label || url);
+  }
+  const button = el("button", { type: "button", class: "link source" }, label || item.uri || item.source);
+  button.addEventListener("click", () => openDocument(item.kb, item.doc_id || item.doc_key, item.chunk_index));
+  return button;
+}
+
+// ------------------------------------------------------------------------------------------ sign-in
+
+async function signIn(token) {
+  sessionStorage.setItem(TOKEN_KEY, token);
+  try {
+    const data = await api("GET", "/api/kbs");
+    showApp(data);
+    return true;
+  } catch (e) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("signin-error").textContent = e.status === 401 ? "This token is not valid." : "Cannot sign in: " + e.message;
+    $("signin-error").hidden = false;
+    return false;
+  }
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  $("app").hidden = true;
+  $("who").hidden = true;
+  $("doc-view").hidden = true;
+  $("signin").hidden = false;
+  $("results").replaceChildren();
+  $("answer").hidden = true;
+  setStatus("");
+}
+
+function showApp(data) {
+  $("signin").hidden = true;
+  $("signin-error").hidden = true;
+  $("app").hidden = false;
+  $("who").hidden = false;
+  $("who-name").textContent = "Signed in as " + data.user;
+  const picker = $("kb");
+  picker.replaceChildren(el("option", { value: "" }, "All knowledge bases"));
+  for (const kb of data.knowledge_bases) {
+    picker.append(el("option", { value: kb.name }, kb.name + " (" + kb.document_count + " documents)"));
+  }
+  $("query").focus();
+}
+
+// ------------------------------------------------------------------------------------------- search
+
+function renderResults(data) {
+  const list = $("results");
+  list.replaceChildren();
+  for (const hit of data.results) {
+    const snippet = el("p", { class: "snippet" });
+    for (const part of hit.snippet) snippet.append(part.hit ? el("mark", {}, part.text) : part.text);
+    const meta = [hit.kb];
+    if (hit.page !== null && hit.page !== undefined) meta.push("page " + hit.page);
+    meta.push("score " + Number(hit.score).toFixed(3));
+    const sources = el("div", { class: "sources" }, sourceControl(hit));
+    if (isWebLink(hit.source)) {
+      const inPage = el("button", { type: "button", class: "link" }, "show passage");
+      inPage.addEventListener("click", () => openDocument(hit.kb, hit.doc_id, hit.chunk_index));
+      sources.append(inPage);
+    }
+    list.append(el("li", { class: "result" }, crumbs(hit.title, hit.heading_path),
+      el("div", { class: "meta" }, meta.join(" · ")), snippet, sources));
+  }
+  let status = data.results.length ? data.results.length + " results" : "Nothing found. Try other words or all knowledge bases.";
+  if (data.degraded) status += " (keyword search only: " + data.degraded_reason + ")";
+  setStatus(status, false);
+}
+
+function renderAnswer(data) {
+  const text = $("answer-text");
+  text.replaceChildren();
+  // numbered citation markers [n] become links to the matching citation
+  const numbers = new Set((data.citations || []).map((c) => String(c.n)));
+  for (const piece of String(data.answer || "").split(/(\[\d+\])/)) {
+    const m = /^\[(\d+)\]$/.exec(piece);
+    if (m && numbers.has(m[1])) text.append(el("a", { href: "#citation-" + m[1], class: "cite" }, piece));
+    else if (piece) text.append(piece);
+  }
+  const list = $("citations");
+  list.replaceChildren();
+  for (const c of data.citations || []) {
+    const label = [c.title || c.doc_key, ...(c.heading_path || [])].join(" › ") +
+      (c.page !== null && c.page !== undefined ? " (page " + c.page + ")" : "");
+    const item = el("li", { id: "citation-" + c.n, value: c.n }, sourceControl(c, label));
+    if (c.quote) item.append(el("div", { class: "quote" }, "“" + c.quote + "”"));
+    list.append(item);
+  }
+  $("answer").hidden = false;
+}
+
+async function runAsk(serial, body) {
+  try {
+    const data = await api("POST", "/api/ask", { question: body.query, kb: body.kb, top_k: body.top_k });
+    if (serial === searchSerial) renderAnswer(data);
+  } catch (e) {
+    if (e.status === 501) askSupported = false;
+    if (serial === searchSerial) $("answer").hidden = true;
+    if (e.status === 401) signOut();
+  }
+}
+
+async function runSearch(event) {
+  event.preventDefault();
+  const body = { query: $("query").value, kb: $("kb").value, top_k: Number($("top-k").value) };
+  const serial = ++searchSerial;
+  $("search-button").disabled = true;
+  $("answer").hidden = true;
+  setStatus("Searching…");
+  const asking = askSupported ? runAsk(serial, body) : null;
+  try {
+    const data = await api("POST", "/api/search", body);
+    if (serial === searchSerial) renderResults(data);
+  } catch (e) {
+    if (e.status === 401) signOut();
+    else if (serial === searchSerial) setStatus(e.message, true);
+  } finally {
+    $("search-button").disabled = false;
+  }
+  await asking;
+}
+
+// ---------------------------------------------------------------------------------------- documents
+
+async function openDocument(kb, docId, chunkIndex) {
+  const panel = $("doc-view");
+  $("doc-title").textContent = "Loading…";
+  $("doc-source").textContent = "";
+  $("doc-chunks").replaceChildren();
+  panel.hidden = false;
+  try {
+    const doc = await api("POST", "/api/document", { kb, doc_id: docId, chunk_index: chunkIndex, window: 3 });
+    $("doc-title").textContent = doc.title || doc.doc_id;
+    const source = isWebLink(doc.source)
+      ? el("a", { href: doc.source, target: "_blank", rel: "noopener noreferrer" }, doc.source)
+      : doc.source;
+    $("doc-source").replaceChildren(source, " · " + doc.chunk_count + " passages");
+    let hitNode = null;
+    for (const chunk of doc.chunks) {
+      const node = el("div", { class: "chunk" + (chunk.chunk_index === chunkIndex ? " hit" : "") },
+        chunk.heading_path.length ? el("div", { class: "heading" }, chunk.heading_path.join(" › ")) : null,
+        chunk.content);
+      node.dataset.chunk = chunk.chunk_index;
+      if (chunk.chunk_index === chunkIndex) hitNode = node;
+      $("doc-chunks").append(node);
+    }
+    if (hitNode) hitNode.scrollIntoView({ block: "nearest" });
+  } catch (e) {
+    $("doc-title").textContent = "Cannot open the document";
+    $("doc-source").textContent = e.message;
+    if (e.status === 401) signOut();
+  }
+}
+
+// ------------------------------------------------------------------------------------------- wiring
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("signin-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    signIn($("token").value.trim()).then((ok) => { if (ok) $("token").value = ""; });
+  });
+  $("sign-out").addEventListener("click", signOut);
+  $("search-form").addEventListener("submit", runSearch);
+  $("doc-close").addEventListener("click", () => { $("doc-view").hidden = true; });
+  const saved = sessionStorage.getItem(TOKEN_KEY);
+  if (saved) signIn(saved);
+});

@@ -1,0 +1,407 @@
+"""`pgkb serve` as a subprocess against the real database: Dify's External Knowledge API (requests shaped
+like the spec's examples, every error code, visibility, metadata conditions, the score threshold), the
+page's JSON API and its input checks, the Origin / Host guard, and the page itself in a real headless
+Chromium (selenium + Debian's chromium-driver).
+
+World (test_mcp's): team-docs (public, the fixture docs), alice-notes (private to alice, zebramarker),
+bob-notes (private to bob, bobmarker), empty-kb (alice); tokens alice-token and bob-token."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+
+import pytest
+from server_process import free_port, running
+from test_mcp import server_env, world  # noqa: F401 (world is a fixture)
+
+TOKENS = "alice-token:alice,bob-token:bob"
+ALICE = {"Authorization": "Bearer alice-token"}
+BOB = {"Authorization": "Bearer bob-token"}
+
+
+@pytest.fixture
+def web(world):  # noqa: F811
+    port = free_port()
+    # no deadline on query embeddings: the first one (model load) must not degrade a test to lexical-only
+    env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS=TOKENS, PGKB_MCP_EMBED_TIMEOUT_MS="0")}
+    env.pop("PGKB_USER", None)
+    with running(["serve", "--port", str(port)], env, port):
+        yield f"http://127.0.0.1:{port}"
+
+
+def call(url: str, body=None, headers: dict | None = None, method: str | None = None) -> tuple[int, dict, dict]:
+    """(status, JSON body, headers) of one request; ``body`` bytes are sent as they are, anything else as JSON."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method or ("POST" if data is not None else "GET"),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw, status, got = response.read(), response.status, dict(response.headers)
+    except urllib.error.HTTPError as e:
+        raw, status, got = e.read(), e.code, dict(e.headers)
+    try:
+        return status, json.loads(raw), got
+    except ValueError:
+        return status, {"raw": raw.decode(errors="replace")}, got
+
+
+def retrieval(**overrides) -> dict:
+    """The spec's example request (top_k 2, score_threshold 0.5) with pgkb's names."""
+    body = {
+        "knowledge_id": "team-docs",
+        "query": "登录态失效怎么排查",
+        "retrieval_setting": {"top_k": 2, "score_threshold": 0.5},
+    }
+    body.update(overrides)
+    return body
+
+
+def has_ask(db) -> bool:
+    """Whether the database has kb.ask (another part of pgkb adds it)."""
+    query = "select exists (select from pg_proc where proname = 'ask' and pronamespace = 'kb'::regnamespace)"
+    return db.execute(query).fetchone()[0]
+
+
+# ------------------------------------------------------------------------------------------------- Dify
+
+
+def test_dify_spec_request_gets_the_documented_response(web):
+    status, out, headers = call(web + "/retrieval", retrieval(), ALICE)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert list(out) == ["records"] and 1 <= len(out["records"]) <= 2
+    for record in out["records"]:
+        assert set(record) == {"content", "score", "title", "metadata"}
+        assert isinstance(record["content"], str) and isinstance(record["title"], str)
+        assert 0.5 <= record["score"] <= 1
+        assert isinstance(record["metadata"], dict)  # an object, never null
+    top = out["records"][0]
+    assert top["title"] == "登录态失效排查手册" and "token 过期" in top["content"]
+    assert top["metadata"] == {
+        "kb": "team-docs",
+        "doc_id": "guide/login.md",
+        "chunk_index": 0,
+        "heading_path": ["排查步骤"],
+        "path": "kb://team-docs/guide/login.md",
+    }
+    scores = [r["score"] for r in out["records"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_dify_threshold(web):
+    everything = call(web + "/retrieval", retrieval(retrieval_setting={"top_k": 10, "score_threshold": 0.0}), ALICE)[1]
+    scores = [r["score"] for r in everything["records"]]
+    assert len(scores) == 7 and scores == sorted(scores, reverse=True)  # every chunk of team-docs, pgkb's order
+    kept = call(web + "/retrieval", retrieval(retrieval_setting={"top_k": 10, "score_threshold": 0.5}), ALICE)[1]
+    assert kept["records"] == [r for r in everything["records"] if r["score"] >= 0.5]  # a prefix
+    assert 0 < len(kept["records"]) < len(scores)
+    nothing = call(web + "/retrieval", retrieval(query="best pizza recipe"), ALICE)
+    assert nothing[:2] == (200, {"records": []})
+    integer = call(web + "/retrieval", retrieval(retrieval_setting={"top_k": 1, "score_threshold": 1}), ALICE)
+    assert integer[:2] == (200, {"records": []})  # an integer threshold is a number too
+
+
+def test_dify_authorization_errors(web):
+    url = web + "/retrieval"
+    bad_format = {
+        "error_code": 1001,
+        "error_msg": "Invalid Authorization header format. Expected 'Bearer <api-key>' format.",
+    }
+    for headers in (
+        {},
+        {"Authorization": "alice-token"},
+        {"Authorization": "Basic YWxpY2U6eA=="},
+        {"Authorization": "Bearer "},
+    ):
+        assert call(url, retrieval(), headers)[:2] == (403, bad_format), headers
+    for token in ("wrong", "alice-token2", "alice"):
+        assert call(url, retrieval(), {"Authorization": f"Bearer {token}"})[:2] == (
+            403, {"error_code": 1002, "error_msg": "Authorization failed"}
+        )  # fmt: skip
+    # authorization is checked before the body is read
+    assert call(url, b"{not json", {"Authorization": "Bearer wrong"})[1]["error_code"] == 1002
+
+
+def test_dify_knowledge_bases_follow_visibility_without_an_existence_oracle(web):
+    url = web + "/retrieval"
+    mine = call(url, retrieval(knowledge_id="alice-notes", query="zebramarker"), ALICE)[1]["records"]
+    assert [r["metadata"]["doc_id"] for r in mine][:1] == ["zebramarker.md"]
+    hidden = call(url, retrieval(knowledge_id="bob-notes", query="bobmarker"), ALICE)
+    missing = call(url, retrieval(knowledge_id="no-such-kb", query="bobmarker"), ALICE)
+    assert hidden[0] == missing[0] == 404
+    assert hidden[1]["error_code"] == missing[1]["error_code"] == 2001
+    assert hidden[1]["error_msg"].replace("bob-notes", "X") == missing[1]["error_msg"].replace("no-such-kb", "X")
+    assert call(url, retrieval(knowledge_id="bob-notes", query="bobmarker"), BOB)[0] == 200
+    assert call(url, retrieval(knowledge_id="x" * 500), ALICE)[1]["error_code"] == 2001
+
+
+def test_dify_metadata_condition(web, world):  # noqa: F811
+    for key, metadata in (
+        ("hr/leave.md", {"category": "hr", "year": 2024}),
+        ("ops/old.md", {"category": "ops", "year": 2019}),
+    ):
+        world.execute(
+            "select * from kb.replace_document(kb => 'team-docs', doc_key => %s, title => %s, chunks => %s::jsonb,"
+            " metadata => %s::jsonb)",
+            [key, key, json.dumps([{"content": "请假流程 vacation policy"}]), json.dumps(metadata)],
+        )
+    url = web + "/retrieval"
+    setting = {"top_k": 5, "score_threshold": 0.0}
+
+    def docs(condition):
+        status, out, _ = call(
+            url, retrieval(query="请假流程", retrieval_setting=setting, metadata_condition=condition), ALICE
+        )
+        assert status == 200, out
+        return [r["metadata"]["doc_id"] for r in out["records"]]
+
+    only_hr = docs(
+        {"logical_operator": "and", "conditions": [{"name": "category", "comparison_operator": "is", "value": "hr"}]}
+    )
+    assert only_hr == ["hr/leave.md"]
+    recent = docs({"conditions": [{"name": "year", "comparison_operator": "≥", "value": 2020}]})
+    assert recent == ["hr/leave.md"]
+    either = docs({"logical_operator": "or", "conditions": [
+        {"name": "category", "comparison_operator": "is", "value": "hr"},
+        {"name": "year", "comparison_operator": "<", "value": 2020},
+    ]})  # fmt: skip
+    assert set(either) == {"hr/leave.md", "ops/old.md"}
+    record = call(url, retrieval(query="请假流程", retrieval_setting=setting), ALICE)[1]["records"][0]
+    assert record["metadata"]["category"] in {"hr", "ops"}  # the document's metadata comes along
+    status, out, _ = call(url, retrieval(metadata_condition={"conditions": [
+        {"name": "category", "comparison_operator": "all of", "value": ["a"]}]}), ALICE)  # fmt: skip
+    assert status == 400 and out["error_code"] == 400 and "all of" in out["error_msg"]
+    assert call(url, retrieval(metadata_condition=[1]), ALICE)[0] == 400
+
+
+MALFORMED_DIFY_BODIES = [
+    (b"", 400, "empty"),
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (b'{"query": NaN}', 400, "NaN"),
+    (b"\xff\xfe", 400, "not UTF-8"),
+    (b"[" * 5000 + b"]" * 5000, 400, "nested deeper"),
+    (json.dumps(retrieval(query="\ud800")).encode(), 400, "unpaired surrogate"),  # json escapes it: \\ud800
+    (json.dumps(retrieval(query="a\x00b")).encode(), 400, "NUL"),
+    (json.dumps(retrieval(query="x" * 70_000)).encode(), 413, "larger than"),
+    (json.dumps(retrieval(query="x" * 5000)).encode(), 400, "at most 4000"),
+    (json.dumps(retrieval(query="   ")).encode(), 400, "must not be empty"),
+    (json.dumps(retrieval(query=7)).encode(), 400, "query must be a string"),
+    (json.dumps(retrieval(knowledge_id="")).encode(), 400, "knowledge_id"),
+    (json.dumps({"knowledge_id": "team-docs", "query": "x"}).encode(), 400, "retrieval_setting"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": 0, "score_threshold": 0.5})).encode(), 400, "top_k"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": 51, "score_threshold": 0.5})).encode(), 400, "top_k"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": "5", "score_threshold": 0.5})).encode(), 400, "top_k"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": True, "score_threshold": 0.5})).encode(), 400, "top_k"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": 5})).encode(), 400, "score_threshold"),
+    (json.dumps(retrieval(retrieval_setting={"top_k": 5, "score_threshold": 1.5})).encode(), 400, "threshold"),
+]  # fmt: skip
+
+
+def test_dify_malformed_bodies(web):
+    for body, status, message in MALFORMED_DIFY_BODIES:
+        got, out, _ = call(web + "/retrieval", body, ALICE)
+        assert got == status and out["error_code"] == status and message in out["error_msg"], (body[:100], out)
+
+
+# ---------------------------------------------------------------------------------------- the page's API
+
+
+def test_api_needs_a_token(web):
+    assert call(web + "/api/kbs")[0] == 401
+    assert call(web + "/api/kbs", headers={"Authorization": "Bearer nope"})[0] == 401
+    assert call(web + "/api/search", {"query": "退款"})[0] == 401
+    status, out, _ = call(web + "/api/kbs", headers=ALICE)
+    assert status == 200 and out["user"] == "alice"
+    assert [k["name"] for k in out["knowledge_bases"]] == ["alice-notes", "empty-kb", "team-docs"]
+
+
+def test_api_search_highlights_with_the_database_tokenizer(web):
+    status, out, _ = call(web + "/api/search", {"query": "登录态失效", "kb": "team-docs"}, ALICE)
+    assert status == 200 and out["degraded"] is False
+    top = out["results"][0]
+    assert (top["title"], top["heading_path"], top["source"], top["page"]) == (
+        "登录态失效排查手册", ["排查步骤"], "kb://team-docs/guide/login.md", None
+    )  # fmt: skip
+    assert {p["text"] for p in top["snippet"] if p["hit"]} == {"登录", "登录态失效"}  # 用户登录后 … 导致登录态失效
+    assert "".join(p["text"] for p in top["snippet"]).startswith("用户登录后 token 过期")
+    # visibility: alice never sees bob's notes, and his knowledge base answers like a missing one
+    everywhere = call(web + "/api/search", {"query": "bobmarker zebramarker", "top_k": 20}, ALICE)[1]
+    assert {r["kb"] for r in everywhere["results"]} <= {"team-docs", "alice-notes"}
+    hidden = call(web + "/api/search", {"query": "bobmarker", "kb": "bob-notes"}, ALICE)
+    missing = call(web + "/api/search", {"query": "bobmarker", "kb": "nope"}, ALICE)
+    assert hidden[0] == missing[0] == 404
+    assert hidden[1]["error"].replace("bob-notes", "X") == missing[1]["error"].replace("nope", "X")
+
+
+BAD_API_INPUT = [
+    ("/api/search", b"", 400, "empty"),
+    ("/api/search", b"{", 400, "not valid JSON"),
+    ("/api/search", b'"just a string"', 400, "JSON object"),
+    ("/api/search", b'{"query": "\\udc00x"}', 400, "unpaired surrogate"),
+    ("/api/search", json.dumps({"query": "x" * 70_000}).encode(), 413, "larger than"),
+    ("/api/search", json.dumps({"query": ""}).encode(), 400, "query is required"),
+    ("/api/search", json.dumps({"query": " \u3000 "}).encode(), 400, "must not be empty"),
+    ("/api/search", json.dumps({"query": "x" * 4001}).encode(), 400, "at most 4000"),
+    ("/api/search", json.dumps({"query": ["x"]}).encode(), 400, "must be a string"),
+    ("/api/search", json.dumps({"query": "x", "top_k": 0}).encode(), 400, "top_k must be between 1 and 20"),
+    ("/api/search", json.dumps({"query": "x", "top_k": 21}).encode(), 400, "top_k must be between 1 and 20"),
+    ("/api/search", json.dumps({"query": "x", "top_k": 2.0}).encode(), 400, "top_k must be an integer"),
+    ("/api/search", json.dumps({"query": "x", "kb": 5}).encode(), 400, "kb must be a string"),
+    ("/api/document", json.dumps({"doc_id": ""}).encode(), 400, "doc_id is required"),
+    ("/api/document", json.dumps({"doc_id": "x", "window": 99}).encode(), 400, "window"),
+    ("/api/document", json.dumps({"doc_id": "bobmarker.md", "kb": "bob-notes"}).encode(), 404, "unknown"),
+    ("/api/ask", json.dumps({"question": ""}).encode(), 400, "question is required"),
+    ("/api/ask", json.dumps({"question": "x", "top_k": 100}).encode(), 400, "top_k"),
+]  # fmt: skip
+
+
+def test_api_bad_input(web):
+    for path, body, status, message in BAD_API_INPUT:
+        got, out, _ = call(web + path, body, ALICE)
+        assert got == status and message in out["error"], (path, body[:100], out)
+
+
+def test_api_document(web):
+    status, doc, _ = call(
+        web + "/api/document", {"kb": "team-docs", "doc_id": "guide/login.md", "chunk_index": 1}, ALICE
+    )
+    assert status == 200 and doc["title"] == "登录态失效排查手册" and doc["chunk_count"] == 2
+    assert [c["chunk_index"] for c in doc["chunks"]] == [0, 1]
+
+
+def test_api_ask_follows_the_kb_ask_contract(web, world):  # noqa: F811
+    if not has_ask(world):
+        status, out, _ = call(web + "/api/ask", {"question": "退款多久到账"}, ALICE)
+        assert status == 501 and "no kb.ask" in out["error"]
+        # a kb.ask of the agreed shape (answer, found, citations, mode, model) is called as the acting user
+        world.execute("""
+            create function kb.ask(question text, top_k integer default 5, kb text default null)
+            returns table (answer text, found boolean, citations jsonb, mode text, model text)
+            language sql security definer set search_path = pg_catalog, pg_temp as $$
+                select 'for ' || (select username from kb.whoami()) || ': ' || question || ' [1]', true,
+                    jsonb_build_array(jsonb_build_object('n', 1, 'kb', kb, 'doc_key', 'policy/refund.md',
+                        'title', '退款政策', 'heading_path', '["规则"]'::jsonb, 'page', null, 'source_url', null,
+                        'uri', 'kb://team-docs/policy/refund.md', 'quote', '7 天内', 'top_k', top_k)),
+                    'test', null::text
+            $$;
+            grant execute on function kb.ask(text, integer, text) to pgkb_user;
+        """)
+        status, out, _ = call(web + "/api/ask", {"question": "退款多久到账", "kb": "team-docs", "top_k": 3}, BOB)
+        assert status == 200, out
+        assert out["answer"] == "for bob: 退款多久到账 [1]" and out["found"] is True and out["mode"] == "test"
+        assert out["citations"][0]["kb"] == "team-docs" and out["citations"][0]["top_k"] == 3
+    else:  # the real kb.ask has been merged: the endpoint hands its row through
+        status, out, _ = call(web + "/api/ask", {"question": "退款多久到账", "kb": "team-docs"}, ALICE)
+        assert status == 200, out
+        assert {"answer", "found", "citations", "mode", "model"} <= set(out)
+        assert isinstance(out["citations"], list)
+
+
+def test_origin_and_host_guard(web):
+    port = web.rsplit(":", 1)[1]
+    assert call(web + "/api/kbs", headers={**ALICE, "Origin": "https://evil.example.com"})[0] == 403
+    assert call(web + "/retrieval", retrieval(), {**ALICE, "Origin": "https://evil.example.com"})[0] == 403
+    assert call(web + "/api/kbs", headers={**ALICE, "Origin": f"http://127.0.0.1:{port}"})[0] == 200
+    assert call(web + "/api/kbs", headers={**ALICE, "Origin": "http://localhost:3000"})[0] == 200
+    assert call(web + "/api/kbs", headers={**ALICE, "Host": f"attacker.example:{port}"})[0] == 421
+    assert call(web + "/", headers={"Host": "rebound.example"}, method="GET")[0] == 421
+
+
+def test_page_is_self_contained(web):
+    status, page, headers = call(web + "/", method="GET")
+    html = page["raw"]
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in headers["content-security-policy"] and "script-src 'self'" in headers[
+        "content-security-policy"]  # fmt: skip
+    for name in ("/", "/app.js", "/style.css"):
+        status, body, _ = call(web + name, method="GET")
+        assert status == 200
+        text = body["raw"]
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, name  # nothing external
+    assert '<script src="/app.js"' in html and '<link rel="stylesheet" href="/style.css">' in html
+    assert call(web + "/nothing-here", method="GET")[0] == 404
+
+
+# --------------------------------------------------------------------------------------- a real browser
+
+
+def chromium():
+    """Debian's chromium and chromium-driver, or a skip saying which is missing."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not binary or not driver:
+        pytest.skip("chromium and chromium-driver are not installed (apt-get install -y chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (dev extra)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    flags = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000")
+    for flag in flags:
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+
+
+def test_page_in_a_real_browser(web, world):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    ask_exists = has_ask(world)
+    browser = chromium()
+    wait = WebDriverWait(browser, 90)
+    try:
+        browser.get(web + "/")
+        assert browser.find_element(By.ID, "app").is_displayed() is False
+        # a wrong token is refused
+        browser.find_element(By.ID, "token").send_keys("wrong-token\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "signin-error")))
+        assert "not valid" in browser.find_element(By.ID, "signin-error").text
+        # sign in: the knowledge-base picker lists what alice may see
+        browser.find_element(By.ID, "token").send_keys("alice-token\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "query")))
+        assert browser.find_element(By.ID, "who-name").text == "Signed in as alice"
+        picker = Select(browser.find_element(By.ID, "kb"))
+        assert [o.get_attribute("value") for o in picker.options] == ["", "alice-notes", "empty-kb", "team-docs"]
+        assert browser.execute_script("return sessionStorage.getItem('pgkb-token')") == "alice-token"
+        # search
+        picker.select_by_value("team-docs")
+        browser.find_element(By.ID, "query").send_keys("登录态失效怎么排查\n")
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#results li.result"))
+        first = browser.find_elements(By.CSS_SELECTOR, "#results li.result")[0]
+        assert first.find_element(By.CSS_SELECTOR, ".crumbs").text.replace("\n", "") == "登录态失效排查手册›排查步骤"
+        assert "登录态失效" in [m.text for m in first.find_elements(By.TAG_NAME, "mark")]
+        assert "team-docs" in first.find_element(By.CSS_SELECTOR, ".meta").text
+        if ask_exists:
+            wait.until(ec.visibility_of_element_located((By.ID, "answer")))
+        else:  # /api/ask answered 501: the answer section stays hidden
+            wait.until(lambda b: b.execute_script("return askSupported === false"))
+            assert browser.find_element(By.ID, "answer").is_displayed() is False
+        # click the source: a document without a URL opens in the side panel at the hit
+        source = first.find_element(By.CSS_SELECTOR, ".source")
+        assert source.text == "kb://team-docs/guide/login.md"
+        source.click()
+        wait.until(lambda b: b.find_element(By.ID, "doc-title").text == "登录态失效排查手册")
+        hit = browser.find_element(By.CSS_SELECTOR, "#doc-chunks .chunk.hit")
+        assert "token 过期会导致登录态失效" in hit.text
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#doc-chunks .chunk")) == 2
+        browser.find_element(By.ID, "doc-close").click()
+        assert browser.find_element(By.ID, "doc-view").is_displayed() is False
+        # markup in a query is text, never HTML
+        picker.select_by_value("")
+        query = browser.find_element(By.ID, "query")
+        query.clear()
+        query.send_keys("<img src=x onerror=alert(1)> zebramarker\n")
+        wait.until(lambda b: "zebramarker 笔记" in b.find_element(By.CSS_SELECTOR, "#results li.result .crumbs").text)
+        assert browser.find_elements(By.CSS_SELECTOR, "#results img") == []
+        assert browser.find_element(By.ID, "query").get_attribute("value").startswith("<img")
+        # sign out forgets the token
+        browser.find_element(By.ID, "sign-out").click()
+        assert browser.execute_script("return sessionStorage.getItem('pgkb-token')") is None
+        assert browser.find_element(By.ID, "signin").is_displayed()
+    finally:
+        browser.quit()
