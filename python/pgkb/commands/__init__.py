@@ -25,6 +25,16 @@ NAMES = (
 )
 
 
+def add_server_options(parser, default_port: int) -> None:
+    """The options every HTTP server command takes: --host, --port, --verbose, --no-rerank."""
+    from pgkb.serving.config import DEFAULT_HOST
+
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP address (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=default_port, help=f"HTTP port (default {default_port})")
+    parser.add_argument("--verbose", action="store_true", help="log every stage to stderr")
+    parser.add_argument("--no-rerank", action="store_true", help="ignore PGKB_RERANK_URL / PGKB_RERANK_MODEL")
+
+
 def register_all(sub) -> None:
     """Add every command's parser to the argparse subparsers ``sub``."""
     for name in NAMES:

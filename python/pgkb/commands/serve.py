@@ -4,16 +4,13 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from pgkb.serving.config import DEFAULT_HOST
+    from pgkb.commands import add_server_options
     from pgkb.web.app import DEFAULT_PORT
 
     parser = sub.add_parser(
         "serve", help="search page and Dify external knowledge API over HTTP (127.0.0.1:8767; PGKB_MCP_TOKENS)"
     )
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--verbose", action="store_true", help="log every request's stages to stderr")
-    parser.add_argument("--no-rerank", action="store_true", help="ignore PGKB_RERANK_URL / PGKB_RERANK_MODEL")
+    add_server_options(parser, DEFAULT_PORT)
     parser.set_defaults(func=run)
 
 

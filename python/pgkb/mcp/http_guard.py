@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from pgkb.serving.auth import bearer, host_allowed, origin_allowed, user_for_token
+from pgkb.serving.auth import bearer, request_refusal, user_for_token
 from pgkb.serving.config import (
     LOOPBACK,
     ServiceConfig,
@@ -30,13 +30,10 @@ class HttpGuard:
         from starlette.datastructures import Headers
 
         headers = Headers(scope=scope)
-        origin = headers.get("origin")
-        if origin and not origin_allowed(origin, self.allowed_origins):
-            log.warning("refused Origin %s", origin)
-            await _reply(send, 403, f"Origin {origin} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)")
-            return
-        if self.loopback and not host_allowed(headers.get("host")):
-            await _reply(send, 421, "Host must be localhost, 127.0.0.1 or [::1]")
+        refusal = request_refusal(headers, self.allowed_origins, self.loopback)
+        if refusal is not None:
+            log.warning("refused a request: %s", refusal[1])
+            await _reply(send, *refusal)
             return
         if self.tokens and user_for_token(self.tokens, bearer(headers.get("authorization"))) is None:
             await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})

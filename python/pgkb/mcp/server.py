@@ -2,12 +2,11 @@
 
 import contextlib
 import logging
-import sys
 from typing import Annotated
 
 from pydantic import Field
 
-from pgkb.config import ConfigError, Settings
+from pgkb.config import Settings
 from pgkb.mcp.http_guard import http_app
 from pgkb.mcp.output import (
     AskOutput,
@@ -17,9 +16,7 @@ from pgkb.mcp.output import (
 )
 from pgkb.mcp.render import render_answer, render_document, render_prompt, render_search
 from pgkb.mcp.stdio import serve_stdio
-from pgkb.models.embedding import EmbeddingError
 from pgkb.search import validate
-from pgkb.service_role import PrivilegedRoleError
 from pgkb.serving.arguments import (
     ServiceError,
     _bounded_message,
@@ -28,7 +25,7 @@ from pgkb.serving.arguments import (
     check_text,
 )
 from pgkb.serving.auth import bearer, user_for_token
-from pgkb.serving.backend import Backend
+from pgkb.serving.backend import Backend, open_backend
 from pgkb.serving.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -41,7 +38,6 @@ from pgkb.serving.config import (
     MCP_MAX_TOP_K,
     RESOURCE_BUDGET_CHARS,
     RESPONSE_BUDGET_CHARS,
-    ServiceConfig,
 )
 
 log = logging.getLogger("pgkb.mcp")
@@ -254,29 +250,14 @@ def serve(
 ) -> int:
     """Serve MCP over stdio or streamable HTTP until stopped (`pgkb mcp`). Configuration errors and a role
     that bypasses visibility print to stderr and return 2."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
     if verbose:
         log.setLevel(logging.INFO)
-    from pgkb.models.rerank import RerankError, load_reranker
-
-    try:
-        config = ServiceConfig.from_env(settings, verbose=verbose)
-        reranker = None if not rerank else load_reranker()
-    except (ConfigError, RerankError, EmbeddingError) as e:
-        print(f"pgkb: mcp: {e}", file=sys.stderr)
+    backend = open_backend(settings, command="mcp", verbose=verbose, rerank=rerank)
+    if backend is None:
         return 2
+    config = backend.config
     if transport == "http" and not config.tokens and host not in LOOPBACK:
         log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", host, config.default_user)
-    backend = Backend(config, reranker=reranker)
-    try:  # refuse at once to serve as a role that bypasses visibility; a database that is down is fine
-        backend.check_role()
-    except PrivilegedRoleError as e:
-        print(f"pgkb: mcp: {e}", file=sys.stderr)
-        return 2
     server = build_server(backend)
     try:
         if transport == "stdio":

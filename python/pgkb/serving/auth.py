@@ -25,6 +25,18 @@ def host_allowed(host_header: str | None) -> bool:
     return (host_header or "").rsplit(":", 1)[0].strip("[]") in LOOPBACK
 
 
+def request_refusal(headers, allowed_origins: tuple[str, ...], loopback: bool) -> tuple[int, str] | None:
+    """(HTTP status, message) for a request to refuse, or None: 403 for an ``Origin`` that is neither the
+    server's own (``http://<Host>``), a loopback one nor listed in ``allowed_origins``; on a ``loopback``
+    bind, 421 for a ``Host`` that names no loopback address (DNS rebinding)."""
+    host, origin = headers.get("host"), headers.get("origin")
+    if origin and origin != f"http://{host}" and not origin_allowed(origin, allowed_origins):
+        return 403, f"Origin {origin[:200]} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)"
+    if loopback and not host_allowed(host):
+        return 421, "Host must be localhost, 127.0.0.1 or [::1]"
+    return None
+
+
 def bearer(value: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header value; None when absent or another scheme."""
     if not value:

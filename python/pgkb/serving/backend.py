@@ -474,6 +474,32 @@ class Backend:
             log.warning("cannot write the query log %s: %s", path, e)
 
 
+def open_backend(settings, *, command: str, verbose: bool, rerank: bool) -> Backend | None:
+    """A server command's Backend: logging to stderr set up (INFO with ``verbose``), configuration read
+    from the environment, the reranker loaded (``rerank``), the database role checked. None after printing
+    why to stderr (``pgkb: <command>: …``) for a configuration error or a role that bypasses visibility; a
+    database that is down is fine (the first call reports it)."""
+    import sys
+
+    from pgkb.config import ConfigError
+    from pgkb.models.rerank import RerankError, load_reranker
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        config = ServiceConfig.from_env(settings, verbose=verbose)
+        reranker = load_reranker() if rerank else None
+        backend = Backend(config, reranker=reranker)
+        backend.check_role()
+    except (ConfigError, RerankError, EmbeddingError, PrivilegedRoleError) as e:
+        print(f"pgkb: {command}: {e}", file=sys.stderr)
+        return None
+    return backend
+
+
 @contextlib.contextmanager
 def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
     """Database failures as ServiceError messages a model (and a person) can act on."""

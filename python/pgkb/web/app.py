@@ -9,9 +9,9 @@ import sys
 from importlib import resources
 
 from pgkb.serving.arguments import _SURROGATE_MESSAGE
-from pgkb.serving.auth import host_allowed, origin_allowed
-from pgkb.serving.backend import Backend
-from pgkb.serving.config import _SURROGATE, LOOPBACK, ServiceConfig
+from pgkb.serving.auth import request_refusal
+from pgkb.serving.backend import Backend, open_backend
+from pgkb.serving.config import _SURROGATE, LOOPBACK
 
 log = logging.getLogger("pgkb.web")
 
@@ -101,9 +101,8 @@ def json_response(status: int, payload, headers: dict[str, str] | None = None):
 
 
 class Guard:
-    """ASGI middleware: refuses requests from foreign origins (403) and, on a loopback bind, requests whose
-    Host header is no loopback name (421, against DNS rebinding). The page itself (an Origin equal to
-    ``http://<Host>``) is always allowed."""
+    """ASGI middleware: pgkb.serving.auth.request_refusal's 403 for foreign origins (the page's own is
+    fine) and 421 for a non-loopback Host on a loopback bind, as JSON."""
 
     def __init__(self, app, *, allowed_origins: tuple[str, ...], loopback: bool) -> None:
         self.app, self.allowed_origins, self.loopback = app, allowed_origins, loopback
@@ -114,16 +113,10 @@ class Guard:
             return
         from starlette.datastructures import Headers
 
-        headers = Headers(scope=scope)
-        host, origin = headers.get("host"), headers.get("origin")
-        refusal = None
-        if origin and origin != f"http://{host}" and not origin_allowed(origin, self.allowed_origins):
-            refusal = json_response(403, {"error": f"Origin {origin[:200]} is not allowed (PGKB_MCP_ALLOWED_ORIGINS)"})
-        elif self.loopback and not host_allowed(host):
-            refusal = json_response(421, {"error": "Host must be localhost, 127.0.0.1 or [::1]"})
+        refusal = request_refusal(Headers(scope=scope), self.allowed_origins, self.loopback)
         if refusal is not None:
-            log.warning("refused %s %s (Origin %s, Host %s)", scope.get("method"), scope.get("path"), origin, host)
-            await refusal(scope, receive, send)
+            log.warning("refused %s %s: %s", scope.get("method"), scope.get("path"), refusal[1])
+            await json_response(refusal[0], {"error": refusal[1]})(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -157,34 +150,16 @@ def build_app(backend: Backend, host: str = "127.0.0.1"):
 def serve(settings, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, verbose: bool = False, rerank: bool = True):
     """Serve until stopped (`pgkb serve`). Configuration errors, missing tokens and a role that bypasses
     visibility print to stderr and return 2."""
-    from pgkb.config import ConfigError
-    from pgkb.models.embedding import EmbeddingError
-    from pgkb.models.rerank import RerankError, load_reranker
-    from pgkb.service_role import PrivilegedRoleError
-
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    try:
-        config = ServiceConfig.from_env(settings, verbose=verbose)
-        reranker = load_reranker() if rerank else None
-    except (ConfigError, RerankError, EmbeddingError) as e:
-        print(f"pgkb: serve: {e}", file=sys.stderr)
+    backend = open_backend(settings, command="serve", verbose=verbose, rerank=rerank)
+    if backend is None:
         return 2
+    config = backend.config
     if not config.tokens:
         print(
             'pgkb: serve: set PGKB_MCP_TOKENS ("token1:alice,token2:bob"): every caller of the page and of Dify\'s'
             " API signs in with a token that names the pgkb user it acts as",
             file=sys.stderr,
         )
-        return 2
-    backend = Backend(config, reranker=reranker)
-    try:  # refuse at once to serve as a role that bypasses visibility; a database that is down is fine
-        backend.check_role()
-    except PrivilegedRoleError as e:
-        print(f"pgkb: serve: {e}", file=sys.stderr)
         return 2
     import uvicorn
 
