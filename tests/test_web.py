@@ -408,3 +408,16 @@ def test_page_in_a_real_browser(web, world):  # noqa: F811
         assert browser.find_element(By.ID, "signin").is_displayed()
     finally:
         browser.quit()
+
+
+def test_serve_refuses_to_start_without_tokens(db):
+    import subprocess
+    import sys
+
+    env = {**os.environ, **server_env(db)}
+    env.pop("PGKB_MCP_TOKENS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgkb.cli", "serve", "--port", str(free_port())],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "set PGKB_MCP_TOKENS" in done.stderr, done.stderr
