@@ -1,4 +1,4 @@
--- 013 metadata conditions: kb.search and kb.hybrid_search gain a trailing `metadata_condition` parameter
+-- 015 metadata conditions: kb.search and kb.hybrid_search gain a trailing `metadata_condition` parameter
 -- (Dify-style conditions on document metadata, see db/functions/48_metadata_filter.sql), and kb.retrieve
 -- scores hits on an absolute 0..1 scale. CREATE OR REPLACE cannot add a parameter, so the old signatures
 -- are dropped here and db/functions creates (and grants) the new ones in the same transaction.
