@@ -303,7 +303,8 @@ class Backend:
 
     def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
         """kb.ask as ``user`` (not streamed): retrieval, the not-found gate, the answer and its checked
-        citations are the database's; its input errors become ServiceError with the database's message."""
+        citations are the database's; its input errors become BadInput (an unknown or invisible kb: NotFound)
+        with the database's message, and a database without kb.ask Unsupported."""
         from pgkb.answer import AskError, ask
 
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask_knowledge"):
@@ -313,7 +314,8 @@ class Backend:
                     timeout_ms=self.config.options.statement_timeout_ms,
                 )  # fmt: skip
             except AskError as e:
-                raise ServiceError(str(e)) from e
+                unknown = isinstance(e.__context__, psycopg.errors.NoDataFound)
+                raise (NotFound if unknown else BadInput)(str(e)) from e
         log.info(
             "ask user=%s kb=%s top_k=%d: %s, %d citations, %.0f ms", user, kb, top_k, row["mode"],
             len(row["citations"] or []), row["total_ms"] or 0,
@@ -419,24 +421,6 @@ class Backend:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
-        """kb.ask(question, top_k, kb) as ``user``: its one row as a dict by column; Unsupported when the
-        database has no kb.ask (yet)."""
-        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask"):
-            if not conn.execute(
-                "select exists (select from pg_proc where proname = 'ask' and pronamespace = 'kb'::regnamespace)"
-            ).fetchone()[0]:
-                raise Unsupported("answers are not available: this database has no kb.ask function")
-            with self.acting(conn, user):
-                cursor = conn.execute(
-                    "select * from kb.ask(question => %s, top_k => %s, kb => %s)", [question, top_k, kb]
-                )
-                columns = [c.name for c in cursor.description]
-                row = cursor.fetchone()
-        if row is None:
-            raise ServiceError("kb.ask returned no row")
-        return dict(zip(columns, row, strict=True))
-
     def log_query(self, response: SearchResponse) -> None:
         path = self.config.query_log
         if path is None:
@@ -520,6 +504,8 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
         kind = ServiceError
         if isinstance(e, psycopg.errors.NoDataFound):
             kind = NotFound
+        elif isinstance(e, psycopg.errors.UndefinedFunction):
+            kind, hint = Unsupported, "this database lacks a function the call needs: run `pgkb db migrate`"
         elif isinstance(e, (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded)):
             kind = BadInput
         raise kind(message + (f" ({hint})" if hint else "")) from e
