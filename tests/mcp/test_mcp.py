@@ -17,57 +17,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import anyio
 import fixture_docs
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from pgkb.serving.arguments import ServiceError
-from server_process import free_port, running
+from server_process import free_port, running, server_env, svc_dsn, world  # noqa: F401 (world is a fixture)
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
-PYTHON_DIR = str(Path(__file__).resolve().parents[2] / "python")
-
-
-@pytest.fixture
-def world(db, embedder):
-    for user in ("alice", "bob"):
-        db.execute("select kb.create_user(%s, %s)", [user, user])
-    db.execute("grant pgkb_service to svc")  # cluster-wide: revoked below
-    db.execute("select kb.create_knowledge_base('team-docs', 'public', owner => 'alice', description => 'fixture')")
-    db.execute("select kb.create_knowledge_base('alice-notes', 'private', owner => 'alice')")
-    db.execute("select kb.create_knowledge_base('bob-notes', 'private', owner => 'bob')")
-    db.execute("select kb.create_knowledge_base('empty-kb', 'private', owner => 'alice')")
-    fixture_docs.load(db, embedder, "team-docs")
-    for kb, marker in (("alice-notes", "zebramarker"), ("bob-notes", "bobmarker")):
-        db.execute(
-            "select * from kb.replace_document(%s, %s, %s, %s::jsonb)",
-            [kb, f"{marker}.md", f"{marker} 笔记", json.dumps([{"content": f"{marker} 私人笔记 secret plans"}])],
-        )
-    db.execute(
-        "select * from kb.replace_document('alice-notes', 'guide/login.md', 'alice 的登录笔记', %s::jsonb)",
-        [json.dumps([{"content": "alice 自己记录的登录问题"}])],
-    )
-    yield db
-    db.execute("revoke pgkb_service from svc")
-
-
-def svc_dsn(db) -> str:
-    info = db.info
-    return f"host={info.host} port={info.port} dbname={info.dbname} user=svc"
-
-
-def server_env(db, **extra: str) -> dict[str, str]:
-    env = {
-        "PYTHONPATH": PYTHON_DIR,  # the server under test is this checkout's, not an installed pgkb
-        "PGKB_DATABASE_URL": svc_dsn(db),
-        "PGKB_EMBED_PROVIDER": "offline",
-        "PYTHONUNBUFFERED": "1",
-        "OMP_NUM_THREADS": "2",
-    }
-    env.update(extra)
-    return env
 
 
 def stdio_params(db, **extra: str) -> StdioServerParameters:

@@ -3,7 +3,7 @@ like the spec's examples, every error code, visibility, metadata conditions, the
 page's JSON API and its input checks, the Origin / Host guard, and the page itself in a real headless
 Chromium (selenium + Debian's chromium-driver).
 
-World (test_mcp's): team-docs (public, the fixture docs), alice-notes (private to alice, zebramarker),
+World (server_process's): team-docs (public, the fixture docs), alice-notes (private to alice, zebramarker),
 bob-notes (private to bob, bobmarker), empty-kb (alice); tokens alice-token and bob-token."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from server_process import free_port, running
-from test_mcp import server_env, world  # noqa: F401 (world is a fixture)
+from server_process import free_port, running, server_env, world  # noqa: F401 (world is a fixture)
 
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -24,7 +23,7 @@ BOB = {"Authorization": "Bearer bob-token"}
 
 
 @pytest.fixture
-def web(world):  # noqa: F811
+def web(world):
     # kb.ask embeds questions in the database; there is no endpoint here, so it searches lexically (as test_ask)
     world.execute("update kb.settings set value = '' where key = 'embedding_url'")
     port = free_port()
@@ -139,7 +138,7 @@ def test_dify_knowledge_bases_follow_visibility_without_an_existence_oracle(web)
     assert call(url, retrieval(knowledge_id="x" * 500), ALICE)[1]["error_code"] == 2001
 
 
-def test_dify_metadata_condition(web, world):  # noqa: F811
+def test_dify_metadata_condition(web, world):
     for key, metadata in (
         ("hr/leave.md", {"category": "hr", "year": 2024}),
         ("ops/old.md", {"category": "ops", "year": 2019}),
@@ -275,7 +274,7 @@ def test_api_document(web):
     assert [c["chunk_index"] for c in doc["chunks"]] == [0, 1]
 
 
-def test_api_ask_hands_kb_ask_through_and_answers_501_without_it(web, world):  # noqa: F811
+def test_api_ask_hands_kb_ask_through_and_answers_501_without_it(web, world):
     status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs", "top_k": 3}, ALICE)
     assert status == 200, out
     assert {"answer", "found", "citations", "mode", "model"} <= set(out)
@@ -336,7 +335,7 @@ def chromium():
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
 
 
-def test_page_in_a_real_browser(web, world):  # noqa: F811
+def test_page_in_a_real_browser(web, world):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
