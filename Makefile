@@ -17,8 +17,10 @@ system:
 setup: system
 	@bash scripts/venv.sh run
 
-## setup-dev: setup plus the test/dev extras (pytest, ruff, sqlfluff, sentence-transformers, torch CPU)
-setup-dev: system
+## setup-dev: setup plus the test/dev extras (pytest, ruff, sqlfluff, sentence-transformers, torch CPU, dbt,
+## selenium) and the headless browser the web page's test drives (chromium, chromium-driver)
+setup-dev:
+	@bash scripts/setup.sh --dev
 	@bash scripts/venv.sh dev
 
 ## run: setup, then start the database, embed-server and MCP server, ingest examples/kb (or DOCS=...),

@@ -11,6 +11,8 @@
 #      if apt offers a new enough one, otherwise built from Debian's pgvector
 #      *source package* taken from a newer suite (sid / trixie), or a pinned
 #      one fetched from Debian's pool by checksum (see PINNED_PGVECTOR_*).
+#   4. with --dev (`make test`): chromium and chromium-driver, the headless browser the web page's test
+#      drives (tests/web).
 #
 # Idempotent: every step checks first and only acts when something is missing,
 # so on a machine that is already set up it runs in about a second and never
@@ -396,6 +398,10 @@ else
         die "pgvector still missing or older than $MIN_PGVECTOR after install (found: '${have:-none}')"
     fi
     log "pgvector $have ready for PostgreSQL $PG_MAJOR"
+fi
+
+if [[ "${1:-}" == "--dev" ]]; then
+    apt_install chromium chromium-driver
 fi
 
 log "done in ${SECONDS} s (PostgreSQL $PG_MAJOR, binaries in $PG_BINDIR)"

@@ -22,7 +22,7 @@ import decimal
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
 from pgkb.serving.auth import bearer, user_for_token
 from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
-from pgkb.web.app import RequestError, json_response, read_json
+from pgkb.web.http import RequestError, json_response, read_json
 
 MAX_QUERY_CHARS = 4000  # kb.check_search_input's limit
 SNIPPET_CHARS = 240

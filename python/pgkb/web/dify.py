@@ -24,7 +24,7 @@ import logging
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, check_text
 from pgkb.serving.auth import bearer, user_for_token
 from pgkb.serving.config import MAX_KB_NAME_CHARS, MAX_QUERY_ARGUMENT_CHARS
-from pgkb.web.app import RequestError, json_response, read_json
+from pgkb.web.http import RequestError, json_response, read_json
 
 log = logging.getLogger("pgkb.web")
 
