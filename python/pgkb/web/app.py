@@ -1,4 +1,4 @@
-"""The ASGI application of `pgkb serve`: routing, the Origin / Host guard, bounded JSON bodies, and the
+"""The ASGI application of `pgkb serve`: routing, static files, the Origin / Host guard, and the
 command's server loop."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from importlib import resources
 from pgkb.serving.auth import request_refusal
 from pgkb.serving.backend import Backend, open_backend
 from pgkb.serving.config import LOOPBACK
+from pgkb.web import api, dify
 from pgkb.web.http import SECURITY_HEADERS, json_response
 
 log = logging.getLogger("pgkb.web")
