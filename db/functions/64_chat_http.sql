@@ -40,13 +40,10 @@ if max_tokens is None or not 1 <= max_tokens <= 1000000:
 if temperature is None or not (isinstance(temperature, float) and math.isfinite(temperature)) or not 0 <= temperature <= 2:
     plpy.error("chat temperature must be a number between 0 and 2", sqlstate="22023")
 
-rows = plpy.execute(
-    "select key, value from kb.settings where key in ('chat_api_key', 'chat_api_key_env')"
-)
-conf = {r["key"]: r["value"] for r in rows}
-api_key = (conf.get("chat_api_key") or "").strip()
-if not api_key and (conf.get("chat_api_key_env") or "").strip():
-    api_key = os.environ.get(conf["chat_api_key_env"].strip(), "").strip()
+conf = plpy.execute("select kb.setting('chat_api_key') as key, kb.setting('chat_api_key_env') as env")[0]
+api_key = (conf["key"] or "").strip()
+if not api_key and (conf["env"] or "").strip():
+    api_key = os.environ.get(conf["env"].strip(), "").strip()
 
 parts = urllib.parse.urlsplit(url)
 path = parts.path.rstrip("/")

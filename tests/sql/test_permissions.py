@@ -90,6 +90,8 @@ PUBLIC_API = {
     "fold_text",
     "lexical_terms",
     "snippet",
+    "retrieve",
+    "check_metadata_condition",
     "term_freqs",
     "indexed_text",
     "current_user_id",
