@@ -336,12 +336,14 @@ def chromium():
 
 
 def test_page_in_a_real_browser(web, world):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     browser = chromium()
-    wait = WebDriverWait(browser, 90)
+    # results are re-rendered while a condition reads them: a stale element means "look again"
+    wait = WebDriverWait(browser, 90, ignored_exceptions=(StaleElementReferenceException,))
     try:
         browser.get(web + "/")
         assert browser.find_element(By.ID, "app").is_displayed() is False
