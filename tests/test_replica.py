@@ -179,7 +179,7 @@ def hybrid(conn: psycopg.Connection, query: str) -> list[tuple[str, str, int | N
 def documents(pair: Pair, tmp_path_factory) -> None:
     """Three knowledge bases ingested on the primary through `pgkb ingest`: public handbook, alice's and
     bob's private notes (embedded by the client through a fake endpoint of its own)."""
-    from conftest import FakeEmbeddings
+    from fake_embeddings import FakeEmbeddings
 
     endpoint = FakeEmbeddings(bag_of_words, (), False)
     root = tmp_path_factory.mktemp("docs")
