@@ -6,7 +6,8 @@
 -- content with white space runs collapsed, cut to `width` characters around the first query term (a
 -- quarter of the width before it), every run of characters covered by a query term wrapped in open_mark
 -- and close_mark, '…' where text was cut. Marks are inserted as given: a client that renders HTML passes
--- markers it escapes afterwards. Immutable; never raises for any text; width is clamped to 20..2000.
+-- markers it escapes afterwards. Immutable; never raises for any text; width is clamped to 20..2000 and
+-- only the first 10000 characters (after collapsing white space) are read.
 create or replace function kb.snippet(
     content text, query text, width integer default 160, open_mark text default '', close_mark text default ''
 )
@@ -15,7 +16,11 @@ language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    chars text [] := string_to_array(btrim(regexp_replace(coalesce(content, ''), '\s+', ' ', 'g')), null);
+    -- the first 10000 characters at most: a snippet shows at most 2000, and matching is quadratic in the worst
+    -- case (one short term repeated all along), so the work per call stays bounded whatever the input
+    collapsed text := btrim(regexp_replace(left(coalesce(content, ''), 40000), '\s+', ' ', 'g'));
+    cut boolean := length(collapsed) > 10000 or length(content) > 40000;
+    chars text [] := string_to_array(left(collapsed, 10000), null);
     n integer := coalesce(cardinality(chars), 0);
     folded text;
     covered boolean [];
@@ -69,6 +74,6 @@ begin
     if inside then
         out := out || close_mark;
     end if;
-    return (case when lo > 1 then '…' else '' end) || out || (case when hi < n then '…' else '' end);
+    return (case when lo > 1 then '…' else '' end) || out || (case when hi < n or cut then '…' else '' end);
 end
 $$;

@@ -142,6 +142,14 @@ def test_snippet_window_follows_the_first_match(db):
     assert len(s.replace("<b>", "").replace("</b>", "")) == 60 + 1  # the window plus the leading ellipsis
 
 
+def test_snippet_work_is_bounded(db):
+    """Only the first 10000 characters are read: a huge text of one repeated term costs little and says it
+    was cut."""
+    s = snippet(db, "aa " * 2_000_000 + "zebra", "aa", width=40)
+    assert s.startswith("[aa]") and s.endswith("…") and "zebra" not in s
+    assert snippet(db, "x" * 9_000 + " zebra " + "y" * 20_000, "zebra", width=40).count("[zebra]") == 1
+
+
 def test_cli_marks_snippets_only_on_a_terminal(kbdb):
     result = cli(kbdb, "退款", "--top-k", "1")
     assert result.returncode == 0, result.stderr
