@@ -2,22 +2,103 @@
 -- kb.delete_document, kb.store_embeddings (used by ingestion and the embedding worker), and the BM25
 -- statistics they keep current. All run as the owner (SECURITY DEFINER) after a write-permission check.
 
+-- Internal: add the given chunks (sign = 1: new chunks, ids above every id already in the knowledge base's
+-- lists) to the posting blocks of one knowledge base, appending to the last block of each (term, tier)
+-- while it holds at most 128 postings; or remove them (sign = -1) from the blocks that hold them, dropping
+-- blocks left empty. Called by kb.adjust_term_stats under the knowledge base's row lock.
+create or replace function kb.adjust_postings(target_kb integer, chunk_ids bigint[], sign integer)
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if sign > 0 then
+        insert into kb.postings as p (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
+        select target_kb, g.term, g.tier,
+            case when tail.n + cardinality(g.ids) <= 128 then tail.first_chunk else g.ids[1] end,
+            g.ids, g.tfs, g.dls
+        from (
+            select x.term, x.tier, array_agg(x.id order by x.id) as ids, array_agg(x.tf order by x.id) as tfs,
+                array_agg(x.dl order by x.id) as dls
+            from (
+                select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, c.id, t.tf::integer as tf,
+                    c.term_count as dl
+                from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
+                where c.id = any(adjust_postings.chunk_ids)
+            ) as x
+            group by x.term, x.tier
+        ) as g
+        left join lateral (
+            select q.first_chunk, cardinality(q.chunk_ids) as n
+            from kb.postings as q
+            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
+            order by q.first_chunk desc
+            limit 1
+        ) as tail on true
+        order by g.term, g.tier
+        on conflict (kb_id, term, tier, first_chunk) do update
+        set chunk_ids = p.chunk_ids || excluded.chunk_ids, tfs = p.tfs || excluded.tfs,
+            dls = p.dls || excluded.dls;
+        return;
+    end if;
+
+    -- the blocks of a (term, tier) holding any of its removed ids: from the one that can hold the lowest
+    -- id (the last block starting at or before it) to the last one starting at or before the highest
+    delete from kb.postings as p
+    using (
+        select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
+            min(c.id) as lo, max(c.id) as hi
+        from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
+        where c.id = any(adjust_postings.chunk_ids)
+        group by 1, 2
+    ) as g
+    where p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
+        and p.first_chunk >= coalesce((
+            select max(q.first_chunk) from kb.postings as q
+            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
+        ), g.lo)
+        and p.chunk_ids <@ g.ids;
+
+    update kb.postings as p
+    set (chunk_ids, tfs, dls) = (
+        select array_agg(x.id order by x.o), array_agg(x.tf order by x.o), array_agg(x.dl order by x.o)
+        from unnest(p.chunk_ids, p.tfs, p.dls) with ordinality as x (id, tf, dl, o)
+        where x.id <> all(g.ids)
+    )
+    from (
+        select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
+            min(c.id) as lo, max(c.id) as hi
+        from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
+        where c.id = any(adjust_postings.chunk_ids)
+        group by 1, 2
+    ) as g
+    where p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
+        and p.first_chunk >= coalesce((
+            select max(q.first_chunk) from kb.postings as q
+            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
+        ), g.lo)
+        and p.chunk_ids && g.ids;
+end
+$$;
+
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
--- BM25 statistics (document frequencies, N, total length); terms whose document frequency drops to 0
--- lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
--- serialised and cannot deadlock on term rows.
+-- BM25 statistics (document frequencies and tiers, N, total length) and its posting blocks
+-- (kb.adjust_postings); terms whose document frequency drops to 0 lose their row. Callers hold the
+-- knowledge base's row lock, so writers of one knowledge base are serialised and cannot deadlock on term
+-- rows, and chunk ids only grow within a knowledge base's posting lists.
 create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-    insert into kb.term_stats as s (kb_id, term, df)
-    select target_kb, t.term, sign * count(*)
-    from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
+    insert into kb.term_stats as s (kb_id, term, df, tiers)
+    select target_kb, t.term, sign * count(*),
+        case when sign > 0 then bit_or(1::bigint << kb.posting_tier(t.tf::integer, c.term_count)) else 0 end
+    from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
     where c.id = any(chunk_ids)
     group by t.term
     order by t.term
-    on conflict (kb_id, term) do update set df = s.df + excluded.df;
+    on conflict (kb_id, term) do update set df = s.df + excluded.df, tiers = s.tiers | excluded.tiers;
 
     delete from kb.term_stats as s
     where sign < 0 and s.kb_id = target_kb and s.df <= 0
@@ -33,6 +114,8 @@ as $$
         from kb.chunks as c where c.id = any(chunk_ids)
     ) as totals
     where k.id = target_kb;
+
+    select kb.adjust_postings(target_kb, chunk_ids, sign);
 $$;
 
 -- Internal: the canonical form of a document key, or an invalid_parameter_value error. Keys are

@@ -11,6 +11,8 @@
 -- slice holds fewer, or the graph lost them: many dead duplicate vectors of other knowledge bases before
 -- VACUUM), an exact scan of the visible slice (btree on model_id, kb_id) answers instead, so what a user
 -- finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
+-- hnsw.ef_search comes from kb.settings.hnsw_ef_search (set inside: the SET clause below only scopes it to
+-- this call, so the caller's transaction keeps its own value).
 create or replace function kb.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -18,7 +20,7 @@ returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
-set "hnsw.ef_search" = 100
+set "hnsw.ef_search" = 40
 as $$
 declare
     -- %3$s is empty for the HNSW scan; ' + 0' orders by an expression the index cannot serve (exact)
@@ -40,6 +42,7 @@ declare
     ids bigint [];
     distances double precision [];
 begin
+    perform set_config('hnsw.ef_search', kb.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, model.dimension, model.id, '')
     into ids, distances using query_embedding, kb_ids, n, doc_filter;
     if cardinality(ids) < n then
@@ -51,12 +54,213 @@ begin
 end
 $$;
 
--- Lexical leg: Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible knowledge bases'
--- statistics. Candidates come from the GIN index on chunks.terms (&&, answered by the index alone),
+-- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
+-- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
+-- without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
+-- postings can add (idf * the tf part at the tier's tf ceiling and length floor, for the k1 / b given).
+-- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
+-- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
+-- ones only add to them); the candidates that might still reach it get their missing terms from their
+-- term_freqs. Cost grows with n, the query terms and the postings above the bound, not with the length
+-- of every posting list. docs/benchmarks.md "Lexical leg design".
+create or replace function kb.lexical_leg(
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
+)
+returns table (chunk_id bigint, rank integer, score double precision)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n_chunks double precision;
+    avgdl double precision;
+    terms text [];                  -- query terms occurring in the visible knowledge bases
+    idfs double precision [];
+    s_term integer [];              -- sublists, highest bound first: index into terms,
+    s_tier integer [];              -- tier,
+    s_est double precision [];      -- estimated postings (df / tiers of the term),
+    s_rest double precision [];     -- bound of a chunk in none of the sublists before this one
+    term_rest double precision [];  -- per term: bound of its first unread sublist (0: all read)
+    total integer;
+    m integer;                      -- sublists 1..m are read
+    est double precision;
+    want integer;
+    want_est double precision;
+    top_ids bigint [];              -- the n best chunks by partial score
+    c_ids bigint [];                -- candidates: chunk ids,
+    c_l double precision [];        -- partial scores,
+    c_unread double precision [];   -- bounds of what their unread terms can add (0: score complete)
+    rest double precision;          -- bound of a chunk in none of the sublists read
+    unresolved bigint;
+    theta double precision;         -- a lower bound of the n-th best score
+begin
+    select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
+    into n_chunks, avgdl
+    from kb.knowledge_bases as k where k.id = any(kb_ids);
+    avgdl := avgdl / n_chunks;
+
+    with query_terms as (
+        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
+    ),
+    weighted as (
+        select q.term, sum(s.df) as df, bit_or(s.tiers) as tiers
+        from query_terms as q
+        inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
+        group by q.term
+        having sum(s.df) > 0
+    ),
+    numbered as (
+        select w.term, w.df, w.tiers, ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
+            row_number() over (order by w.term)::integer as i
+        from weighted as w
+    ),
+    sublists as (
+        select q.i, x.tier, q.df / bit_count(q.tiers::bit(64)) as est,
+            q.idf * case when l.tf_max is null then k1 + 1
+                else l.tf_max * (k1 + 1) / (l.tf_max + k1 * (1 - b + b * l.dl_min / avgdl)) end as bound
+        from numbered as q
+        cross join generate_series(0, 59) as x (tier)
+        cross join lateral kb.posting_tier_limits(x.tier) as l
+        where (q.tiers >> x.tier) & 1 = 1
+    ),
+    ordered as (
+        select u.i, u.tier, u.est,
+            u.bound - coalesce(lead(u.bound) over (partition by u.i order by u.bound desc, u.tier), 0) as delta,
+            row_number() over (order by u.bound desc, u.i, u.tier) as pos
+        from sublists as u
+    )
+    select (select array_agg(q.term order by q.i) from numbered as q),
+        (select array_agg(q.idf order by q.i) from numbered as q),
+        array_agg(o.i order by o.pos), array_agg(o.tier order by o.pos), array_agg(o.est order by o.pos),
+        array_agg(o.rest order by o.pos)
+    into terms, idfs, s_term, s_tier, s_est, s_rest
+    from (
+        select v.*, sum(v.delta) over (order by v.pos rows between current row and unbounded following) as rest
+        from ordered as v
+    ) as o;
+
+    if terms is null then
+        return;     -- no query term occurs in the visible knowledge bases
+    end if;
+    total := cardinality(s_term);
+
+    -- first round: the highest sublists up to about 4n postings (at least one sublist)
+    m := 1;
+    est := s_est[1];
+    while m < total and est < 4 * n loop
+        m := m + 1;
+        est := est + s_est[m];
+    end loop;
+    loop
+        -- per term, the bound of its first unread sublist (sublists are in bound order)
+        term_rest := array_fill(0::double precision, array[cardinality(terms)]);
+        for i in m + 1 .. total loop
+            term_rest[s_term[i]] := term_rest[s_term[i]] + s_rest[i] - coalesce(s_rest[i + 1], 0);
+        end loop;
+        rest := coalesce(s_rest[m + 1], 0);
+        -- one pass over sublists 1..m: each chunk's partial score l and the bound h of its full score;
+        -- the n best by l give theta, the chunks whose h reaches theta are the candidates
+        with seen as materialized (
+            select p.id, sum(idfs[p.ti] * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))) as l,
+                greatest(rest - sum(term_rest[p.ti]), 0) as unread
+            from (
+                -- unnest in the select list: the arrays stream in step (a FROM-clause unnest of three
+                -- arrays materialises each block first, about twice the cost per posting)
+                select s.ti, unnest(pb.chunk_ids) as id, unnest(pb.tfs) as tf, unnest(pb.dls) as dl
+                from unnest(s_term[1:m], s_tier[1:m]) as s (ti, tier)
+                cross join lateral (   -- lateral: one index lookup per sublist, whatever the statistics
+                    select pb.chunk_ids, pb.tfs, pb.dls from kb.postings as pb
+                    where pb.kb_id = any(kb_ids) and pb.term = terms[s.ti] and pb.tier = s.tier
+                ) as pb
+            ) as p
+            group by p.id
+        ),
+        eligible as materialized (
+            select x.id, x.l, x.unread from seen as x
+            where doc_filter is null or exists (
+                select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
+                where c.id = x.id and kb.document_matches(d.metadata, doc_filter)
+            )
+        ),
+        top as (
+            select x.id, x.l from eligible as x order by x.l desc, x.id limit n
+        ),
+        bar as (
+            select case when count(*) = n then min(t.l) end as theta from top as t
+        )
+        select (select array_agg(t.id) from top as t), bar.theta, array_agg(x.id) filter (where x.id is not null),
+            array_agg(x.l) filter (where x.id is not null), array_agg(x.unread) filter (where x.id is not null)
+        into top_ids, theta, c_ids, c_l, c_unread
+        from bar left join eligible as x on (x.l + x.unread) * (1 + 1e-9) >= coalesce(bar.theta, 0)
+        group by bar.theta;
+        if theta is not null and m < total then
+            -- the full scores of the n best (their unread terms from term_freqs) bound the n-th best higher
+            select greatest(theta, min(e.bm25)) into theta
+            from (
+                select (
+                    select sum(idfs[g.i] * z.f * (k1 + 1) / (z.f + k1 * (1 - b + b * c.term_count / avgdl)))
+                    from generate_subscripts(terms, 1) as g (i)
+                    cross join lateral (select (c.tf ->> terms[g.i])::double precision as f) as z
+                ) as bm25
+                from (
+                    select c.term_count, c.term_freqs || '{}'::jsonb as tf
+                    from kb.chunks as c where c.id = any(top_ids) offset 0
+                ) as c
+            ) as e;
+            select count(*) into unresolved
+            from unnest(c_l, c_unread) as x (l, unread)
+            where x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= theta;
+        end if;
+        -- float sums differ in the last bits with their order: bounds and theta keep a 1e-9 margin
+        exit when m = total;
+        if theta > rest * (1 + 1e-9) then
+            -- no unread chunk can enter the top n; finish with term_freqs lookups, unless reading the
+            -- remaining sublists (about 32 postings per lookup) is cheaper
+            exit when unresolved * 32 <= (select coalesce(sum(e.v), 0) from unnest(s_est[m + 1:total]) as e (v));
+            m := total;
+            continue;
+        end if;
+        -- next: the fewest sublists that put every unread chunk below theta, at most 4x the postings so far
+        want := m + 1;
+        want_est := est + s_est[want];
+        while want < total and (theta is null or s_rest[want + 1] * (1 + 1e-9) >= theta) and want_est < 4 * est loop
+            want := want + 1;
+            want_est := want_est + s_est[want];
+        end loop;
+        if want_est * 2 >= (select sum(e.v) from unnest(s_est) as e (v)) then
+            want := total;    -- most of the postings anyway: read them all, no lookups at the end
+        end if;
+        m := want;
+        est := want_est;
+    end loop;
+
+    return query
+    select top.id, (row_number() over (order by top.bm25 desc, top.id))::integer, top.bm25
+    from (
+        select x.id, case when x.unread <= 1e-12 then x.l else (
+            -- an unresolved candidate: its full score from its term_freqs (decompressed once)
+            select sum(idfs[g.i] * z.f * (k1 + 1) / (z.f + k1 * (1 - b + b * c.term_count / avgdl)))
+            from (
+                select c.term_count, c.term_freqs || '{}'::jsonb as tf from kb.chunks as c where c.id = x.id offset 0
+            ) as c
+            cross join generate_subscripts(terms, 1) as g (i)
+            cross join lateral (select (c.tf ->> terms[g.i])::double precision as f) as z
+        ) end as bm25
+        from unnest(c_ids, c_l, c_unread) as x (id, l, unread)
+        where x.unread <= 1e-12 or (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0)
+        order by bm25 desc, x.id
+        limit n
+    ) as top;
+end
+$$;
+
+-- Lexical leg, scan method (kb.settings.lexical_leg = 'scan', and the reference the tests compare the
+-- posting-block leg with): Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible
+-- knowledge bases' statistics. Candidates come from the GIN index on chunks.terms (&&, answered by the index alone),
 -- probing the rarest query terms until their postings would exceed probe_budget (the rarest term is
 -- always probed; common terms still count in the score of every candidate). Candidates stream through
--- a top-n sort; each one's term_freqs is decompressed once.
-create or replace function kb.lexical_leg(
+-- a top-n sort; each one's term_freqs is decompressed once. Exact BM25 when probe_budget >= the sum of
+-- the query terms' document frequencies.
+create or replace function kb.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer
 )
@@ -222,6 +426,7 @@ declare
     target kb.embedding_models;
     embedding vector := query_embedding;
     probe_budget integer := kb.setting_int('lexical_probe_budget');
+    lexical_method text := kb.setting('lexical_leg');
     fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
     fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
     defaults record;
@@ -253,6 +458,10 @@ begin
         raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
             'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
             coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
+    end if;
+    if lexical_method not in ('blocks', 'scan') then
+        raise exception 'setting "lexical_leg" must be ''blocks'' or ''scan'', not "%"', left(lexical_method, 50)
+            using errcode = 'invalid_parameter_value';
     end if;
     if fusion is null or fusion not in ('dbsf', 'rrf') then
         raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
@@ -296,8 +505,11 @@ begin
         where vector_weight > 0 and embedding is not null
     ),
     lexical_hits as (
-        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, probe_budget)
-        where lexical_weight > 0
+        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b)
+        where lexical_weight > 0 and lexical_method = 'blocks'
+        union all
+        select * from kb.lexical_leg_scan(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, probe_budget)
+        where lexical_weight > 0 and lexical_method = 'scan'
     ),
     fuzzy_hits as (
         select * from kb.fuzzy_leg(query, kb_ids, candidates, doc_filter)

@@ -76,6 +76,7 @@ TABLES = [
     "documents",
     "chunks",
     "term_stats",
+    "postings",
     "embeddings",
     "embedding_queue",
     "embedding_models",
@@ -144,6 +145,10 @@ KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_m
 INTERNAL = [
     "vector_leg",
     "lexical_leg",
+    "lexical_leg_scan",
+    "adjust_postings",
+    "rebuild_postings",
+    "posting_tier",
     "fuzzy_leg",
     "search",
     "adjust_term_stats",
@@ -307,7 +312,7 @@ def test_setup_is_as_intended(world):
 
 
 @pytest.mark.parametrize(
-    "table", ["chunks", "documents", "knowledge_bases", "embeddings", "embedding_queue", "term_stats"]
+    "table", ["chunks", "documents", "knowledge_bases", "embeddings", "embedding_queue", "term_stats", "postings"]
 )
 def test_admin_direct_select_sees_everything(world, table):
     assert table_markers(world, world, table) == ALL
@@ -424,7 +429,8 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
     [
         "select * from kb.vector_leg(%(v)s, (select m from kb.embedding_models m limit 1), "
         "array[1, 2, 3, 4], 10, null)",
-        "select * from kb.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
+        "select * from kb.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75)",
+        "select * from kb.lexical_leg_scan('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
         "select * from kb.fuzzy_leg('sharedword', array[1, 2, 3, 4], 10, null)",
         "select * from kb.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75, 'dbsf')",
         "select kb.adjust_term_stats(1, array[1::bigint], 1)",
@@ -435,6 +441,7 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
     ids=[
         "vector_leg",
         "lexical_leg",
+        "lexical_leg_scan",
         "fuzzy_leg",
         "search",
         "adjust_term_stats",
@@ -536,6 +543,7 @@ UPDATABLE_COLUMN = {
     "documents": "title",
     "chunks": "content",
     "term_stats": "df",
+    "postings": "tfs",
     "embeddings": "kb_id",
     "embedding_queue": "attempts",
     "embedding_models": "name",

@@ -95,6 +95,11 @@ def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[st
         "GIN term index chunks_terms_idx": ("chunks_terms_idx", "pg_relation_size('kb.chunks_terms_idx')"),
         "GIN trigram index chunks_trgm_idx": ("chunks_trgm_idx", "pg_relation_size('kb.chunks_trgm_idx')"),
         "kb.term_stats (table + indexes)": ("kb.term_stats", "pg_total_relation_size('kb.term_stats')"),
+        "kb.postings (posting blocks: table + TOAST + index)": (
+            "kb.postings",
+            "pg_total_relation_size('kb.postings')",
+        ),
+        "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }
     return {
         label: (rel, conn.execute(f"select pg_size_pretty({expr})").fetchone()[0])

@@ -1,0 +1,242 @@
+"""The posting-block BM25 leg (kb.lexical_leg) against exact BM25 (kb.lexical_leg_scan without a probe
+budget), and the posting blocks kept exact by kb.replace_document / kb.delete_document."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EXACT_BUDGET = 1_000_000_000
+# a Zipf-like vocabulary: a few words in most chunks, many in few; CJK text gives bigrams
+WORDS = [f"w{i}" for i in range(60)]
+CJK = "缓存击穿数据库连接超时退款政策登录态失效排查网关限流"
+LEG = "select chunk_id, score from kb.lexical_leg(%s, %s, %s, null, %s, %s)"
+SCAN = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET})"
+
+
+def chunk_text(rnd: random.Random) -> str:
+    words = [WORDS[min(int(rnd.paretovariate(0.8)) - 1, len(WORDS) - 1)] for _ in range(rnd.randint(1, 60))]
+    if rnd.random() < 0.5:
+        start = rnd.randrange(len(CJK) - 2)
+        words.append(CJK[start : start + rnd.randint(2, 8)])
+    return " ".join(words)
+
+
+def write_doc(conn, kb: str, key: str, rnd: random.Random, chunks: int | None = None) -> None:
+    n = chunks or rnd.randint(1, 6)
+    conn.execute(
+        "select kb.replace_document(%s, %s, 'title', %s::jsonb)",
+        [kb, key, json.dumps([{"content": chunk_text(rnd)} for _ in range(n)])],
+    )
+
+
+def kb_ids(conn, *names: str) -> list[int]:
+    return [r[0] for r in conn.execute("select id from kb.knowledge_bases where name = any(%s) order by id", [list(names)])]
+
+
+def assert_same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    """Equal up to float rounding: the same scores rank by rank, every chunk with its exact score, and the
+    same chunks except among those tying (within 1e-9) with the last one returned; the order among tying
+    chunks (by id) may differ in the last bits of the sums."""
+    assert len(got) == len(want)
+    for (_, g), (_, w) in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-9, abs=1e-12)
+    exact = dict(want)
+    for chunk, score in got:
+        if chunk in exact:
+            assert score == pytest.approx(exact[chunk], rel=1e-9, abs=1e-12)
+    if want:
+        last = want[-1][1]
+        assert {c for c, s in got if s > last + 1e-9} == {c for c, s in want if s > last + 1e-9}
+        assert all(s == pytest.approx(last, rel=1e-9) for c, s in got if c not in exact)
+
+
+@pytest.fixture
+def corpus(db):
+    rnd = random.Random(12)
+    for d in range(40):
+        write_doc(db, "kb-a" if d % 4 else "kb-b", f"doc{d}.md", rnd, rnd.randint(1, 12))
+    db.execute("analyze kb.postings")
+    return db
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.sampled_from([*WORDS, "absentword"]), min_size=1, max_size=12),
+    cjk=st.one_of(st.none(), st.tuples(st.integers(0, len(CJK) - 3), st.integers(2, 12))),
+    n=st.integers(1, 100),
+    both=st.booleans(),
+    params=st.sampled_from([(1.2, 0.75), (1.2, 0.75), (0.0, 0.0), (2.0, 1.0), (0.5, 0.3)]),
+)
+def test_blocks_leg_equals_exact_bm25(corpus, words, cjk, n, both, params):
+    query = " ".join(words) + (f" {CJK[cjk[0] : cjk[0] + cjk[1]]}" if cjk else "")
+    ids = kb_ids(corpus, "kb-a", "kb-b") if both else kb_ids(corpus, "kb-a")
+    got = corpus.execute(LEG, [query, ids, n, *params]).fetchall()
+    want = corpus.execute(SCAN, [query, ids, n, *params]).fetchall()
+    assert_same_ranking(got, want)
+
+
+def test_common_terms_lists_are_not_read(db):
+    """The point of the blocks: one rare and three common words, top 3: the leg reads the rare word's
+    block (twice: for the threshold and for the answer), not the common words' lists (block rows fetched
+    through kb.postings' index, counted by the executor in this transaction), and answers exact BM25."""
+    for d in range(12):
+        db.execute(
+            "select kb.replace_document('zipf', %s, '', %s::jsonb)",
+            [f"d{d}.md", json.dumps([
+                {"content": f"common1 common2 common3 filler{i % 7}" + (" rareword" if i == d else "")}
+                for i in range(50)
+            ])],
+        )
+    ids = kb_ids(db, "zipf")
+    query = "rareword common1 common2 common3"
+    blocks = dict(db.execute(
+        "select term, count(*) from kb.postings where term = any(%s) group by term",
+        [["rareword", "common1", "common2", "common3"]],
+    ).fetchall())
+    assert blocks["common1"] >= 4  # 600 postings: several blocks per list
+    with db.transaction():
+        fetched = "select pg_stat_get_xact_tuples_fetched('kb.postings_pkey'::regclass)"
+        before = db.execute(fetched).fetchone()[0]
+        got = db.execute(LEG, [query, ids, 3, 1.2, 0.75]).fetchall()
+        read = db.execute(fetched).fetchone()[0] - before
+    assert 0 < read <= 2 * blocks["rareword"] < sum(blocks.values())
+    assert_same_ranking(got, db.execute(SCAN, [query, ids, 3, 1.2, 0.75]).fetchall())
+
+
+def postings_of(conn) -> set[tuple]:
+    return set(
+        conn.execute(
+            "select p.kb_id, p.term, p.tier, x.id, x.tf, x.dl from kb.postings p,"
+            " unnest(p.chunk_ids, p.tfs, p.dls) x (id, tf, dl)"
+        ).fetchall()
+    )
+
+
+def postings_from_chunks(conn) -> set[tuple]:
+    return set(
+        conn.execute(
+            "select c.kb_id, t.term, kb.posting_tier(t.tf::int, c.term_count), c.id, t.tf::int, c.term_count"
+            " from kb.chunks c, jsonb_each_text(c.term_freqs) t (term, tf)"
+        ).fetchall()
+    )
+
+
+def assert_postings_exact(conn) -> None:
+    assert postings_of(conn) == postings_from_chunks(conn)
+    # blocks: non-empty, aligned arrays, disjoint and in id order within a list, first_chunk their lowest id
+    # at creation (deletes may remove it, never put a lower one in)
+    bad = conn.execute(
+        "select count(*) from kb.postings where cardinality(chunk_ids) = 0 or cardinality(chunk_ids) <> cardinality(tfs)"
+        " or cardinality(tfs) <> cardinality(dls) or chunk_ids[1] < first_chunk"
+    ).fetchone()[0]
+    assert bad == 0
+    overlapping = conn.execute(
+        "select count(*) from (select chunk_ids[cardinality(chunk_ids)] as hi,"
+        " lead(first_chunk) over (partition by kb_id, term, tier order by first_chunk) as next_lo"
+        " from kb.postings) b where hi >= next_lo"
+    ).fetchone()[0]
+    assert overlapping == 0
+    tiers = conn.execute(
+        "select count(*) from (select kb_id, term, bit_or(1::bigint << tier) as t from kb.postings group by 1, 2) p"
+        " join kb.term_stats s using (kb_id, term) where p.t & ~s.tiers <> 0"
+    ).fetchone()[0]
+    assert tiers == 0  # term_stats.tiers holds every tier with postings
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["replace", "delete"]), st.integers(0, 9), st.integers(1, 40)),
+                    min_size=1, max_size=8), seed=st.integers(0, 10_000))
+def test_writes_keep_postings_exact(db, ops, seed):
+    rnd = random.Random(seed)
+    for op, doc, chunks in ops:
+        kb = "kb-w" if doc % 3 else "kb-v"
+        if op == "replace":
+            write_doc(db, kb, f"d{doc}.md", rnd, chunks)
+        elif kb_ids(db, kb):
+            db.execute("select kb.delete_document(%s, %s)", [kb, f"d{doc}.md"])
+    assert_postings_exact(db)
+    # and the leg over the written state is exact BM25
+    ids = kb_ids(db, "kb-w", "kb-v")
+    for _ in range(5):
+        query = chunk_text(rnd)
+        assert_same_ranking(
+            db.execute(LEG, [query, ids, 10, 1.2, 0.75]).fetchall(),
+            db.execute(SCAN, [query, ids, 10, 1.2, 0.75]).fetchall(),
+        )
+
+
+def test_large_lists_split_into_blocks_and_stay_exact(db):
+    """More than 128 chunks with one term: appends fill the last block, then open a new one; deleting a
+    document in the middle leaves the other blocks' postings alone."""
+    for d in range(6):
+        db.execute(
+            "select kb.replace_document('big', %s, '', %s::jsonb)",
+            [f"d{d}.md", json.dumps([{"content": f"common word{d} x{i}"} for i in range(50)])],
+        )
+    blocks = db.execute("select count(*), max(cardinality(chunk_ids)) from kb.postings where term = 'common'").fetchone()
+    assert blocks[0] >= 2 and blocks[1] <= 128 + 50
+    db.execute("select kb.delete_document('big', 'd2.md')")
+    db.execute(
+        "select kb.replace_document('big', 'd4.md', '', %s::jsonb)", [json.dumps([{"content": "common again"}])]
+    )
+    assert_postings_exact(db)
+    assert db.execute("select df from kb.term_stats where term = 'common'").fetchone()[0] == 50 * 4 + 1
+
+
+def test_migration_rebuild_matches_maintained_postings(db):
+    rnd = random.Random(3)
+    for d in range(8):
+        write_doc(db, "kb-r", f"d{d}.md", rnd)
+    db.execute("select kb.delete_document('kb-r', 'd3.md')")
+    before = postings_of(db)
+    tiers = db.execute("select term, tiers from kb.term_stats order by 1").fetchall()
+    db.execute("select kb.rebuild_postings(id) from kb.knowledge_bases")
+    assert postings_of(db) == before == postings_from_chunks(db)
+    # rebuilt masks are exact; maintained ones may only be supersets after deletes
+    for (term, kept), (term2, rebuilt) in zip(
+        tiers, db.execute("select term, tiers from kb.term_stats order by 1").fetchall(), strict=True
+    ):
+        assert term == term2 and kept & rebuilt == rebuilt
+
+
+def test_private_kb_changes_neither_results_nor_scores_of_others(db, connect_as):
+    """df / N / avgdl are per visible knowledge base: bob's private knowledge base full of alice's query
+    terms moves nothing alice sees, through the blocks leg."""
+    db.execute("select kb.create_user('alice', 'alice'), kb.create_user('bob', 'bob')")
+    rnd = random.Random(5)
+    for d in range(10):
+        write_doc(db, "shared", f"d{d}.md", rnd)
+    db.execute("update kb.knowledge_bases set visibility = 'public' where name = 'shared'")
+    alice, bob = connect_as("alice"), connect_as("bob")
+    queries = ["w0 w1 w7", "w3 缓存", "w12 w2 w0 数据库连接"]
+    sql = "select chunk_id, score from kb.lexical_search(%s, 30)"
+    before = [alice.execute(sql, [q]).fetchall() for q in queries]
+    assert any(before)
+    for d in range(5):
+        bob.execute(
+            "select kb.replace_document('bob-private', %s, '', %s::jsonb)",
+            [f"b{d}.md", json.dumps([{"content": "w0 w1 w7 w3 缓存 w12 w2 数据库连接 " * 3}])],
+        )
+    assert [alice.execute(sql, [q]).fetchall() for q in queries] == before
+    assert bob.execute(sql, [queries[0]]).fetchall() != before[0]
+
+
+def test_lexical_leg_setting_switches_and_checks(db):
+    rnd = random.Random(9)
+    for d in range(5):
+        write_doc(db, "kb-s", f"d{d}.md", rnd)
+    sql = "select chunk_id, score from kb.lexical_search('w0 w1 w2', 20)"
+    blocks = db.execute(sql).fetchall()
+    db.execute("update kb.settings set value = 'scan' where key = 'lexical_leg'")
+    scan = db.execute(sql).fetchall()
+    assert blocks and [c for c, _ in blocks] == [c for c, _ in scan]
+    assert [s for _, s in blocks] == pytest.approx([s for _, s in scan])
+    db.execute("update kb.settings set value = 'fast' where key = 'lexical_leg'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="lexical_leg"):
+        db.execute(sql)
