@@ -36,7 +36,9 @@ def write_doc(conn, kb: str, key: str, rnd: random.Random, chunks: int | None = 
 
 
 def kb_ids(conn, *names: str) -> list[int]:
-    return [r[0] for r in conn.execute("select id from kb.knowledge_bases where name = any(%s) order by id", [list(names)])]
+    return [
+        r[0] for r in conn.execute("select id from kb.knowledge_bases where name = any(%s) order by id", [list(names)])
+    ]
 
 
 def assert_same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
@@ -88,17 +90,24 @@ def test_common_terms_lists_are_not_read(db):
     for d in range(12):
         db.execute(
             "select kb.replace_document('zipf', %s, '', %s::jsonb)",
-            [f"d{d}.md", json.dumps([
-                {"content": f"common1 common2 common3 filler{i % 7}" + (" rareword" if i == d else "")}
-                for i in range(50)
-            ])],
+            [
+                f"d{d}.md",
+                json.dumps(
+                    [
+                        {"content": f"common1 common2 common3 filler{i % 7}" + (" rareword" if i == d else "")}
+                        for i in range(50)
+                    ]
+                ),
+            ],
         )
     ids = kb_ids(db, "zipf")
     query = "rareword common1 common2 common3"
-    blocks = dict(db.execute(
-        "select term, count(*) from kb.postings where term = any(%s) group by term",
-        [["rareword", "common1", "common2", "common3"]],
-    ).fetchall())
+    blocks = dict(
+        db.execute(
+            "select term, count(*) from kb.postings where term = any(%s) group by term",
+            [["rareword", "common1", "common2", "common3"]],
+        ).fetchall()
+    )
     assert blocks["common1"] >= 4  # 600 postings: several blocks per list
     with db.transaction():
         fetched = "select pg_stat_get_xact_tuples_fetched('kb.postings_pkey'::regclass)"
@@ -132,7 +141,8 @@ def assert_postings_exact(conn) -> None:
     # blocks: non-empty, aligned arrays, disjoint and in id order within a list, first_chunk their lowest id
     # at creation (deletes may remove it, never put a lower one in)
     bad = conn.execute(
-        "select count(*) from kb.postings where cardinality(chunk_ids) = 0 or cardinality(chunk_ids) <> cardinality(tfs)"
+        "select count(*) from kb.postings where cardinality(chunk_ids) = 0"
+        " or cardinality(chunk_ids) <> cardinality(tfs)"
         " or cardinality(tfs) <> cardinality(dls) or chunk_ids[1] < first_chunk"
     ).fetchone()[0]
     assert bad == 0
@@ -150,8 +160,12 @@ def assert_postings_exact(conn) -> None:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(["replace", "delete"]), st.integers(0, 9), st.integers(1, 40)),
-                    min_size=1, max_size=8), seed=st.integers(0, 10_000))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["replace", "delete"]), st.integers(0, 9), st.integers(1, 40)), min_size=1, max_size=8
+    ),
+    seed=st.integers(0, 10_000),
+)
 def test_writes_keep_postings_exact(db, ops, seed):
     rnd = random.Random(seed)
     for op, doc, chunks in ops:
@@ -179,12 +193,12 @@ def test_large_lists_split_into_blocks_and_stay_exact(db):
             "select kb.replace_document('big', %s, '', %s::jsonb)",
             [f"d{d}.md", json.dumps([{"content": f"common word{d} x{i}"} for i in range(50)])],
         )
-    blocks = db.execute("select count(*), max(cardinality(chunk_ids)) from kb.postings where term = 'common'").fetchone()
+    blocks = db.execute(
+        "select count(*), max(cardinality(chunk_ids)) from kb.postings where term = 'common'"
+    ).fetchone()
     assert blocks[0] >= 2 and blocks[1] <= 128 + 50
     db.execute("select kb.delete_document('big', 'd2.md')")
-    db.execute(
-        "select kb.replace_document('big', 'd4.md', '', %s::jsonb)", [json.dumps([{"content": "common again"}])]
-    )
+    db.execute("select kb.replace_document('big', 'd4.md', '', %s::jsonb)", [json.dumps([{"content": "common again"}])])
     assert_postings_exact(db)
     assert db.execute("select df from kb.term_stats where term = 'common'").fetchone()[0] == 50 * 4 + 1
 

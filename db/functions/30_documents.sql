@@ -43,41 +43,41 @@ begin
     end if;
 
     -- the blocks of a (term, tier) holding any of its removed ids: from the one that can hold the lowest
-    -- id (the last block starting at or before it) to the last one starting at or before the highest
-    delete from kb.postings as p
-    using (
+    -- id (the last block starting at or before it) to the last one starting at or before the highest;
+    -- blocks holding nothing else go, the others lose those ids (disjoint rows, so one statement)
+    with removed as materialized (
         select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
             min(c.id) as lo, max(c.id) as hi
         from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
         where c.id = any(adjust_postings.chunk_ids)
         group by 1, 2
-    ) as g
-    where p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
-        and p.first_chunk >= coalesce((
-            select max(q.first_chunk) from kb.postings as q
-            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
-        ), g.lo)
-        and p.chunk_ids <@ g.ids;
-
+    ),
+    touched as materialized (
+        select p.term, p.tier, p.first_chunk, p.chunk_ids <@ g.ids as whole, g.ids
+        from removed as g
+        inner join kb.postings as p
+            on p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
+            and p.first_chunk >= coalesce((
+                select max(q.first_chunk) from kb.postings as q
+                where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
+            ), g.lo)
+        where p.chunk_ids && g.ids
+    ),
+    dropped as (
+        delete from kb.postings as p
+        using touched as t
+        where t.whole and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
+            and p.first_chunk = t.first_chunk
+    )
     update kb.postings as p
     set (chunk_ids, tfs, dls) = (
         select array_agg(x.id order by x.o), array_agg(x.tf order by x.o), array_agg(x.dl order by x.o)
         from unnest(p.chunk_ids, p.tfs, p.dls) with ordinality as x (id, tf, dl, o)
-        where x.id <> all(g.ids)
+        where x.id <> all(t.ids)
     )
-    from (
-        select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
-            min(c.id) as lo, max(c.id) as hi
-        from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-        where c.id = any(adjust_postings.chunk_ids)
-        group by 1, 2
-    ) as g
-    where p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
-        and p.first_chunk >= coalesce((
-            select max(q.first_chunk) from kb.postings as q
-            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
-        ), g.lo)
-        and p.chunk_ids && g.ids;
+    from touched as t
+    where not t.whole and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
+        and p.first_chunk = t.first_chunk;
 end
 $$;
 

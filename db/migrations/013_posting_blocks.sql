@@ -11,9 +11,9 @@ create table kb.postings (
     term text not null,
     tier smallint not null check (tier between 0 and 59),
     first_chunk bigint not null,
-    chunk_ids bigint [] not null,
-    tfs integer [] not null,
-    dls integer [] not null,
+    chunk_ids bigint[] not null,
+    tfs integer[] not null,
+    dls integer[] not null,
     primary key (kb_id, term, tier, first_chunk)
 );
 alter table kb.postings enable row level security;
@@ -78,7 +78,9 @@ as $$
     where s.kb_id = target_kb and s.term = m.term;
 $$;
 
-select kb.rebuild_postings(k.id) from kb.knowledge_bases as k order by k.id;
+select kb.rebuild_postings(k.id)
+from kb.knowledge_bases as k
+order by k.id;
 
 insert into kb.settings (key, value, description) values
 (

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 TOP_K = 10
-VECTOR_LEG_EF_SEARCH = 100  # kb.vector_leg's SET hnsw.ef_search
+VECTOR_LEG_EF_SEARCH = 100  # the plain baseline (kb.vector_leg now reads kb.settings.hnsw_ef_search)
 MODES = ("hybrid", "vector_plain", "vector_plain_ef40", "vector", "lexical", "fuzzy")
 
 

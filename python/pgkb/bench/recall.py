@@ -7,9 +7,9 @@ scans disabled as well (``set local enable_indexscan = off``). Every statement h
 (``prepare=False``): a cached plan would ignore those settings. Compared with it:
 
 * ``vector_plain`` -- the same query through the HNSW index at ``hnsw.ef_search`` 40 (pgvector's
-  default), 100 (kb.vector_leg's setting), 200 and 400;
-* ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search 100,
-  iterative scan ``relaxed_order``).
+  default), 100 (kb.vector_leg's value before kb.settings.hnsw_ef_search), 200 and 400;
+* ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search from
+  kb.settings.hnsw_ef_search, iterative scan ``relaxed_order``).
 
 recall@10 = |approximate top 10 ∩ exact top 10| / 10, averaged over the queries.
 """
@@ -27,7 +27,7 @@ from pgkb.bench.data import Model, log, query_vectors
 __all__ = ["RecallResult", "exact_vector_sql", "measure_recall", "plain_vector_sql"]
 
 TOP_K = 10
-EF_SEARCH = (40, 100, 200, 400)  # pgvector's default, kb.vector_leg's, and two larger ones
+EF_SEARCH = (40, 100, 200, 400)  # pgvector's default, kb.vector_leg's old one, and two larger ones
 
 
 @dataclass
