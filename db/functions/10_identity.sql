@@ -307,7 +307,6 @@ alter table kb.knowledge_bases enable row level security;
 alter table kb.documents enable row level security;
 alter table kb.chunks enable row level security;
 alter table kb.term_stats enable row level security;
-alter table kb.postings enable row level security;
 alter table kb.embeddings enable row level security;
 alter table kb.embedding_queue enable row level security;
 alter table kb.embedding_models enable row level security;
@@ -337,7 +336,10 @@ do $kb_rows$
 declare
     tbl text;
 begin
-    foreach tbl in array array['documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures'] loop
+    foreach tbl in array array[
+        'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures'
+    ] loop
+        continue when to_regclass('kb.' || tbl) is null;    -- postings: a schema before migration 015
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'

@@ -171,6 +171,22 @@ def test_bulk_load_matches_replace_document(db, datasets):
 
     assert term_stats("via-bulk") == term_stats("via-replace") != []
 
+    def postings(name: str):
+        """The posting blocks' content by (doc_key, ordinal) (chunk ids differ), and the term tiers."""
+        rows = db.execute(
+            "select p.term, p.tier, d.doc_key, c.ordinal, x.tf, x.dl from kb.postings p"
+            " join kb.knowledge_bases k on k.id = p.kb_id, unnest(p.chunk_ids, p.tfs, p.dls) x (id, tf, dl)"
+            " join kb.chunks c on c.id = x.id join kb.documents d on d.id = c.document_id where k.name = %s",
+            [name],
+        ).fetchall()
+        tiers = db.execute(
+            "select term, tiers from kb.term_stats s join kb.knowledge_bases k on k.id = s.kb_id where k.name = %s",
+            [name],
+        ).fetchall()
+        return sorted(rows), sorted(tiers)
+
+    assert postings("via-bulk") == postings("via-replace") and postings("via-bulk")[0]
+
     def chunks(name: str):
         return db.execute(
             "select d.doc_key, d.title, d.chunk_count, d.status, c.ordinal, c.content, c.heading_path, c.chunk_type,"
