@@ -61,8 +61,10 @@ $$;
 -- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
 -- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
 -- ones only add to them); the candidates that might still reach it get their missing terms from their
--- term_freqs. Cost grows with n, the query terms and the postings above the bound, not with the length
--- of every posting list. docs/benchmarks.md "Lexical leg design".
+-- term_freqs (or, when those lookups would cost more, every remaining sublist is read). Cost grows with n,
+-- the query terms and the postings above the bound; at worst (many common terms of similar weight) with
+-- all the query terms' postings, never with a candidate's term_freqs size. docs/benchmarks.md, "Lexical
+-- leg design".
 create or replace function kb.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
 )

@@ -369,3 +369,20 @@ def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb)
         "select string_agg(prosrc, ' ') from pg_proc where pronamespace = 'kb'::regnamespace and proname <> 'setting'"
     ).fetchone()[0]
     assert "kb.settings" not in bodies.replace("kb.settings.", "")
+
+
+def test_hnsw_ef_search_comes_from_the_settings_and_stays_inside_the_leg(kbdb, embedder):
+    """kb.vector_leg takes hnsw.ef_search from kb.settings.hnsw_ef_search; the caller's own value is back
+    after the call, in and out of a transaction."""
+    kbdb.execute("set hnsw.ef_search = 77")
+    assert hybrid(kbdb, embedder, "退款")
+    assert kbdb.execute("show hnsw.ef_search").fetchone()[0] == "77"
+    with kbdb.transaction():
+        kbdb.execute("set local hnsw.ef_search = 55")
+        assert hybrid(kbdb, embedder, "退款")
+        assert kbdb.execute("show hnsw.ef_search").fetchone()[0] == "55"
+    kbdb.execute("update kb.settings set value = '0' where key = 'hnsw_ef_search'")
+    with pytest.raises(psycopg.Error, match="hnsw.ef_search"):
+        hybrid(kbdb, embedder, "退款")
+    kbdb.execute("update kb.settings set value = '1000' where key = 'hnsw_ef_search'")
+    assert hybrid(kbdb, embedder, "退款")
