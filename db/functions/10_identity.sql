@@ -339,7 +339,7 @@ begin
     foreach tbl in array array[
         'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures'
     ] loop
-        continue when to_regclass('kb.' || tbl) is null;    -- postings: a schema before migration 015
+        continue when to_regclass('kb.' || tbl) is null;    -- postings: a schema before migration 016
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'

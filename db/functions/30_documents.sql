@@ -92,7 +92,7 @@ language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    -- false only on a schema older than migration 015, i.e. in tests that apply today's functions to an
+    -- false only on a schema older than migration 016, i.e. in tests that apply today's functions to an
     -- old schema (pgkb db migrate runs every migration before the functions)
     with_postings constant boolean := to_regclass('kb.postings') is not null;
 begin

@@ -1,4 +1,4 @@
--- 015 posting blocks: the BM25 leg reads compact posting lists instead of decompressing every candidate's
+-- 016 posting blocks: the BM25 leg reads compact posting lists instead of decompressing every candidate's
 -- term_freqs (docs/benchmarks.md, "Lexical leg design"). Per knowledge base, term and impact tier, the
 -- chunks holding the term, with their term frequency and length, in blocks of about 128 postings keyed by
 -- their first chunk id (ids only grow, so a list's blocks are disjoint and in id order). A tier is a

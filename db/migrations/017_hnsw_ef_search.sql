@@ -1,4 +1,4 @@
--- 016 hnsw ef_search: the vector leg's HNSW search breadth becomes a setting (it was fixed at 100 in
+-- 017 hnsw ef_search: the vector leg's HNSW search breadth becomes a setting (it was fixed at 100 in
 -- kb.vector_leg's SET clause, recall@10 0.891 on anchored vectors at 100k chunks; docs/benchmarks.md).
 
 insert into kb.settings (key, value, description) values
