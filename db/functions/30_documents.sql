@@ -2,54 +2,74 @@
 -- kb.delete_document, kb.store_embeddings (used by ingestion and the embedding worker), and the BM25
 -- statistics they keep current. All run as the owner (SECURITY DEFINER) after a write-permission check.
 
--- Internal: add the given chunks (sign = 1: new chunks, ids above every id already in the knowledge base's
--- lists) to the posting blocks of one knowledge base, appending to the last block of each (term, tier)
--- while it holds at most 128 postings; or remove them (sign = -1) from the blocks that hold them, dropping
--- blocks left empty. Called by kb.adjust_term_stats under the knowledge base's row lock.
-create or replace function kb.adjust_postings(target_kb integer, chunk_ids bigint[], sign integer)
+-- Internal: array a without its element at position p (a itself when p is NULL). Neither STRICT nor a SET
+-- clause, so that the planner inlines it into kb.adjust_term_stats's per-term update; it names no object.
+create or replace function kb.array_without(a anyarray, p integer)
+returns anyarray
+language sql immutable parallel safe
+as $$
+    select case when p is null then a else a[:p - 1] || a[p + 1:] end
+$$;
+
+-- Internal: move the recent postings of the given terms (kb.term_stats.recent_*) to the ends of their
+-- tiers' lists in kb.postings, appending to a list's last block while it stays at or below 128 postings,
+-- else starting one; their rows keep none and remember the highest id moved (blocked_to). Called by
+-- kb.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
+create or replace function kb.flush_recent_postings(target_kb integer, terms text[])
 returns void
-language plpgsql volatile
+language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-begin
-    if sign > 0 then
-        insert into kb.postings as p (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
-        select target_kb, g.term, g.tier,
-            case when tail.n + cardinality(g.ids) <= 128 then tail.first_chunk else g.ids[1] end,
-            g.ids, g.tfs, g.dls
-        from (
-            select x.term, x.tier, array_agg(x.id order by x.id) as ids, array_agg(x.tf order by x.id) as tfs,
-                array_agg(x.dl order by x.id) as dls
-            from (
-                select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, c.id, t.tf::integer as tf,
-                    c.term_count as dl
-                from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-                where c.id = any(adjust_postings.chunk_ids)
-            ) as x
-            group by x.term, x.tier
-        ) as g
-        left join lateral (
-            select q.first_chunk, cardinality(q.chunk_ids) as n
-            from kb.postings as q
-            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
-            order by q.first_chunk desc
-            limit 1
-        ) as tail on true
-        order by g.term, g.tier
-        on conflict (kb_id, term, tier, first_chunk) do update
-        set chunk_ids = p.chunk_ids || excluded.chunk_ids, tfs = p.tfs || excluded.tfs,
-            dls = p.dls || excluded.dls;
-        return;
-    end if;
+    with moving as materialized (
+        select s.term, s.recent_ids, s.recent_tfs, s.recent_dls
+        from kb.term_stats as s
+        where s.kb_id = target_kb and s.term = any(terms) and cardinality(s.recent_ids) > 0
+    ),
+    cleared as (
+        update kb.term_stats as s
+        set recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}',
+            blocked_to = (select max(x.id) from unnest(m.recent_ids) as x (id))
+        from moving as m
+        where s.kb_id = target_kb and s.term = m.term
+    )
+    insert into kb.postings as p (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
+    select target_kb, g.term, g.tier,
+        case when tail.n + cardinality(g.ids) <= 128 then tail.first_chunk else g.ids[1] end,
+        g.ids, g.tfs, g.dls
+    from (
+        select m.term, kb.posting_tier(x.tf, x.dl) as tier, array_agg(x.id order by x.id) as ids,
+            array_agg(x.tf order by x.id) as tfs, array_agg(x.dl order by x.id) as dls
+        from moving as m, unnest(m.recent_ids, m.recent_tfs, m.recent_dls) as x (id, tf, dl)
+        group by 1, 2
+    ) as g
+    left join lateral (
+        select q.first_chunk, cardinality(q.chunk_ids) as n
+        from kb.postings as q
+        where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
+        order by q.first_chunk desc
+        limit 1
+    ) as tail on true
+    order by g.term, g.tier
+    on conflict (kb_id, term, tier, first_chunk) do update
+    set chunk_ids = p.chunk_ids || excluded.chunk_ids, tfs = p.tfs || excluded.tfs, dls = p.dls || excluded.dls;
+$$;
 
-    -- the blocks of a (term, tier) holding any of its removed ids: from the one that can hold the lowest
-    -- id (the last block starting at or before it) to the last one starting at or before the highest;
-    -- blocks holding nothing else go, the others lose those ids (disjoint rows, so one statement)
+-- Internal: remove the given chunks' postings of the given terms from the posting blocks that hold them
+-- (blocks left empty go). Per (term, tier) only the blocks that can hold a removed id are read: from the
+-- last one starting at or before the lowest id to the last one starting at or before the highest.
+-- Called by kb.adjust_term_stats under the knowledge base's row lock.
+create or replace function kb.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
+returns void
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
     with removed as materialized (
         select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
             min(c.id) as lo, max(c.id) as hi
-        from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-        where c.id = any(adjust_postings.chunk_ids)
+        from kb.chunks as c
+        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+        inner join (select distinct w.term from unnest(terms) as w (term)) as w on w.term = t.term
+        where c.id = any(remove_block_postings.chunk_ids)
         group by 1, 2
     ),
     touched as materialized (
@@ -78,14 +98,14 @@ begin
     from touched as t
     where not t.whole and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
         and p.first_chunk = t.first_chunk;
-end
 $$;
 
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
--- BM25 statistics (document frequencies and tiers, N, total length) and its posting blocks
--- (kb.adjust_postings); terms whose document frequency drops to 0 lose their row. Callers hold the
--- knowledge base's row lock, so writers of one knowledge base are serialised and cannot deadlock on term
--- rows, and chunk ids only grow within a knowledge base's posting lists.
+-- BM25 statistics (document frequencies, tiers, N, total length) and postings: added postings join their
+-- terms' recent postings in kb.term_stats (moved to blocks at kb.recent_postings_limit()); removed ones
+-- leave them, or the blocks (probed only for terms with blocks). Terms whose document frequency drops to
+-- 0 lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
+-- serialised, cannot deadlock on term rows, and chunk ids only grow within its posting lists.
 create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language plpgsql volatile
@@ -95,17 +115,10 @@ declare
     -- false only on a schema older than migration 016, i.e. in tests that apply today's functions to an
     -- old schema (pgkb db migrate runs every migration before the functions)
     with_postings constant boolean := to_regclass('kb.postings') is not null;
+    limit_reached text[];      -- terms whose recent postings move to blocks
+    in_blocks text[];          -- terms whose removed postings may be in blocks
 begin
-    if with_postings then
-        insert into kb.term_stats as s (kb_id, term, df, tiers)
-        select target_kb, t.term, sign * count(*),
-            case when sign > 0 then bit_or(1::bigint << kb.posting_tier(t.tf::integer, c.term_count)) else 0 end
-        from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-        where c.id = any(chunk_ids)
-        group by t.term
-        order by t.term
-        on conflict (kb_id, term) do update set df = s.df + excluded.df, tiers = s.tiers | excluded.tiers;
-    else
+    if not with_postings then
         insert into kb.term_stats as s (kb_id, term, df)
         select target_kb, t.term, sign * count(*)
         from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
@@ -113,12 +126,71 @@ begin
         group by t.term
         order by t.term
         on conflict (kb_id, term) do update set df = s.df + excluded.df;
+    elsif sign > 0 then
+        with upserted as (
+            insert into kb.term_stats as s (kb_id, term, df, tiers, recent_ids, recent_tfs, recent_dls)
+            -- one aggregate node feeds every row to all three array_aggs in the same order: aligned
+            select target_kb, x.term, count(*), bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)),
+                array_agg(x.id), array_agg(x.tf), array_agg(x.dl)
+            from (
+                select t.term, c.id, t.tf::integer as tf, c.term_count as dl
+                from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
+                where c.id = any(chunk_ids)
+            ) as x
+            group by x.term
+            order by x.term
+            on conflict (kb_id, term) do update
+            set df = s.df + excluded.df, tiers = s.tiers | excluded.tiers,
+                recent_ids = s.recent_ids || excluded.recent_ids, recent_tfs = s.recent_tfs || excluded.recent_tfs,
+                recent_dls = s.recent_dls || excluded.recent_dls
+            returning s.term, cardinality(s.recent_ids) as recent
+        )
+        select array_agg(u.term) into limit_reached
+        from upserted as u where u.recent >= kb.recent_postings_limit();
+        if limit_reached is not null then
+            perform kb.flush_recent_postings(target_kb, limit_reached);
+        end if;
+    else
+        with removed as (
+            select t.term, count(*) as n, array_agg(c.id) as ids, min(c.id) as lo
+            from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
+            where c.id = any(chunk_ids)
+            group by t.term
+        ),
+        updated as (
+            -- a term in one removed chunk (most): cut its posting out at its position (none: in a block)
+            update kb.term_stats as s
+            set df = s.df - r.n,
+                recent_ids = case when r.n = 1
+                    then kb.array_without(s.recent_ids, array_position(s.recent_ids, r.lo))
+                    else array(select x.id from unnest(s.recent_ids) as x (id) where x.id <> all(r.ids)) end,
+                recent_tfs = case when r.n = 1
+                    then kb.array_without(s.recent_tfs, array_position(s.recent_ids, r.lo))
+                    else array(
+                        select x.tf from unnest(s.recent_ids, s.recent_tfs) with ordinality as x (id, tf, o)
+                        where x.id <> all(r.ids) order by x.o
+                    ) end,
+                recent_dls = case when r.n = 1
+                    then kb.array_without(s.recent_dls, array_position(s.recent_ids, r.lo))
+                    else array(
+                        select x.dl from unnest(s.recent_ids, s.recent_dls) with ordinality as x (id, dl, o)
+                        where x.id <> all(r.ids) order by x.o
+                    ) end
+            from removed as r
+            where s.kb_id = target_kb and s.term = r.term
+            returning s.term, r.lo <= s.blocked_to as blocked
+        )
+        select array_agg(u.term) into in_blocks from updated as u where u.blocked;
+        if in_blocks is not null then
+            perform kb.remove_block_postings(target_kb, chunk_ids, in_blocks);
+        end if;
     end if;
 
     delete from kb.term_stats as s
     where sign < 0 and s.kb_id = target_kb and s.df <= 0
         and s.term in (
-            select t.term from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term) where c.id = any(chunk_ids)
+            select t.term from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
+            where c.id = any(chunk_ids)
         );
 
     update kb.knowledge_bases as k
@@ -129,10 +201,6 @@ begin
         from kb.chunks as c where c.id = any(chunk_ids)
     ) as totals
     where k.id = target_kb;
-
-    if with_postings then
-        perform kb.adjust_postings(target_kb, chunk_ids, sign);
-    end if;
 end
 $$;
 
@@ -173,7 +241,7 @@ set search_path = pg_catalog, public, pg_temp
 as $$
 declare
     n integer;
-    problem text [];
+    problem text[];
     duplicate integer;
 begin
     if chunks is null or jsonb_typeof(chunks) <> 'array' then
@@ -287,8 +355,8 @@ declare
     target_kb integer;
     doc kb.documents;
     new_hash text;
-    old_chunk_ids bigint [];
-    new_chunk_ids bigint [];
+    old_chunk_ids bigint[];
+    new_chunk_ids bigint[];
     target_model kb.embedding_models;
     n_queued integer := 0;
 begin
@@ -421,7 +489,7 @@ declare
     canonical_key text := kb.canonical_doc_key(delete_document.doc_key);
     target_kb integer := kb.resolve_kb(delete_document.kb);
     doc_id bigint;
-    old_chunk_ids bigint [];
+    old_chunk_ids bigint[];
 begin
     if not kb.can_write_kb(target_kb) then
         raise exception 'you may not write to knowledge base "%"', delete_document.kb
@@ -459,8 +527,8 @@ declare
     target kb.embedding_models := kb.resolve_model(model);
     admin boolean := kb.current_is_admin();
     bad bigint;
-    writable bigint [];
-    doc_ids bigint [];
+    writable bigint[];
+    doc_ids bigint[];
     stored integer;
 begin
     if chunk_ids is null or embeddings is null or cardinality(chunk_ids) <> cardinality(embeddings) then

@@ -56,7 +56,7 @@ $$;
 
 -- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
 -- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
--- without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
+-- and the terms' recent postings (kb.term_stats) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
 -- postings can add (idf * the tf part at the tier's tf ceiling and length floor, for the k1 / b given).
 -- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
 -- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
@@ -173,6 +173,14 @@ begin
                     select pb.chunk_ids, pb.tfs, pb.dls from kb.postings as pb
                     where pb.kb_id = any(kb_ids) and pb.term = terms[s.ti] and pb.tier = s.tier
                 ) as pb
+                union all
+                -- a term's recent postings (any tier) with its first sublist read: the bounds stay bounds
+                select r.ti, unnest(ts.recent_ids), unnest(ts.recent_tfs), unnest(ts.recent_dls)
+                from (select distinct x.ti from unnest(s_term[1:m]) as x (ti)) as r
+                cross join lateral (
+                    select ts.recent_ids, ts.recent_tfs, ts.recent_dls from kb.term_stats as ts
+                    where ts.kb_id = any(kb_ids) and ts.term = terms[r.ti]
+                ) as ts
             ) as p
             group by p.id
         ),

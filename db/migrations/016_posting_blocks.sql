@@ -1,10 +1,16 @@
 -- 016 posting blocks: the BM25 leg reads compact posting lists instead of decompressing every candidate's
--- term_freqs (docs/benchmarks.md, "Lexical leg design"). Per knowledge base, term and impact tier, the
--- chunks holding the term, with their term frequency and length, in blocks of about 128 postings keyed by
--- their first chunk id (ids only grow, so a list's blocks are disjoint and in id order). A tier is a
--- class of (tf, chunk length): every posting of a tier has tf <= its tf ceiling and length >= its length
--- floor, so the tier bounds the BM25 tf part of its postings for any k1, b and average length.
--- kb.term_stats.tiers is the set of tiers a term has postings in (bit i = tier i), a superset after deletes.
+-- term_freqs (docs/benchmarks.md, "Lexical leg design"). A term's postings (chunk id, term frequency,
+-- chunk length) in a knowledge base live in one of two places:
+-- - its newest ones in its own kb.term_stats row (recent_ids / recent_tfs / recent_dls, aligned, fewer
+--   than kb.recent_postings_limit()), which every write already rewrites: a rare term never costs more;
+-- - the older ones in kb.postings, per impact tier, in blocks of about 128 postings keyed by their first
+--   chunk id (ids only grow, so a list's blocks are disjoint and in id order). When a term's recent
+--   postings reach the limit they move to the ends of its tiers' lists (kb.flush_recent_postings).
+-- A tier is a class of (tf, chunk length): every posting of a tier has tf <= its tf ceiling and length >=
+-- its length floor, so the tier bounds the BM25 tf part of its postings for any k1, b and average length.
+-- kb.term_stats.tiers is the set of tiers a term has postings in (bit i = tier i), a superset after
+-- deletes; blocked_to the highest chunk id ever moved to its blocks (NULL: none), so a delete probes the
+-- blocks only for terms that can have some there.
 
 create table kb.postings (
     kb_id integer not null references kb.knowledge_bases (id) on delete cascade,
@@ -18,15 +24,22 @@ create table kb.postings (
 );
 alter table kb.postings enable row level security;
 
-alter table kb.term_stats add column tiers bigint not null default 0;
+alter table kb.term_stats
+add column tiers bigint not null default 0,
+add column recent_ids bigint[] not null default '{}',
+add column recent_tfs integer[] not null default '{}',
+add column recent_dls integer[] not null default '{}',
+add column blocked_to bigint;
 
 -- The impact tier of a posting: tf class (1, 2, 3-4, 5-8, 9-16, 17+) * 10 + length class (floors 0, 45,
 -- 64, 91, 128, 181, 256, 362, 512, 724 terms). Immutable: changing the classes needs a new migration
--- that rebuilds kb.postings and kb.term_stats.tiers.
+-- that rebuilds kb.postings and kb.term_stats.tiers. Neither STRICT nor a SET clause, so that the planner
+-- inlines it (it runs once per posting written: as a function call it cost ~7 us each, a quarter of a
+-- document's write); it names no object, only integer comparisons, so the caller's search_path cannot
+-- change what it does (pg_catalog is searched first).
 create function kb.posting_tier(tf integer, dl integer)
 returns smallint
-language sql immutable strict parallel safe
-set search_path = pg_catalog, pg_temp
+language sql immutable parallel safe
 as $$
     select ((case when tf <= 1 then 0 when tf = 2 then 1 when tf <= 4 then 2 when tf <= 8 then 3
         when tf <= 16 then 4 else 5 end) * 10
@@ -41,41 +54,77 @@ create function kb.posting_tier_limits(tier integer, out tf_max integer, out dl_
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select (array[1, 2, 4, 8, 16, null]::integer [])[tier / 10 + 1],
+    select (array[1, 2, 4, 8, 16, null]::integer[])[tier / 10 + 1],
         (array[0, 45, 64, 91, 128, 181, 256, 362, 512, 724])[tier % 10 + 1]
 $$;
 
--- Rebuild the posting blocks and term tiers of one knowledge base from its chunks' term_freqs (this
--- migration, and bulk loads that write chunks directly). Idempotent; the caller holds the knowledge
--- base's row lock or is alone.
+-- How many recent postings a term keeps in its kb.term_stats row before they move to kb.postings. Small
+-- enough that the row stays well below PostgreSQL's 2 kB TOAST threshold; large enough that most terms
+-- (rare ones) never need a block and a common term's move happens once per ~64 of its postings.
+create function kb.recent_postings_limit()
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 64 $$;
+
+-- Rebuild the postings and term tiers of one knowledge base from its chunks' term_freqs (this migration,
+-- and bulk loads that write chunks directly): terms with fewer than kb.recent_postings_limit() postings
+-- keep them in kb.term_stats, the others get blocks of up to 128. Reads the chunks in id order, 20,000 at
+-- a time, so memory and temporary space stay bounded on any size (a batch ends a list's last block early).
+-- Idempotent; the caller holds the knowledge base's row lock or is alone.
 create function kb.rebuild_postings(target_kb integer)
 returns void
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    batch constant integer := 20000;
+    lo bigint := 0;
+    hi bigint;
+begin
     delete from kb.postings as p where p.kb_id = target_kb;
-
-    insert into kb.postings (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
-    select target_kb, x.term, x.tier, min(x.id), array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
-        array_agg(x.dl order by x.id)
-    from (
-        select y.term, y.tier, y.id, y.tf, y.dl,
-            (row_number() over (partition by y.term, y.tier order by y.id) - 1) / 128 as block
+    update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
+    where s.kb_id = target_kb;
+    loop
+        select max(c.id) into hi
+        from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit batch) as c;
+        exit when hi is null;
+        with posting as materialized (
+            select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
+                kb.posting_tier(t.tf::integer, c.term_count) as tier,
+                s.df >= kb.recent_postings_limit() as blocked
+            from kb.chunks as c
+            cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+            inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
+            where c.kb_id = target_kb and c.id > lo and c.id <= hi
+        ),
+        per_term as (
+            update kb.term_stats as s
+            set tiers = s.tiers | m.tiers, recent_ids = s.recent_ids || coalesce(m.ids, '{}'),
+                recent_tfs = s.recent_tfs || coalesce(m.tfs, '{}'), recent_dls = s.recent_dls || coalesce(m.dls, '{}'),
+                blocked_to = greatest(s.blocked_to, m.blocked_to)
+            from (
+                select p.term, bit_or(1::bigint << p.tier) as tiers,
+                    array_agg(p.id order by p.id) filter (where not p.blocked) as ids,
+                    array_agg(p.tf order by p.id) filter (where not p.blocked) as tfs,
+                    array_agg(p.dl order by p.id) filter (where not p.blocked) as dls,
+                    max(p.id) filter (where p.blocked) as blocked_to
+                from posting as p group by p.term
+            ) as m
+            where s.kb_id = target_kb and s.term = m.term
+        )
+        insert into kb.postings (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
+        select target_kb, x.term, x.tier, min(x.id), array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
+            array_agg(x.dl order by x.id)
         from (
-            select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, c.id, t.tf::integer as tf,
-                c.term_count as dl
-            from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-            where c.kb_id = target_kb
-        ) as y
-    ) as x
-    group by x.term, x.tier, x.block;
-
-    update kb.term_stats as s set tiers = m.tiers
-    from (
-        select p.term, bit_or(1::bigint << p.tier) as tiers
-        from kb.postings as p where p.kb_id = target_kb group by p.term
-    ) as m
-    where s.kb_id = target_kb and s.term = m.term;
+            select p.term, p.tier, p.id, p.tf, p.dl,
+                (row_number() over (partition by p.term, p.tier order by p.id) - 1) / 128 as block
+            from posting as p where p.blocked
+        ) as x
+        group by x.term, x.tier, x.block;
+        lo := hi;
+    end loop;
+end
 $$;
 
 select kb.rebuild_postings(k.id)

@@ -93,12 +93,13 @@ def test_bench_reports_everything(db, datasets, tmp_path):
 
     # recall: an HNSW search whose ef_search is at least the number of vectors never drops a candidate, so it
     # explores the whole graph and is exact -- for every query, not on average; this holds for ef_search
-    # 100 and up and for kb.vector_search (kb.vector_leg's 100); and recall cannot fall as ef_search grows
+    # 100 and up and for kb.vector_search (kb.settings.hnsw_ef_search, 300); and recall cannot fall as
+    # ef_search grows
     assert r.recall.queries == 5
-    exact = [f"vector_plain (ef_search {ef})" for ef in (100, 200, 400)] + ["vector_search"]
+    exact = [f"vector_plain (ef_search {ef})" for ef in (100, 200, 300, 400)] + ["vector_search"]
     assert {k: (r.recall.recall[k], r.recall.min_recall[k]) for k in exact} == {k: (1.0, 1.0) for k in exact}
-    by_ef = [r.recall.recall[f"vector_plain (ef_search {ef})"] for ef in (40, 100, 200, 400)]
-    assert by_ef == sorted(by_ef) and len(r.recall.recall) == 5
+    by_ef = [r.recall.recall[f"vector_plain (ef_search {ef})"] for ef in (40, 100, 200, 300, 400)]
+    assert by_ef == sorted(by_ef) and len(r.recall.recall) == 6 and r.ef_search == 300
     recall_goals = [g for g in r.goals if g.name.startswith("HNSW recall@10")]
     assert len(recall_goals) == 2 and all(g.met and g.measured == "1.000" for g in recall_goals)
 
@@ -114,9 +115,24 @@ def test_bench_reports_everything(db, datasets, tmp_path):
         assert c.qps * np.mean(c.latencies) / 1000 <= c.clients * (1 + 1e-9), (c.mode, c.clients)
         assert c.seconds * 1000 >= sum(c.latencies) / c.clients and c.seconds * 1000 >= max(c.latencies)
 
-    assert len(r.sizes) == 6 and all(size for _, size in r.sizes.values())
+    # the shared question sets: every query of each (fewer than set_queries), the slowest one named
+    assert [(q.name, q.questions, len(q.samples)) for q in r.question_sets] == [
+        (name, len(ZH_QUERIES if name in ZH_SETS else EN_QUERIES), len(ZH_QUERIES if name in ZH_SETS else EN_QUERIES))
+        for name in ZH_SETS + EN_SETS
+    ]
+    for q in r.question_sets:
+        assert q.worst == max(q.samples) > 0 and q.worst_query in ZH_QUERIES + EN_QUERIES
+    assert len([g for g in r.goals if g.name.startswith("slowest ")]) == 4
+    assert any(g.name.startswith("MCP SQL p50") for g in r.goals)
+
+    assert len(r.sizes) == 9 and all(size for _, size in r.sizes.values())
     assert r.load.method == "bulk" and not r.load.reused
-    assert set(r.load.index_builds) == {"chunks_terms_idx", "chunks_trgm_idx", "embeddings_hnsw_model_1"}
+    assert set(r.load.index_builds) == {
+        "chunks_terms_idx",
+        "chunks_trgm_idx",
+        "embeddings_hnsw_model_1",
+        "kb.postings",
+    }
 
     # MCP: the server's stages of each timed call are the ones its own query log recorded for that call
     # (after the warm-up calls); the client waited at least as long as the server worked on the call
@@ -130,7 +146,8 @@ def test_bench_reports_everything(db, datasets, tmp_path):
         assert r.mcp.search_ms[k] > 0 and 0 < r.mcp.outside_search_ms[k] <= r.mcp.overhead_ms[k] + 0.02
 
     report = out.read_text()
-    for heading in ("p99 ms", "recall@10", "| QPS |", "MCP `search_knowledge`", "build s", "| goal |"):
+    headings = ("p99 ms", "recall@10", "| QPS |", "MCP `search_knowledge`", "build s", "| goal |", "slowest question")
+    for heading in headings:
         assert heading in report
 
     # a second run reuses the knowledge base and still knows how it was loaded
@@ -172,10 +189,14 @@ def test_bulk_load_matches_replace_document(db, datasets):
     assert term_stats("via-bulk") == term_stats("via-replace") != []
 
     def postings(name: str):
-        """The posting blocks' content by (doc_key, ordinal) (chunk ids differ), and the term tiers."""
+        """The postings (blocks and recent ones; the split differs) by (doc_key, ordinal) (chunk ids
+        differ), and the term tiers."""
         rows = db.execute(
-            "select p.term, p.tier, d.doc_key, c.ordinal, x.tf, x.dl from kb.postings p"
-            " join kb.knowledge_bases k on k.id = p.kb_id, unnest(p.chunk_ids, p.tfs, p.dls) x (id, tf, dl)"
+            "select x.term, kb.posting_tier(x.tf, x.dl), d.doc_key, c.ordinal, x.tf, x.dl from ("
+            " select p.kb_id, p.term, y.* from kb.postings p, unnest(p.chunk_ids, p.tfs, p.dls) y (id, tf, dl)"
+            " union all select s.kb_id, s.term, y.* from kb.term_stats s,"
+            " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) y (id, tf, dl)) x"
+            " join kb.knowledge_bases k on k.id = x.kb_id"
             " join kb.chunks c on c.id = x.id join kb.documents d on d.id = c.document_id where k.name = %s",
             [name],
         ).fetchall()

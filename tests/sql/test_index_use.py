@@ -109,7 +109,8 @@ def load_corpus(db: psycopg.Connection) -> None:
         ).fetchone()[0]
         rows = []
         for i in range(n):
-            terms = rng.choices(vocabulary, k=30) + ([NEEDLE] if i < 3 else [])
+            # 5 of 50 common words (~100 chunks each per knowledge base: posting blocks), 25 of all 5000
+            terms = rng.choices(vocabulary[:50], k=5) + rng.choices(vocabulary, k=25) + ([NEEDLE] if i < 3 else [])
             rows.append(
                 {
                     "ordinal": i,
@@ -205,6 +206,7 @@ def lexical_plan(notices):
 def assert_lexical_plan_uses_postings_index(plan: str) -> None:
     assert "Index Scan using postings_pkey on postings" in plan, plan
     assert "Seq Scan on postings" not in plan and "Seq Scan on chunks" not in plan, plan
+    assert "Index Scan using term_stats_pkey on term_stats" in plan and "Seq Scan on term_stats" not in plan, plan
 
 
 def fuzzy_plan(notices):

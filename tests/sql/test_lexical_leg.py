@@ -85,8 +85,8 @@ def test_blocks_leg_equals_exact_bm25(corpus, words, cjk, n, both, params):
 
 def test_common_terms_lists_are_not_read(db):
     """The point of the blocks: one rare and three common words, top 3: the leg reads the rare word's
-    block (twice: for the threshold and for the answer), not the common words' lists (block rows fetched
-    through kb.postings' index, counted by the executor in this transaction), and answers exact BM25."""
+    postings (from its kb.term_stats row), not the common words' lists (no block row fetched through
+    kb.postings' index, counted by the executor in this transaction), and answers exact BM25."""
     for d in range(12):
         db.execute(
             "select kb.replace_document('zipf', %s, '', %s::jsonb)",
@@ -109,22 +109,27 @@ def test_common_terms_lists_are_not_read(db):
         ).fetchall()
     )
     assert blocks["common1"] >= 4  # 600 postings: several blocks per list
+    assert "rareword" not in blocks  # 12 postings: all recent, in its kb.term_stats row
     with db.transaction():
         fetched = "select pg_stat_get_xact_tuples_fetched('kb.postings_pkey'::regclass)"
         before = db.execute(fetched).fetchone()[0]
         got = db.execute(LEG, [query, ids, 3, 1.2, 0.75]).fetchall()
         read = db.execute(fetched).fetchone()[0] - before
-    assert 0 < read <= 2 * blocks["rareword"] < sum(blocks.values())
+    assert read == 0
     assert_same_ranking(got, db.execute(SCAN, [query, ids, 3, 1.2, 0.75]).fetchall())
 
 
 def postings_of(conn) -> set[tuple]:
-    return set(
-        conn.execute(
-            "select p.kb_id, p.term, p.tier, x.id, x.tf, x.dl from kb.postings p,"
-            " unnest(p.chunk_ids, p.tfs, p.dls) x (id, tf, dl)"
-        ).fetchall()
-    )
+    """Every posting, from the blocks and from the terms' recent postings; each one in one place only."""
+    rows = conn.execute(
+        "select p.kb_id, p.term, p.tier, x.id, x.tf, x.dl from kb.postings p,"
+        " unnest(p.chunk_ids, p.tfs, p.dls) x (id, tf, dl)"
+        " union all"
+        " select s.kb_id, s.term, kb.posting_tier(x.tf, x.dl), x.id, x.tf, x.dl from kb.term_stats s,"
+        " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) x (id, tf, dl)"
+    ).fetchall()
+    assert len(rows) == len(set(rows))
+    return set(rows)
 
 
 def postings_from_chunks(conn) -> set[tuple]:
@@ -157,6 +162,20 @@ def assert_postings_exact(conn) -> None:
         " join kb.term_stats s using (kb_id, term) where p.t & ~s.tiers <> 0"
     ).fetchone()[0]
     assert tiers == 0  # term_stats.tiers holds every tier with postings
+    # recent postings: aligned, fewer than the limit, all newer than the term's blocks, whose
+    # highest id blocked_to covers
+    bad = conn.execute(
+        "select count(*) from kb.term_stats s where cardinality(recent_ids) >= kb.recent_postings_limit()"
+        " or cardinality(recent_ids) <> cardinality(recent_tfs) or cardinality(recent_tfs) <> cardinality(recent_dls)"
+        " or (tiers & (select coalesce(bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)), 0)"
+        "     from unnest(recent_tfs, recent_dls) x (tf, dl))) <>"
+        "    (select coalesce(bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)), 0)"
+        "     from unnest(recent_tfs, recent_dls) x (tf, dl))"
+        " or exists (select from kb.postings p where p.kb_id = s.kb_id and p.term = s.term"
+        "     and (p.chunk_ids[cardinality(p.chunk_ids)] >= s.recent_ids[1]"
+        "          or s.blocked_to is null or p.chunk_ids[cardinality(p.chunk_ids)] > s.blocked_to))"
+    ).fetchone()[0]
+    assert bad == 0
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -20,7 +20,7 @@ from pgkb.bench.recall import plain_vector_sql
 __all__ = [
     "MODES",
     "TOP_K",
-    "VECTOR_LEG_EF_SEARCH",
+    "shipped_ef_search",
     "ModeStats",
     "explain_plain",
     "mode_sql",
@@ -29,7 +29,6 @@ __all__ = [
 ]
 
 TOP_K = 10
-VECTOR_LEG_EF_SEARCH = 100  # the plain baseline (kb.vector_leg now reads kb.settings.hnsw_ef_search)
 MODES = ("hybrid", "vector_plain", "vector_plain_ef40", "vector", "lexical", "fuzzy")
 
 
@@ -81,9 +80,17 @@ def query_params(kb_name: str, query_texts: list[str], dim: int, source: VectorS
     return [{"q": q, "kb": kb_name, "e": e} for q, e in zip(query_texts, embeddings, strict=True)]
 
 
-def time_modes(conn: psycopg.Connection, sql: dict[str, str], params: list[dict]) -> dict[str, ModeStats]:
+def shipped_ef_search(conn: psycopg.Connection) -> int:
+    """kb.settings.hnsw_ef_search: what kb.vector_leg uses, and so what the plain baseline runs at."""
+    return int(conn.execute("select kb.setting_int('hnsw_ef_search')").fetchone()[0])
+
+
+def time_modes(
+    conn: psycopg.Connection, sql: dict[str, str], params: list[dict], ef_search: int
+) -> dict[str, ModeStats]:
+    """Every query once in every mode; vector_plain at ef_search (the setting kb.vector_leg reads)."""
     set_ef = _ef_setter(conn)
-    ef_of = {m: (40 if m == "vector_plain_ef40" else VECTOR_LEG_EF_SEARCH) for m in MODES}
+    ef_of = {m: (40 if m == "vector_plain_ef40" else ef_search) for m in MODES}
 
     def call(mode: str, p: dict) -> tuple[float, int]:
         set_ef(ef_of[mode])
@@ -114,10 +121,10 @@ def time_modes(conn: psycopg.Connection, sql: dict[str, str], params: list[dict]
     return stats
 
 
-def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int) -> tuple[str, bool]:
+def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int, ef_search: int) -> tuple[str, bool]:
     """EXPLAIN (ANALYZE) of the plain vector query; whether it scans the model's HNSW index."""
     e = query_vectors(5, 1, model.dimension)[0]
-    conn.execute(f"set hnsw.ef_search = {VECTOR_LEG_EF_SEARCH}")
+    conn.execute(f"set hnsw.ef_search = {int(ef_search)}")
     plan = conn.execute(
         "explain (analyze, costs off, timing off, summary off) " + plain_vector_sql(model, kb_id), {"e": e}
     ).fetchall()

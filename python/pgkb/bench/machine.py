@@ -94,10 +94,17 @@ def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[st
         f"HNSW index {index}": (index, f"pg_relation_size('kb.{index}')"),
         "GIN term index chunks_terms_idx": ("chunks_terms_idx", "pg_relation_size('kb.chunks_terms_idx')"),
         "GIN trigram index chunks_trgm_idx": ("chunks_trgm_idx", "pg_relation_size('kb.chunks_trgm_idx')"),
-        "kb.term_stats (table + indexes)": ("kb.term_stats", "pg_total_relation_size('kb.term_stats')"),
+        "kb.term_stats (df, tiers and recent postings: table + TOAST + index)": (
+            "kb.term_stats",
+            "pg_total_relation_size('kb.term_stats')",
+        ),
         "kb.postings (posting blocks: table + TOAST + index)": (
             "kb.postings",
             "pg_total_relation_size('kb.postings')",
+        ),
+        "chunks.term_freqs + chunks.terms (sum of pg_column_size)": (
+            "term_freqs",
+            "(select sum(pg_column_size(term_freqs) + pg_column_size(terms)) from kb.chunks)",
         ),
         "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }

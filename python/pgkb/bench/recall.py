@@ -7,7 +7,8 @@ scans disabled as well (``set local enable_indexscan = off``). Every statement h
 (``prepare=False``): a cached plan would ignore those settings. Compared with it:
 
 * ``vector_plain`` -- the same query through the HNSW index at ``hnsw.ef_search`` 40 (pgvector's
-  default), 100 (kb.vector_leg's value before kb.settings.hnsw_ef_search), 200 and 400;
+  default), 100 (kb.vector_leg's value before kb.settings.hnsw_ef_search), 200, 300 (that setting's
+  default) and 400, and at the setting's current value if it is none of those;
 * ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search from
   kb.settings.hnsw_ef_search, iterative scan ``relaxed_order``).
 
@@ -27,7 +28,7 @@ from pgkb.bench.data import Model, log, query_vectors
 __all__ = ["RecallResult", "exact_vector_sql", "measure_recall", "plain_vector_sql"]
 
 TOP_K = 10
-EF_SEARCH = (40, 100, 200, 400)  # pgvector's default, kb.vector_leg's old one, and two larger ones
+EF_SEARCH = (40, 100, 200, 300, 400)  # pgvector's default, kb.vector_leg's old one, larger ones (300: the default)
 
 
 @dataclass
@@ -66,6 +67,7 @@ def measure_recall(
     kb_name: str,
     queries: int,
     vectors: np.ndarray | None = None,
+    shipped_ef: int = 300,
 ) -> RecallResult:
     """recall@10 of the HNSW paths against exact search, over `vectors` (default: `queries` random unit
     query vectors)."""
@@ -77,7 +79,8 @@ def measure_recall(
     if vectors is None:
         vectors = query_vectors(7, queries, model.dimension)
     queries = len(vectors)
-    hits: dict[str, list[float]] = {f"vector_plain (ef_search {ef})": [] for ef in EF_SEARCH}
+    ef_values = sorted({*EF_SEARCH, shipped_ef})
+    hits: dict[str, list[float]] = {f"vector_plain (ef_search {ef})": [] for ef in ef_values}
     hits["vector_search"] = []
     exact_seconds = 0.0
     log(f"recall@{TOP_K}: {queries} queries against exact search")
@@ -88,7 +91,7 @@ def measure_recall(
             exact = {r[0] for r in conn.execute(exact_sql, {"e": e}, prepare=False).fetchall()}
             exact_seconds += time.perf_counter() - t0
         with conn.transaction():
-            for ef in EF_SEARCH:
+            for ef in ef_values:
                 label = f"vector_plain (ef_search {ef})"
                 conn.execute(f"set local hnsw.ef_search = {ef}")
                 got = {r[0] for r in conn.execute(plain, {"e": e}, prepare=False).fetchall()}

@@ -12,12 +12,14 @@ one to read recall from; see pgkb.bench.data), written in bulk or through ``kb.r
 
    * ``hybrid``        -- ``kb.hybrid_search(q, 10, kb => name, query_embedding => e)``;
    * ``vector_plain``  -- ``select chunk_id from kb.embeddings where model_id = M and kb_id = K
-     order by embedding::vector(384) <=> e limit 10`` at ``kb.vector_leg``'s ``hnsw.ef_search`` (100): the
-     baseline, what an application querying pgvector directly would pay;
+     order by embedding::vector(384) <=> e limit 10`` at ``kb.vector_leg``'s ``hnsw.ef_search``
+     (kb.settings.hnsw_ef_search, so both find the same neighbours): the baseline, what an application
+     querying pgvector directly would pay;
    * ``vector_plain_ef40`` -- the same at pgvector's default ``hnsw.ef_search = 40``;
    * ``vector`` / ``lexical`` / ``fuzzy`` -- ``kb.vector_search`` / ``kb.lexical_search`` /
      ``kb.fuzzy_search`` with ``top_k = 10`` (vector-only, lexical-only, fuzzy-only);
 
+   then the shared question sets' own questions through ``kb.lexical_search`` (pgkb.bench.question_sets);
 2. HNSW recall@10 against exact search (pgkb.bench.recall);
 3. relation sizes, and the index build times of a bulk load (pgkb.bench.load);
 4. a concurrency sweep of ``hybrid`` and ``vector_plain`` (pgkb.bench.concurrency);
@@ -53,10 +55,19 @@ from pgkb.bench.data import (
     sample_distinct_queries,
     sample_queries,
 )
-from pgkb.bench.latency import MODES, VECTOR_LEG_EF_SEARCH, ModeStats, explain_plain, mode_sql, query_params, time_modes
+from pgkb.bench.latency import (
+    MODES,
+    ModeStats,
+    explain_plain,
+    mode_sql,
+    query_params,
+    shipped_ef_search,
+    time_modes,
+)
 from pgkb.bench.load import LOAD_METHODS, prepare_kb
 from pgkb.bench.machine import machine_info, relation_sizes, server_settings
 from pgkb.bench.mcp import measure_mcp_overhead
+from pgkb.bench.question_sets import load_question_sets, time_question_sets
 from pgkb.bench.recall import measure_recall
 from pgkb.bench.report import BenchResult, check_goals, render_report
 from pgkb.db import connect, database_url
@@ -80,6 +91,7 @@ class BenchOptions:
     clients: tuple[int, ...] = (1, 4, 16)
     client_queries: int = 50
     mcp_calls: int = 200
+    set_queries: int = 400  # questions per shared question set through kb.lexical_search (0: skip)
     maintenance_work_mem: str = "4GB"
     vectors: str = "uniform"
     anchors: int = ANCHORS
@@ -90,6 +102,8 @@ class BenchOptions:
         for name in ("chunks", "queries", "recall_queries", "client_queries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.set_queries < 0:
+            raise ValueError(f"set-queries must be >= 0 (0 skips the question sets), got {self.set_queries}")
         if self.mcp_calls < 0:
             raise ValueError(f"mcp-calls must be >= 0 (0 skips the MCP measurement), got {self.mcp_calls}")
         if not self.clients or any(c < 1 for c in self.clients):
@@ -149,18 +163,25 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             options.maintenance_work_mem,
             source,
         )
-        explain, uses_hnsw = explain_plain(conn, model, kb_id)
+        ef_search = shipped_ef_search(conn)
+        explain, uses_hnsw = explain_plain(conn, model, kb_id, ef_search)
         log("plain vector query plan:\n" + explain)
         if not uses_hnsw:
             log("WARNING: the plain vector query does not use the HNSW index")
         sql = mode_sql(model, kb_id)
         params = query_params(options.kb_name, query_texts, model.dimension, source)
-        stats = time_modes(conn, sql, params)
-        recall = measure_recall(conn, model, kb_id, options.kb_name, options.recall_queries, recall_vectors)
+        stats = time_modes(conn, sql, params, ef_search)
+        question_sets = []
+        if options.set_queries:
+            sets = load_question_sets(Path(options.datasets))
+            question_sets = time_question_sets(conn, options.kb_name, sets, options.set_queries)
+        recall = measure_recall(
+            conn, model, kb_id, options.kb_name, options.recall_queries, recall_vectors, ef_search
+        )
         concurrency = sweep(
             url,
             {
-                m: (sql[m], [f"set hnsw.ef_search = {VECTOR_LEG_EF_SEARCH}"] if m == "vector_plain" else [])
+                m: (sql[m], [f"set hnsw.ef_search = {ef_search}"] if m == "vector_plain" else [])
                 for m in CONCURRENCY_MODES
             },
             params,
@@ -177,6 +198,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             chunks=options.chunks,
             queries=options.queries,
             vectors=options.vectors,
+            ef_search=ef_search,
             load=load,
             machine=machine_info(conn),
             settings=server_settings(conn),
@@ -184,6 +206,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             explain=explain,
             uses_hnsw=uses_hnsw,
             stats=stats,
+            question_sets=question_sets,
             recall=recall,
             concurrency=concurrency,
             mcp=mcp,

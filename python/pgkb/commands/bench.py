@@ -58,6 +58,12 @@ def register(sub) -> None:
         "--mcp-calls", type=non_negative_int, default=200, help="timed MCP search_knowledge calls (0: skip)"
     )
     parser.add_argument(
+        "--set-queries",
+        type=non_negative_int,
+        default=400,
+        help="questions per shared question set timed through kb.lexical_search (0: skip)",
+    )
+    parser.add_argument(
         "--maintenance-work-mem", default="4GB", help="maintenance_work_mem for the index builds of a bulk load"
     )
     parser.add_argument(
@@ -93,6 +99,7 @@ def run(args, settings) -> int:
         clients=args.clients,
         client_queries=args.client_queries,
         mcp_calls=args.mcp_calls,
+        set_queries=args.set_queries,
         maintenance_work_mem=args.maintenance_work_mem,
         vectors=args.vectors,
         anchors=args.anchors,

