@@ -17,9 +17,10 @@ $$;
 -- kb.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
 create or replace function kb.flush_recent_postings(target_kb integer, terms text[])
 returns void
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
+begin
     with moving as materialized (
         select s.term, s.recent_ids, s.recent_tfs, s.recent_dls
         from kb.term_stats as s
@@ -52,6 +53,7 @@ as $$
     order by g.term, g.tier
     on conflict (kb_id, term, tier, first_chunk) do update
     set chunk_ids = p.chunk_ids || excluded.chunk_ids, tfs = p.tfs || excluded.tfs, dls = p.dls || excluded.dls;
+end
 $$;
 
 -- Internal: remove the given chunks' postings of the given terms from the posting blocks that hold them
@@ -60,9 +62,10 @@ $$;
 -- Called by kb.adjust_term_stats under the knowledge base's row lock.
 create or replace function kb.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
 returns void
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
+begin
     with removed as materialized (
         select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
             min(c.id) as lo, max(c.id) as hi
@@ -98,6 +101,7 @@ as $$
     from touched as t
     where not t.whole and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
         and p.first_chunk = t.first_chunk;
+end
 $$;
 
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its

@@ -67,61 +67,81 @@ language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
--- Rebuild the postings and term tiers of one knowledge base from its chunks' term_freqs (this migration,
--- and bulk loads that write chunks directly): terms with fewer than kb.recent_postings_limit() postings
--- keep them in kb.term_stats, the others get blocks of up to 128. Reads the chunks in id order, 20,000 at
--- a time, so memory and temporary space stay bounded on any size (a batch ends a list's last block early).
--- Idempotent; the caller holds the knowledge base's row lock or is alone.
+-- Add the postings of one knowledge base's chunks with lo < id <= hi to its lists, from their term_freqs
+-- and the final document frequencies in kb.term_stats: terms with fewer than kb.recent_postings_limit()
+-- postings keep them in their row, the others get blocks of up to 128. The chunks must lie above every id
+-- already in the lists (kb.rebuild_postings goes through them in id order). For bulk loads that write
+-- chunks directly; each call is one transaction's worth of bounded work.
+create function kb.append_postings(target_kb integer, lo bigint, hi bigint)
+returns void
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+    with posting as materialized (
+        select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
+            kb.posting_tier(t.tf::integer, c.term_count) as tier,
+            s.df >= kb.recent_postings_limit() as blocked
+        from kb.chunks as c
+        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+        inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
+        where c.kb_id = target_kb and c.id > lo and c.id <= hi
+    ),
+    per_term as (
+        update kb.term_stats as s
+        set tiers = s.tiers | m.tiers, recent_ids = s.recent_ids || coalesce(m.ids, '{}'),
+            recent_tfs = s.recent_tfs || coalesce(m.tfs, '{}'), recent_dls = s.recent_dls || coalesce(m.dls, '{}'),
+            blocked_to = greatest(s.blocked_to, m.blocked_to)
+        from (
+            select p.term, bit_or(1::bigint << p.tier) as tiers,
+                array_agg(p.id) filter (where not p.blocked) as ids,
+                array_agg(p.tf) filter (where not p.blocked) as tfs,
+                array_agg(p.dl) filter (where not p.blocked) as dls,
+                max(p.id) filter (where p.blocked) as blocked_to
+            from posting as p group by p.term
+        ) as m
+        where s.kb_id = target_kb and s.term = m.term
+    )
+    insert into kb.postings (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
+    select target_kb, x.term, x.tier, min(x.id), array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
+        array_agg(x.dl order by x.id)
+    from (
+        select p.term, p.tier, p.id, p.tf, p.dl,
+            (row_number() over (partition by p.term, p.tier order by p.id) - 1) / 128 as block
+        from posting as p where p.blocked
+    ) as x
+    group by x.term, x.tier, x.block;
+$$;
+
+-- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.append_postings.
+create function kb.reset_postings(target_kb integer)
+returns void
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+    delete from kb.postings as p where p.kb_id = target_kb;
+    update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
+    where s.kb_id = target_kb;
+$$;
+
+-- Rebuild the postings and term tiers of one knowledge base from its chunks (this migration): reset, then
+-- kb.append_postings over its chunks in id order, 100,000 at a time, so memory and temporary space stay
+-- bounded on any size (a batch ends a list's last block early). Idempotent; the caller holds the
+-- knowledge base's row lock or is alone.
 create function kb.rebuild_postings(target_kb integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    batch constant integer := 20000;
     lo bigint := 0;
     hi bigint;
 begin
-    delete from kb.postings as p where p.kb_id = target_kb;
-    update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
-    where s.kb_id = target_kb;
+    perform kb.reset_postings(target_kb);
     loop
         select max(c.id) into hi
-        from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit batch) as c;
+        from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit 100000) as c;
         exit when hi is null;
-        with posting as materialized (
-            select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
-                kb.posting_tier(t.tf::integer, c.term_count) as tier,
-                s.df >= kb.recent_postings_limit() as blocked
-            from kb.chunks as c
-            cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
-            inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
-            where c.kb_id = target_kb and c.id > lo and c.id <= hi
-        ),
-        per_term as (
-            update kb.term_stats as s
-            set tiers = s.tiers | m.tiers, recent_ids = s.recent_ids || coalesce(m.ids, '{}'),
-                recent_tfs = s.recent_tfs || coalesce(m.tfs, '{}'), recent_dls = s.recent_dls || coalesce(m.dls, '{}'),
-                blocked_to = greatest(s.blocked_to, m.blocked_to)
-            from (
-                select p.term, bit_or(1::bigint << p.tier) as tiers,
-                    array_agg(p.id order by p.id) filter (where not p.blocked) as ids,
-                    array_agg(p.tf order by p.id) filter (where not p.blocked) as tfs,
-                    array_agg(p.dl order by p.id) filter (where not p.blocked) as dls,
-                    max(p.id) filter (where p.blocked) as blocked_to
-                from posting as p group by p.term
-            ) as m
-            where s.kb_id = target_kb and s.term = m.term
-        )
-        insert into kb.postings (kb_id, term, tier, first_chunk, chunk_ids, tfs, dls)
-        select target_kb, x.term, x.tier, min(x.id), array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
-            array_agg(x.dl order by x.id)
-        from (
-            select p.term, p.tier, p.id, p.tf, p.dl,
-                (row_number() over (partition by p.term, p.tier order by p.id) - 1) / 128 as block
-            from posting as p where p.blocked
-        ) as x
-        group by x.term, x.tier, x.block;
+        perform kb.append_postings(target_kb, lo, hi);
         lo := hi;
     end loop;
 end
