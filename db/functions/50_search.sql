@@ -66,7 +66,8 @@ $$;
 -- all the query terms' postings, never with a candidate's term_freqs size. docs/benchmarks.md, "Lexical
 -- leg design".
 create or replace function kb.lexical_leg(
-    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
+    posting_budget integer default null
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
@@ -97,6 +98,9 @@ declare
     rest double precision;          -- bound of a chunk in none of the sublists read
     unresolved bigint;
     theta double precision;         -- a lower bound of the n-th best score
+    total_est double precision;     -- postings of all sublists (estimated)
+    budget double precision := coalesce(posting_budget, 'infinity'::double precision);
+    lookup_cap bigint;              -- term_freqs lookups allowed at the end
 begin
     select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
     into n_chunks, avgdl
@@ -147,6 +151,8 @@ begin
         return;     -- no query term occurs in the visible knowledge bases
     end if;
     total := cardinality(s_term);
+    total_est := (select sum(e.v) from unnest(s_est) as e (v));
+    lookup_cap := case when posting_budget is null then null else greatest(n, posting_budget / 32) end;
 
     -- first round: the highest sublists up to about 4n postings (at least one sublist)
     m := 1;
@@ -227,19 +233,22 @@ begin
         exit when m = total;
         if theta > rest * (1 + 1e-9) then
             -- no unread chunk can enter the top n; finish with term_freqs lookups, unless reading the
-            -- remaining sublists (about 32 postings per lookup) is cheaper
-            exit when unresolved * 32 <= (select coalesce(sum(e.v), 0) from unnest(s_est[m + 1:total]) as e (v));
+            -- remaining sublists (about 32 postings per lookup) is cheaper and within the budget
+            exit when unresolved * 32 <= total_est - est or total_est > budget;
             m := total;
             continue;
         end if;
+        -- the budget is spent: finish with the best candidates so far (see lookup_cap below)
+        exit when est + s_est[m + 1] > budget;
         -- next: the fewest sublists that put every unread chunk below theta, at most 4x the postings so far
         want := m + 1;
         want_est := est + s_est[want];
-        while want < total and (theta is null or s_rest[want + 1] * (1 + 1e-9) >= theta) and want_est < 4 * est loop
+        while want < total and (theta is null or s_rest[want + 1] * (1 + 1e-9) >= theta) and want_est < 4 * est
+            and want_est + s_est[want + 1] <= budget loop
             want := want + 1;
             want_est := want_est + s_est[want];
         end loop;
-        if want_est * 2 >= (select sum(e.v) from unnest(s_est) as e (v)) then
+        if want_est * 2 >= total_est and total_est <= budget then
             want := total;    -- most of the postings anyway: read them all, no lookups at the end
         end if;
         m := want;
@@ -258,8 +267,14 @@ begin
             cross join generate_subscripts(terms, 1) as g (i)
             cross join lateral (select (c.tf ->> terms[g.i])::double precision as f) as z
         ) end as bm25
-        from unnest(c_ids, c_l, c_unread) as x (id, l, unread)
-        where x.unread <= 1e-12 or (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0)
+        from (
+            -- complete scores, and the unresolved candidates that may still reach theta: all of them, or
+            -- within a budget the lookup_cap best by partial score (the highest-bound sublists, read first)
+            select x.*, x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0) as open,
+                row_number() over (partition by x.unread > 1e-12 order by x.l desc, x.id) as reach_rank
+            from unnest(c_ids, c_l, c_unread) as x (id, l, unread)
+        ) as x
+        where x.unread <= 1e-12 or (x.open and (lookup_cap is null or x.reach_rank <= lookup_cap))
         order by bm25 desc, x.id
         limit n
     ) as top;
@@ -440,6 +455,7 @@ declare
     embedding vector := query_embedding;
     probe_budget integer := kb.setting_int('lexical_probe_budget');
     lexical_method text := kb.setting('lexical_leg');
+    posting_budget integer := kb.setting_int('lexical_posting_budget');
     fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
     fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
     defaults record;
@@ -471,6 +487,10 @@ begin
         raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
             'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
             coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
+    end if;
+    if posting_budget < 1 then
+        raise exception 'setting "lexical_posting_budget" must be at least 1, not %', posting_budget
+            using errcode = 'invalid_parameter_value';
     end if;
     if lexical_method not in ('blocks', 'scan') then
         raise exception 'setting "lexical_leg" must be ''blocks'' or ''scan'', not "%"', left(lexical_method, 50)
@@ -518,7 +538,7 @@ begin
         where vector_weight > 0 and embedding is not null
     ),
     lexical_hits as (
-        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b)
+        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, posting_budget)
         where lexical_weight > 0 and lexical_method = 'blocks'
         union all
         select * from kb.lexical_leg_scan(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, probe_budget)

@@ -12,6 +12,10 @@
 -- deletes; blocked_to the highest chunk id ever moved to its blocks (NULL: none), so a delete probes the
 -- blocks only for terms that can have some there.
 
+-- the scan leg's kb.lexical_leg becomes kb.lexical_leg_scan (db/functions/50_search.sql); the new
+-- kb.lexical_leg has a parameter of the same type in the same place under another name
+drop function if exists kb.lexical_leg(text, integer[], integer, jsonb, double precision, double precision, integer);
+
 create table kb.postings (
     kb_id integer not null references kb.knowledge_bases (id) on delete cascade,
     term text not null,
@@ -155,5 +159,13 @@ insert into kb.settings (key, value, description) values
 (
     'lexical_leg', 'blocks',
     'BM25 leg: blocks (exact top n from kb.postings) or scan (GIN term index, within lexical_probe_budget)'
+)
+on conflict (key) do nothing;
+
+insert into kb.settings (key, value, description) values
+(
+    'lexical_posting_budget', '40000',
+    'BM25 leg (blocks): postings read at most per query (then the best candidates so far are scored); '
+    'exact top n whenever the bounds settle it within the budget'
 )
 on conflict (key) do nothing;

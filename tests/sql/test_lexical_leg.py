@@ -16,6 +16,7 @@ EXACT_BUDGET = 1_000_000_000
 WORDS = [f"w{i}" for i in range(60)]
 CJK = "缓存击穿数据库连接超时退款政策登录态失效排查网关限流"
 LEG = "select chunk_id, score from kb.lexical_leg(%s, %s, %s, null, %s, %s)"
+LEG_BUDGET = "select chunk_id, score from kb.lexical_leg(%s, %s, %s, null, %s, %s, %s)"
 SCAN = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET})"
 
 
@@ -273,3 +274,35 @@ def test_lexical_leg_setting_switches_and_checks(db):
     db.execute("update kb.settings set value = 'fast' where key = 'lexical_leg'")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="lexical_leg"):
         db.execute(sql)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+    n=st.integers(1, 60),
+    budget=st.integers(1, 400),
+)
+def test_posting_budget_bounds_the_work_and_every_score_is_exact(corpus, words, n, budget):
+    """Within a posting budget the leg may stop before the bounds settle the top n: it then returns the
+    best candidates it has, each with its exact BM25 score, never more than n, only chunks holding a
+    query term; with the budget large enough it is the exact top n."""
+    query = " ".join(words)
+    ids = kb_ids(corpus, "kb-a", "kb-b")
+    exact_all = dict(corpus.execute(SCAN, [query, ids, 100_000, 1.2, 0.75]).fetchall())
+    got = corpus.execute(LEG_BUDGET, [query, ids, n, 1.2, 0.75, budget]).fetchall()
+    assert len(got) <= n and (got or not exact_all)
+    for chunk, score in got:
+        assert score == pytest.approx(exact_all[chunk], rel=1e-9, abs=1e-12)
+    assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+    assert_same_ranking(
+        corpus.execute(LEG_BUDGET, [query, ids, n, 1.2, 0.75, 10**9]).fetchall(),
+        corpus.execute(SCAN, [query, ids, n, 1.2, 0.75]).fetchall(),
+    )
+
+
+def test_posting_budget_setting_is_checked(db):
+    rnd = random.Random(4)
+    write_doc(db, "kb-p", "d.md", rnd)
+    db.execute("update kb.settings set value = '0' where key = 'lexical_posting_budget'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="lexical_posting_budget"):
+        db.execute("select * from kb.lexical_search('w0 w1', 5)")
