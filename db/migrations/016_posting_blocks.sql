@@ -71,16 +71,25 @@ language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
--- Add the postings of one knowledge base's chunks with lo < id <= hi to its lists, from their term_freqs
--- and the final document frequencies in kb.term_stats: terms with fewer than kb.recent_postings_limit()
--- postings keep them in their row, the others get blocks of up to 128. The chunks must lie above every id
--- already in the lists (kb.rebuild_postings goes through them in id order). For bulk loads that write
--- chunks directly; each call is one transaction's worth of bounded work.
-create function kb.append_postings(target_kb integer, lo bigint, hi bigint)
-returns void
-language sql volatile
+-- Add the postings of the next 100,000 chunks of one knowledge base above chunk id after_id (in id order)
+-- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
+-- than kb.recent_postings_limit() postings keep them in their row, the others get blocks of up to 128.
+-- The chunks must lie above every id already in the lists. Returns the highest chunk id added (NULL: none
+-- left). For kb.rebuild_postings and bulk loads; each call is one transaction's worth of bounded work.
+create function kb.append_postings(target_kb integer, after_id bigint)
+returns bigint
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    lo constant bigint := after_id;
+    hi bigint;
+begin
+    select max(c.id) into hi
+    from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit 100000) as c;
+    if hi is null then
+        return null;
+    end if;
     with posting as materialized (
         select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
             kb.posting_tier(t.tf::integer, c.term_count) as tier,
@@ -114,6 +123,8 @@ as $$
         from posting as p where p.blocked
     ) as x
     group by x.term, x.tier, x.block;
+    return hi;
+end
 $$;
 
 -- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.append_postings.
@@ -128,25 +139,21 @@ as $$
 $$;
 
 -- Rebuild the postings and term tiers of one knowledge base from its chunks (this migration): reset, then
--- kb.append_postings over its chunks in id order, 100,000 at a time, so memory and temporary space stay
--- bounded on any size (a batch ends a list's last block early). Idempotent; the caller holds the
--- knowledge base's row lock or is alone.
+-- kb.append_postings until no chunk is left, so memory and temporary space stay bounded on any size (a
+-- batch ends a list's last block early). Idempotent; the caller holds the knowledge base's row lock or is
+-- alone.
 create function kb.rebuild_postings(target_kb integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    lo bigint := 0;
-    hi bigint;
+    done_to bigint := 0;
 begin
     perform kb.reset_postings(target_kb);
     loop
-        select max(c.id) into hi
-        from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit 100000) as c;
-        exit when hi is null;
-        perform kb.append_postings(target_kb, lo, hi);
-        lo := hi;
+        done_to := kb.append_postings(target_kb, done_to);
+        exit when done_to is null;
     end loop;
 end
 $$;

@@ -9,8 +9,8 @@
   binary COPY. ``kb.term_stats`` and the knowledge base's ``chunk_count`` / ``term_total`` are computed from
   the loaded chunks at the end (per-batch document frequencies summed in an unlogged staging table), the
   postings (``kb.postings`` blocks and the recent postings in ``kb.term_stats``, the BM25 leg's lists) by
-  ``kb.reset_postings`` and ``kb.append_postings`` over 100,000 chunks at a time (what
-  ``kb.rebuild_postings`` does, in committed steps with progress), timed. The
+  ``kb.reset_postings`` and ``kb.append_postings`` (100,000 chunks per call; what ``kb.rebuild_postings``
+  does, in committed steps with progress), timed. The
   GIN term index, the GIN trigram index and the model's HNSW index are dropped before the load and
   recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
   ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
@@ -44,7 +44,6 @@ LOAD_THREADS = 2  # loading connections
 BATCH_DOCUMENTS = 20  # documents per bulk transaction
 GIN_INDEXES = ("chunks_terms_idx", "chunks_trgm_idx")
 STAGING_TABLE = "public.pgkb_bench_df"
-POSTING_BATCH = 100_000  # chunks per kb.append_postings call (kb.rebuild_postings uses the same)
 
 
 @dataclass
@@ -226,23 +225,14 @@ def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[D
     return sum(r[3] for r in inserted)
 
 
-def _build_postings(conn: psycopg.Connection, kb_id: int, chunks: int) -> None:
-    """kb.rebuild_postings in steps: kb.reset_postings, then kb.append_postings over POSTING_BATCH chunks
-    at a time in id order, each step its own statement (committed: the connection is in autocommit mode),
-    with progress on stderr -- at 1M chunks the build takes about as long as the load."""
+def _build_postings(conn: psycopg.Connection, kb_id: int) -> None:
+    """kb.rebuild_postings in committed steps (the connection is in autocommit mode): kb.reset_postings,
+    then kb.append_postings until it reports no chunk left, with progress on stderr -- at 1M chunks the
+    build takes about as long as the load."""
     conn.execute("select kb.reset_postings(%s)", [kb_id])
-    lo, done, t0 = 0, 0, time.perf_counter()
-    while True:
-        row = conn.execute(
-            "select max(id), count(*)"
-            " from (select id from kb.chunks where kb_id = %s and id > %s order by id limit %s) c",
-            [kb_id, lo, POSTING_BATCH],
-        ).fetchone()
-        if row[0] is None:
-            return
-        conn.execute("select kb.append_postings(%s, %s, %s)", [kb_id, lo, row[0]])
-        lo, done = row[0], done + row[1]
-        log(f"postings: {done}/{chunks} chunks ({time.perf_counter() - t0:.0f} s)")
+    done_to, t0 = 0, time.perf_counter()
+    while (done_to := conn.execute("select kb.append_postings(%s, %s)", [kb_id, done_to]).fetchone()[0]) is not None:
+        log(f"postings: chunks up to id {done_to} ({time.perf_counter() - t0:.0f} s)")
 
 
 def _vacuum(conn: psycopg.Connection) -> float:
@@ -310,7 +300,7 @@ def _load_bulk(
         log(f"BM25 statistics in {time.perf_counter() - t0:.1f} s")
         conn.execute(f"drop table {STAGING_TABLE}")
         t0 = time.perf_counter()
-        _build_postings(conn, kb_id, chunks)
+        _build_postings(conn, kb_id)
         builds["kb.postings"] = time.perf_counter() - t0
         log(f"built the postings in {builds['kb.postings']:.1f} s")
         seconds = time.perf_counter() - start
