@@ -620,7 +620,9 @@ as $$
     )
 $$;
 
--- Vector leg alone (same columns; score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
+-- Single legs: one leg's own top_k (candidates = top_k: with one leg the order is the leg's rank, so a
+-- wider leg would only cost time), same columns as hybrid_search.
+-- Vector leg alone (score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
 create or replace function kb.vector_search(
     query text,
     top_k integer default 5,
@@ -633,7 +635,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, greatest(top_k, 40),
+    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
         filter, null, null, 'rrf')
 $$;
 
@@ -650,7 +652,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, null, greatest(top_k, 40),
+    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
         filter, bm25_k1, bm25_b, 'rrf')
 $$;
 
@@ -665,6 +667,6 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, null, greatest(top_k, 40),
+    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
         filter, null, null, 'rrf')
 $$;

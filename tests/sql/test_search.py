@@ -146,6 +146,23 @@ def test_single_leg_functions_return_same_columns(kbdb, embedder):
     assert all(r["vector_rank"] is None and r["fuzzy_rank"] is None for r in lex)
 
 
+def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
+    """The single legs fetch only top_k rows from their leg: each shorter answer is the head of a longer one,
+    same rows, ranks and leg scores."""
+    vec = Vector(embedder.embed(["query: 登录态失效 缓存"])[0])
+    for sql, params in [
+        ("select * from kb.vector_search('登录态失效 缓存', %s, query_embedding => %s)", [vec]),
+        ("select * from kb.lexical_search('登录态失效 缓存 退款 部署', %s)", []),
+        ("select * from kb.fuzzy_search('tidb_mem_qouta_query', %s)", []),
+    ]:
+        full = search(kbdb, sql, 7, *params)
+        assert len(full) >= (1 if "fuzzy" in sql else 3), sql  # the trigram leg's threshold keeps few rows
+        keys = ["chunk_id", "vector_rank", "lexical_rank", "fuzzy_rank", "vector_score", "lexical_score"]
+        for k in range(1, len(full)):
+            head = search(kbdb, sql, k, *params)
+            assert [[r[c] for c in keys] for r in head] == [[r[c] for c in keys] for r in full[:k]], (sql, k)
+
+
 def test_query_metacharacters_are_plain_text(kbdb):
     for query in ["& | ! ( ) : * ' \\ % _", "退款 & !", "a:* | b", "%_%", "'; drop table kb.chunks; --"]:
         kbdb.execute("select * from kb.hybrid_search(%s)", [query]).fetchall()
