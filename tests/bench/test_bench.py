@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from pgkb.bench.data import (
     ANCHOR_COSINE,
+    CHUNKS_PER_CENTRE,
     EN_SETS,
     SEED,
     ZH_SETS,
@@ -21,6 +22,7 @@ from pgkb.bench.data import (
     anchor_sigma,
     anchored_source,
     default_model,
+    document_vectors,
     load_pools,
     make_document,
     query_vectors,
@@ -236,6 +238,59 @@ def test_bulk_load_matches_replace_document(db, datasets):
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
     assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
+
+
+def test_other_embeddings_are_rewritten_in_place(db, datasets):
+    """A knowledge base with the right chunks but other embeddings keeps its chunks; only the vectors are
+    rewritten (to what a fresh load would write) and the HNSW index rebuilt."""
+    pools = load_pools(datasets)
+    model = default_model(db)
+    kb_id, first = prepare_kb(db, dsn(db), "revector", 120, pools, model, "bulk")
+    chunk_ids = db.execute("select array_agg(id order by id) from kb.chunks where kb_id = %s", [kb_id]).fetchone()[0]
+    anchors = unit_vectors(np.random.default_rng(11), 4, model.dimension)
+    source = VectorSource(kind="anchored", anchors=anchors, sigma=anchor_sigma(model.dimension), model=model.name)
+    again_id, again = prepare_kb(db, dsn(db), "revector", 120, pools, model, "bulk", vectors=source)
+    assert again_id == kb_id and again.reused and again.vectors == source.describe() != first.vectors
+    hnsw = f"embeddings_hnsw_model_{model.id}"
+    assert again.index_builds[hnsw] > 0 and set(first.index_builds) == set(again.index_builds)
+    assert db.execute("select array_agg(id order by id) from kb.chunks where kb_id = %s", [kb_id]).fetchone()[0] == (
+        chunk_ids
+    )
+    rows = db.execute(
+        "select d.doc_key, d.chunk_count, c.ordinal, e.embedding from kb.embeddings e"
+        " join kb.chunks c on c.id = e.chunk_id join kb.documents d on d.id = c.document_id where d.kb_id = %s",
+        [kb_id],
+    ).fetchall()
+    assert len(rows) == 120
+    for key, n, ordinal, v in rows:
+        expected = document_vectors(int(key.removeprefix("bench-")), n, model.dimension, source)[ordinal]
+        assert np.allclose(v.to_numpy() if hasattr(v, "to_numpy") else v, expected, atol=1e-6)
+    assert (
+        db.execute("select count(*) from pg_indexes where schemaname = 'kb' and indexname = %s", [hnsw]).fetchone()[0]
+        == 1
+    )
+    # the next run reuses it as it is
+    _, third = prepare_kb(db, dsn(db), "revector", 120, pools, model, "bulk", vectors=source)
+    assert third.reused and third.index_builds == again.index_builds
+
+
+def test_anchored_clusters_keep_their_density_at_every_size():
+    anchors = unit_vectors(np.random.default_rng(5), 6, 384)
+    source = VectorSource(kind="anchored", anchors=anchors, sigma=anchor_sigma(384), model="m")
+    small = source.sized_for(6 * CHUNKS_PER_CENTRE)
+    assert small.per_anchor == 1 and np.array_equal(small.chunk_vectors(3, 20, 384), source.chunk_vectors(3, 20, 384))
+    assert small.describe() == source.describe() == "anchored (6 m passage embeddings, sigma 0.02472)"
+    big = source.sized_for(6 * CHUNKS_PER_CENTRE * 4)
+    assert big.per_anchor == 4 and big.centres.shape == (24, 384)
+    assert big.describe() == "anchored (6 m passage embeddings, 4 sub-centres each, sigma 0.02472)"
+    assert np.allclose(np.linalg.norm(big.centres, axis=1), 1, atol=1e-5)
+    # sub-centre k * 4 + j lies around anchor k, as a chunk lies around its centre
+    cosines = np.einsum("ij,ij->i", big.centres, np.repeat(anchors, 4, axis=0))
+    assert abs(cosines.mean() - ANCHOR_COSINE) < 0.02
+    assert np.array_equal(big.centres, source.sized_for(6 * CHUNKS_PER_CENTRE * 4).centres)  # deterministic
+    v = big.chunk_vectors(3, 200, 384)
+    nearest = (v @ big.centres.T).max(axis=1)
+    assert abs(nearest.mean() - ANCHOR_COSINE) < 0.02 and len(set((v @ big.centres.T).argmax(axis=1))) > 6
 
 
 def test_query_vectors_are_not_stored_vectors(datasets):

@@ -17,6 +17,13 @@ Two kinds of chunk embeddings (``--vectors``):
   the real query embeddings (registry query prefix) of real query strings, not perturbed: queries are not
   near-copies of stored chunks in practice either, and their neighbourhoods are then those of real
   queries among clusters of real passages. The embedder's output is deterministic, so the data is too.
+  The copies of one centre are structureless (isotropic noise in 384 dimensions): a query's true top 10
+  among them is decided by the noise alone, and a graph index finds it only by visiting most of the
+  cluster. So the clusters keep the density of the 100k set (about ``CHUNKS_PER_CENTRE`` chunks per
+  centre) at every size: above that, each anchor gets ``round(chunks / (anchors * CHUNKS_PER_CENTRE))``
+  sub-centres ``normalize(anchor + sigma * g)`` and chunks are drawn around those (at 1M, ten per anchor;
+  with 1,500 centres the 1M set put ~670 near-tied copies around each and recall@10 at ef_search 300 fell
+  to 0.76, docs/benchmarks.md). Up to ~100k chunks the centres are the anchors themselves.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import random
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,7 @@ VECTOR_KINDS = ("uniform", "anchored")
 ANCHORS = 1500  # real passages embedded for --vectors anchored
 ANCHOR_CHARS = 200  # anchor passages are truncated to this many characters
 ANCHOR_COSINE = 0.9  # expected cosine of an anchored chunk vector to its anchor
+CHUNKS_PER_CENTRE = 70  # cluster density held at every size (100k chunks / 1500 anchors ~ 67)
 DOC_CHUNKS = 50  # chunks per synthetic document
 MIN_CHARS, MAX_CHARS = 300, 800  # chunk length range (characters)
 ZH_SHARE = 0.7  # share of Chinese documents / queries
@@ -143,10 +151,11 @@ def anchor_sigma(dim: int, cosine: float = ANCHOR_COSINE) -> float:
     return float(np.sqrt((1.0 / cosine**2 - 1.0) / dim))
 
 
-def anchored_vectors(rng: np.random.Generator, anchors: np.ndarray, n: int, sigma: float) -> np.ndarray:
-    """n unit vectors normalize(anchor_k + sigma * gaussian), k uniform over the anchors (float32)."""
-    picks = rng.integers(0, len(anchors), size=n)
-    v = anchors[picks].astype(np.float64) + sigma * rng.standard_normal((n, anchors.shape[1]))
+def anchored_vectors(rng: np.random.Generator, anchors: np.ndarray, n: int | None, sigma: float) -> np.ndarray:
+    """n unit vectors normalize(anchor_k + sigma * gaussian), k uniform over the anchors (float32); n None:
+    one around each anchor, in order."""
+    picks = rng.integers(0, len(anchors), size=n) if n is not None else np.arange(len(anchors))
+    v = anchors[picks].astype(np.float64) + sigma * rng.standard_normal((len(picks), anchors.shape[1]))
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     return v.astype(np.float32)
 
@@ -196,19 +205,35 @@ class VectorSource:
     sigma: float = 0.0
     queries: dict[str, np.ndarray] = field(default_factory=dict)
     model: str = ""
+    per_anchor: int = 1  # sub-centres per anchor (1: the anchors are the centres)
+    centres: np.ndarray | None = None
 
     def describe(self) -> str:
         if self.kind == "uniform":
             return "uniform"
         n = 0 if self.anchors is None else len(self.anchors)
-        return f"anchored ({n} {self.model} passage embeddings, sigma {self.sigma:.5f})"
+        subs = f", {self.per_anchor} sub-centres each" if self.per_anchor > 1 else ""
+        return f"anchored ({n} {self.model} passage embeddings{subs}, sigma {self.sigma:.5f})"
+
+    def sized_for(self, chunks: int) -> VectorSource:
+        """This source with the cluster density of CHUNKS_PER_CENTRE for a knowledge base of `chunks`."""
+        if self.kind == "uniform" or self.anchors is None:
+            return self
+        per_anchor = max(1, round(chunks / (len(self.anchors) * CHUNKS_PER_CENTRE)))
+        centres = self.anchors
+        if per_anchor > 1:
+            centres = anchored_vectors(
+                np.random.default_rng([SEED, 3]), np.repeat(self.anchors, per_anchor, axis=0), None, self.sigma
+            )
+        return replace(self, per_anchor=per_anchor, centres=centres)
 
     def chunk_vectors(self, i: int, n: int, dim: int) -> np.ndarray:
         """The n chunk vectors of document i (deterministic in i)."""
         if self.kind == "uniform":
             return unit_vectors(np.random.default_rng([SEED, i]), n, dim)
-        assert self.anchors is not None and self.anchors.shape[1] == dim
-        return anchored_vectors(np.random.default_rng([SEED, i, 1]), self.anchors, n, self.sigma)
+        centres = self.anchors if self.centres is None else self.centres
+        assert centres is not None and centres.shape[1] == dim
+        return anchored_vectors(np.random.default_rng([SEED, i, 1]), centres, n, self.sigma)
 
     def query_vectors(self, texts: Sequence[str], stream: int, dim: int) -> np.ndarray:
         """Query embeddings of texts: the real ones (anchored), or random unit vectors of `stream`."""
@@ -245,19 +270,30 @@ def anchored_source(
     )
 
 
+def doc_key(i: int) -> str:
+    """The doc_key of bench document i."""
+    return f"bench-{i:07d}"
+
+
+def document_vectors(i: int, n_chunks: int, dim: int, vectors: VectorSource | None = None) -> np.ndarray:
+    """The chunk embeddings of document i as they are stored: rounded to 6 decimals (they travel as JSON
+    through kb.replace_document)."""
+    return np.round((vectors or VectorSource()).chunk_vectors(i, n_chunks, dim), 6)
+
+
 def make_document(i: int, pools: Pools, dim: int, n_chunks: int, vectors: VectorSource | None = None) -> Document:
     """Document i (deterministic in i); embeddings rounded to 6 decimals as they travel as JSON."""
     rng = random.Random(SEED * 1_000_003 + i)
     chinese = rng.random() < ZH_SHARE
     pool = pools.zh if chinese else pools.en
-    vectors_ = np.round((vectors or VectorSource()).chunk_vectors(i, n_chunks, dim), 6)
+    vectors_ = document_vectors(i, n_chunks, dim, vectors)
     contents = []
     title = ""
     for _ in range(n_chunks):
         t, content = _make_chunk(rng, pool, chinese)
         title = title or t
         contents.append(content)
-    return Document(f"bench-{i:07d}", title, contents, vectors_)
+    return Document(doc_key(i), title, contents, vectors_)
 
 
 def document_sizes(chunks: int) -> list[int]:

@@ -150,6 +150,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             recall_texts = sample_distinct_queries(pools, options.recall_queries, SEED + 7)
             t0 = time.perf_counter()
             source = anchored_source(pools, embedder, spec, query_texts + recall_texts, options.anchors)
+            source = source.sized_for(options.chunks)
             log(f"anchored vectors: {source.describe()}, embedded in {time.perf_counter() - t0:.0f} s")
             recall_vectors = source.query_vectors(recall_texts, 7, model.dimension)
         kb_id, load = prepare_kb(
@@ -175,9 +176,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
         if options.set_queries:
             sets = load_question_sets(Path(options.datasets))
             question_sets = time_question_sets(conn, options.kb_name, sets, options.set_queries)
-        recall = measure_recall(
-            conn, model, kb_id, options.kb_name, options.recall_queries, recall_vectors, ef_search
-        )
+        recall = measure_recall(conn, model, kb_id, options.kb_name, options.recall_queries, recall_vectors, ef_search)
         concurrency = sweep(
             url,
             {
