@@ -23,7 +23,8 @@ set "hnsw.iterative_scan" = relaxed_order
 set "hnsw.ef_search" = 40
 as $$
 declare
-    -- %3$s is empty for the HNSW scan; ' + 0' orders by an expression the index cannot serve (exact)
+    -- %3$s is empty for the HNSW scan; ' + 0, e.chunk_id' orders by an expression the index cannot serve
+    -- (exact, ties by id)
     nearest_sql constant text := $sql$
         select coalesce(array_agg(nearest.chunk_id order by nearest.distance, nearest.chunk_id), '{}'),
             coalesce(array_agg(nearest.distance order by nearest.distance, nearest.chunk_id), '{}')
@@ -46,7 +47,7 @@ begin
     execute format(nearest_sql, model.dimension, model.id, '')
     into ids, distances using query_embedding, kb_ids, n, doc_filter;
     if cardinality(ids) < n then
-        execute format(nearest_sql, model.dimension, model.id, ' + 0')
+        execute format(nearest_sql, model.dimension, model.id, ' + 0, e.chunk_id')
         into ids, distances using query_embedding, kb_ids, n, doc_filter;
     end if;
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
@@ -620,8 +621,10 @@ as $$
     )
 $$;
 
--- Single legs: one leg's own top_k (candidates = top_k: with one leg the order is the leg's rank, so a
--- wider leg would only cost time), same columns as hybrid_search.
+-- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so the lexical
+-- and trigram legs (exact) are asked for top_k rows only; the vector leg for at least 40, so that a
+-- visible slice or filter with fewer matching vectors is answered by its exact scan, not by the first
+-- rows of a relaxed-order HNSW scan.
 -- Vector leg alone (score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
 create or replace function kb.vector_search(
     query text,
@@ -635,7 +638,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
+    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, greatest(top_k, 40),
         filter, null, null, 'rrf')
 $$;
 

@@ -240,9 +240,11 @@ def test_bulk_load_matches_replace_document(db, datasets):
     assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
 
 
-def test_other_embeddings_are_rewritten_in_place(db, datasets):
+def test_other_embeddings_are_rewritten_in_place(db, datasets, monkeypatch):
     """A knowledge base with the right chunks but other embeddings keeps its chunks; only the vectors are
-    rewritten (to what a fresh load would write) and the HNSW index rebuilt."""
+    rewritten (to what a fresh load would write, documents staged one per COPY so the mapping from the
+    block's position is checked too) and the HNSW index rebuilt."""
+    monkeypatch.setattr("pgkb.bench.load.REWRITE_DOCUMENTS", 1)
     pools = load_pools(datasets)
     model = default_model(db)
     kb_id, first = prepare_kb(db, dsn(db), "revector", 120, pools, model, "bulk")

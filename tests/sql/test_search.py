@@ -147,8 +147,8 @@ def test_single_leg_functions_return_same_columns(kbdb, embedder):
 
 
 def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
-    """The single legs fetch only top_k rows from their leg: each shorter answer is the head of a longer one,
-    same rows, ranks and leg scores."""
+    """The lexical and trigram legs are asked for only top_k rows: each shorter answer is the head of a
+    longer one, same rows, ranks and leg scores (and so is the vector leg's, which fetches at least 40)."""
     vec = Vector(embedder.embed(["query: 登录态失效 缓存"])[0])
     for sql, params in [
         ("select * from kb.vector_search('登录态失效 缓存', %s, query_embedding => %s)", [vec]),
@@ -157,7 +157,7 @@ def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
     ]:
         full = search(kbdb, sql, 7, *params)
         assert len(full) >= (1 if "fuzzy" in sql else 3), sql  # the trigram leg's threshold keeps few rows
-        keys = ["chunk_id", "vector_rank", "lexical_rank", "fuzzy_rank", "vector_score", "lexical_score"]
+        keys = ["chunk_id", "vector_rank", "lexical_rank", "fuzzy_rank", "vector_score", "lexical_score", "fuzzy_score"]
         for k in range(1, len(full)):
             head = search(kbdb, sql, k, *params)
             assert [[r[c] for c in keys] for r in head] == [[r[c] for c in keys] for r in full[:k]], (sql, k)
@@ -269,9 +269,7 @@ def test_long_identifier_queries_match_their_documents(db):
     ident = "very_long_configuration_key_" + "segment_" * 12 + "end"
     assert len(ident) > 64
     for key, text in [("long.md", f"配置项 {ident} 控制超时"), ("other.md", "配置项 very_long_configuration_key 别的")]:
-        db.execute(
-            "select kb.replace_document('docs', %s, '长标识符', %s)", [key, json.dumps([{"content": text}])]
-        )
+        db.execute("select kb.replace_document('docs', %s, '长标识符', %s)", [key, json.dumps([{"content": text}])])
     rows = search(db, "select doc_key, lexical_rank from kb.lexical_search(%s, 1)", ident)
     assert rows == [{"doc_key": "long.md", "lexical_rank": 1}]
 

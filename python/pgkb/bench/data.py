@@ -23,7 +23,8 @@ Two kinds of chunk embeddings (``--vectors``):
   centre) at every size: above that, each anchor gets ``round(chunks / (anchors * CHUNKS_PER_CENTRE))``
   sub-centres ``normalize(anchor + sigma * g)`` and chunks are drawn around those (at 1M, ten per anchor;
   with 1,500 centres the 1M set put ~670 near-tied copies around each and recall@10 at ef_search 300 fell
-  to 0.76, docs/benchmarks.md). Up to ~100k chunks the centres are the anchors themselves.
+  to 0.76, docs/benchmarks.md). Up to 1.5 * CHUNKS_PER_CENTRE chunks per anchor (~157k chunks with
+  1,500 anchors) the centres are the anchors themselves.
 """
 
 from __future__ import annotations
@@ -222,6 +223,7 @@ class VectorSource:
         per_anchor = max(1, round(chunks / (len(self.anchors) * CHUNKS_PER_CENTRE)))
         centres = self.anchors
         if per_anchor > 1:
+            # (seeded like uniform document 3's vectors; the two never meet in one knowledge base)
             centres = anchored_vectors(
                 np.random.default_rng([SEED, 3]), np.repeat(self.anchors, per_anchor, axis=0), None, self.sigma
             )

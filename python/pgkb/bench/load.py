@@ -19,7 +19,9 @@
 Both paths run on LOAD_THREADS connections and leave a knowledge base that ``kb.replace_document`` would
 have produced from the same documents, except ``content_hash`` (a hash of the bulk rows) -- a test
 compares them. The load report is kept as JSON in the knowledge base's description, so a rerun that
-reuses the knowledge base still reports how it was loaded and how long the indexes took to build.
+reuses the knowledge base still reports how it was loaded and how long the indexes took to build. A
+bulk-loaded knowledge base with the right chunks but other embeddings (``--vectors``, or the anchored
+generator's density at another size) gets only its embeddings rewritten and its HNSW index rebuilt.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ LOAD_THREADS = 2  # loading connections
 BATCH_DOCUMENTS = 20  # documents per bulk transaction
 GIN_INDEXES = ("chunks_terms_idx", "chunks_trgm_idx")
 STAGING_TABLE = "public.pgkb_bench_df"
+REWRITE_DOCUMENTS = 1000  # documents per COPY when embeddings are rewritten
 
 
 @dataclass
@@ -245,58 +248,76 @@ def _build_postings(conn: psycopg.Connection, kb_id: int) -> None:
         log(f"postings: chunks up to id {done_to} ({time.perf_counter() - t0:.0f} s)")
 
 
+def _store_report(conn: psycopg.Connection, kb_id: int, report: LoadReport) -> None:
+    """Keep `report` (how the knowledge base was loaded) in its description, for the next run's reuse."""
+    stored = {k: v for k, v in asdict(report).items() if k != "reused"}
+    conn.execute("update kb.knowledge_bases set description = %s where id = %s", [json.dumps(stored), kb_id])
+
+
 def _rewrite_vectors(
-    conn: psycopg.Connection, kb_id: int, chunks: int, model: Model, maintenance_work_mem: str, vectors: VectorSource
-) -> dict[str, float]:
-    """Give knowledge base kb_id's chunks the embeddings `vectors` makes (chunk j of document i gets
-    vectors.chunk_vectors(i)[j], as a fresh load would write): the model's HNSW index is dropped, the
-    vectors staged with COPY and written in one UPDATE, the table rewritten (VACUUM FULL) and the index
-    rebuilt. Returns {HNSW index name: build seconds}."""
-    sizes = document_sizes(chunks)
+    conn: psycopg.Connection,
+    kb_id: int,
+    report: LoadReport,
+    model: Model,
+    maintenance_work_mem: str,
+    vectors: VectorSource,
+) -> None:
+    """Give bulk-loaded knowledge base kb_id's chunks the embeddings `vectors` makes (chunk j of document i
+    gets vectors.chunk_vectors(i)[j], as a fresh load would write): the vectors are staged with COPY, then
+    one transaction drops the model's HNSW index, writes them and records them in `report` and the
+    description; the table is rewritten (VACUUM FULL) and the index rebuilt (timed in report.index_builds).
+    A failure leaves either the old vectors or the new ones, described as they are, and the index back."""
+    sizes = document_sizes(report.chunks)
     hnsw = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
     ddl = _index_definitions(conn, model)[hnsw]
     conn.execute("create temp table if not exists bench_vectors (chunk_id bigint, embedding vector)")
     conn.execute("truncate pg_temp.bench_vectors")
     t0 = time.perf_counter()
-    for b in range(0, len(sizes), 1000):
-        keys = [doc_key(i) for i in range(b, min(b + 1000, len(sizes)))]
+    for b in range(0, len(sizes), REWRITE_DOCUMENTS):
+        index = {doc_key(i): i for i in range(b, min(b + REWRITE_DOCUMENTS, len(sizes)))}
         rows = conn.execute(
             "select d.doc_key, array_agg(c.id order by c.ordinal) from kb.documents d"
             " join kb.chunks c on c.document_id = d.id where d.kb_id = %s and d.doc_key = any(%s) group by d.doc_key",
-            [kb_id, keys],
+            [kb_id, list(index)],
         ).fetchall()
-        if len(rows) != len(keys):
-            raise RuntimeError(f"documents {keys[0]}..{keys[-1]}: {len(rows)} of {len(keys)} found")
+        if len(rows) != len(index):
+            raise RuntimeError(f"documents {min(index)}..{max(index)}: {len(rows)} of {len(index)} found")
         with conn.cursor().copy("copy pg_temp.bench_vectors (chunk_id, embedding) from stdin (format binary)") as cp:
             cp.set_types(["int8", "vector"])
             for key, chunk_ids in rows:
-                i = keys.index(key) + b
+                i = index[key]
                 if len(chunk_ids) != sizes[i]:
                     raise RuntimeError(f"document {key} has {len(chunk_ids)} chunks, expected {sizes[i]}")
                 for chunk_id, v in zip(chunk_ids, document_vectors(i, sizes[i], model.dimension, vectors), strict=True):
                     cp.write_row((chunk_id, v))
-        log(f"vectors: {min(b + 1000, len(sizes))}/{len(sizes)} documents staged ({time.perf_counter() - t0:.0f} s)")
-    conn.execute(f"drop index kb.{hnsw}")
-    builds: dict[str, float] = {}
-    try:
-        conn.execute(
+        log(f"vectors: {min(b + REWRITE_DOCUMENTS, len(sizes))}/{len(sizes)} documents staged")
+    conn.execute("analyze pg_temp.bench_vectors")
+    with conn.transaction():
+        conn.execute(f"drop index kb.{hnsw}")
+        written = conn.execute(
             "update kb.embeddings as e set embedding = v.embedding from pg_temp.bench_vectors as v"
             " where e.chunk_id = v.chunk_id and e.model_id = %s",
             [model.id],
-        )
-        conn.execute("drop table pg_temp.bench_vectors")
+        ).rowcount
+        if written != report.chunks:
+            raise RuntimeError(f"wrote {written} embeddings, expected {report.chunks}")
+        report.vectors = vectors.describe()
+        report.index_builds.pop(hnsw, None)
+        _store_report(conn, kb_id, report)
+    conn.execute("drop table pg_temp.bench_vectors")
+    try:
+        conn.execute("select set_config('maintenance_work_mem', %s, false)", [maintenance_work_mem])
         conn.execute("vacuum full analyze kb.embeddings")
         log(f"vectors rewritten in {time.perf_counter() - t0:.0f} s; building {hnsw}")
-        conn.execute(f"set maintenance_work_mem = '{maintenance_work_mem}'")
         t0 = time.perf_counter()
         conn.execute(ddl)
-        builds[hnsw] = time.perf_counter() - t0
-        log(f"built {hnsw} in {builds[hnsw]:.1f} s")
+        report.index_builds[hnsw] = time.perf_counter() - t0
+        log(f"built {hnsw} in {report.index_builds[hnsw]:.1f} s")
+        _store_report(conn, kb_id, report)
     finally:
-        if hnsw not in builds:  # never leave the database without its index
+        if hnsw not in report.index_builds:  # never leave the database without its index
             conn.execute(ddl.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
         conn.execute("reset maintenance_work_mem")
-    return builds
 
 
 def _vacuum(conn: psycopg.Connection) -> float:
@@ -402,8 +423,9 @@ def prepare_kb(
     """Make the (public) knowledge base hold exactly `chunks` bench chunks; returns (kb id, load report).
 
     A knowledge base that already holds exactly that many chunks and embeddings of the same kind (`vectors`,
-    default uniform) is reused; otherwise it is deleted outright and reloaded with `method` ("bulk" or
-    "replace")."""
+    default uniform) is reused; a bulk-loaded one with that many chunks but other embeddings gets only its
+    embeddings rewritten (_rewrite_vectors); otherwise it is deleted outright and reloaded with `method`
+    ("bulk" or "replace")."""
     vectors = vectors or VectorSource()
     if method not in LOAD_METHODS:
         raise ValueError(f"unknown load method {method!r}: expected one of {', '.join(LOAD_METHODS)}")
@@ -418,14 +440,13 @@ def prepare_kb(
         and n_chunks == chunks
         and n_emb == chunks
         and stored_report is not None
+        and stored_report.method == "bulk"
         and stored_vectors != vectors.describe()
     ):
         # the same chunks (document i is a function of i) with other embeddings: rewrite only those
         log(f"knowledge base {kb_name!r}: embeddings {stored_vectors}, wanted {vectors.describe()}; rewriting them")
-        stored_report.index_builds |= _rewrite_vectors(conn, kb_id, chunks, model, maintenance_work_mem, vectors)
-        stored_report.vectors = stored_vectors = vectors.describe()
-        stored = {k: v for k, v in asdict(stored_report).items() if k != "reused"}
-        conn.execute("update kb.knowledge_bases set description = %s where id = %s", [json.dumps(stored), kb_id])
+        _rewrite_vectors(conn, kb_id, stored_report, model, maintenance_work_mem, vectors)
+        stored_vectors = stored_report.vectors
     if kb_id is not None and n_chunks == chunks and n_emb == chunks and stored_vectors == vectors.describe():
         log(f"reusing knowledge base {kb_name!r} ({chunks} chunks)")
         report = stored_report or LoadReport(method="unknown", chunks=chunks, seconds=0.0, vacuum_seconds=0.0)
@@ -457,6 +478,5 @@ def prepare_kb(
     _, n_chunks, n_emb, _ = _kb_state(conn, kb_name, model)
     if n_chunks != chunks or n_emb != chunks:
         raise RuntimeError(f"load ended with {n_chunks} chunks / {n_emb} embeddings, expected {chunks}")
-    stored = {k: v for k, v in asdict(report).items() if k != "reused"}
-    conn.execute("update kb.knowledge_bases set description = %s where id = %s", [json.dumps(stored), kb_id])
+    _store_report(conn, kb_id, report)
     return kb_id, report

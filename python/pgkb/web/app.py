@@ -21,6 +21,8 @@ STATIC_FILES = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
+
+
 class Guard:
     """ASGI middleware: pgkb.serving.auth.request_refusal's 403 for foreign origins (the page's own is
     fine) and 421 for a non-loopback Host on a loopback bind, as JSON."""
@@ -86,7 +88,10 @@ def serve(settings, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, verbos
         log.info("serving the page on http://%s:%d/ and Dify's API at /retrieval", host, port)
         uvicorn.Server(
             uvicorn.Config(
-                build_app(backend, host), host=host, port=port, log_level="info" if verbose else "warning",
+                build_app(backend, host),
+                host=host,
+                port=port,
+                log_level="info" if verbose else "warning",
                 limit_concurrency=max(64, 4 * config.max_concurrent),
             )
         ).run()
