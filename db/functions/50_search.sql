@@ -7,10 +7,11 @@
 -- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql).
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
--- small visible slice still fills n rows. When the index still yields fewer than n rows (the visible
--- slice holds fewer, or the graph lost them: many dead duplicate vectors of other knowledge bases before
--- VACUUM), an exact scan of the visible slice (btree on model_id, kb_id) answers instead, so what a user
--- finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
+-- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
+-- returned): when it yields fewer (the visible slice or filter holds fewer, or the graph lost them: many
+-- dead duplicate vectors of other knowledge bases before VACUUM), an exact scan of the visible slice
+-- (btree on model_id, kb_id) answers instead, so a small slice is searched exactly whatever n is, and
+-- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
 -- hnsw.ef_search comes from kb.settings.hnsw_ef_search (set inside: the SET clause below only scopes it to
 -- this call, so the caller's transaction keeps its own value).
 create or replace function kb.vector_leg(
@@ -40,18 +41,19 @@ declare
             limit $3
         ) as nearest
     $sql$;
+    fetch_n constant integer := greatest(n, 40);
     ids bigint [];
     distances double precision [];
 begin
     perform set_config('hnsw.ef_search', kb.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, model.dimension, model.id, '')
-    into ids, distances using query_embedding, kb_ids, n, doc_filter;
-    if cardinality(ids) < n then
+    into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
+    if cardinality(ids) < fetch_n then
         execute format(nearest_sql, model.dimension, model.id, ' + 0, e.chunk_id')
-        into ids, distances using query_embedding, kb_ids, n, doc_filter;
+        into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
-    from unnest(ids, distances) with ordinality as x (chunk_id, distance, ord);
+    from unnest(ids[1:n], distances[1:n]) with ordinality as x (chunk_id, distance, ord);
 end
 $$;
 
@@ -621,10 +623,8 @@ as $$
     )
 $$;
 
--- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so the lexical
--- and trigram legs (exact) are asked for top_k rows only; the vector leg for at least 40, so that a
--- visible slice or filter with fewer matching vectors is answered by its exact scan, not by the first
--- rows of a relaxed-order HNSW scan.
+-- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so each leg is
+-- asked for top_k rows only.
 -- Vector leg alone (score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
 create or replace function kb.vector_search(
     query text,
@@ -638,7 +638,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, greatest(top_k, 40),
+    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
         filter, null, null, 'rrf')
 $$;
 
