@@ -6,7 +6,8 @@
 #      (scripts/venv.sh);
 #   1. a PostgreSQL server >= 15 (the newest one installed, else the distro default),
 #      including pg_trgm (contrib);
-#   2. PL/Python 3 for that server (postgresql-plpython3-N);
+#   2. PL/Python 3 for that server (postgresql-plpython3-N), and numpy for the Python it runs
+#      (python3-numpy: the BM25 leg scores posting blocks with it; without it the SQL leg serves);
 #   3. pgvector >= 0.8 for that server: the distro package postgresql-N-pgvector
 #      if apt offers a new enough one, otherwise built from Debian's pgvector
 #      *source package* taken from a newer suite (sid / trixie), or a pinned
@@ -254,6 +255,8 @@ else
     apt_install "postgresql-plpython3-$PG_MAJOR"
     [[ -f "$EXTDIR/plpython3u.control" ]] || die "plpython3u still missing after installing postgresql-plpython3-$PG_MAJOR"
 fi
+# numpy for the system python3 that plpython3u embeds (not the venv's): Debian's package
+apt_install python3-numpy
 
 # ---------------------------------------------------------------------------
 # 3. pgvector >= MIN_PGVECTOR.

@@ -177,14 +177,13 @@ begin
             select p.id, sum(idfs[p.ti] * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))) as l,
                 greatest(rest - sum(term_rest[p.ti]), 0) as unread
             from (
-                -- unnest in the select list: the arrays stream in step (a FROM-clause unnest of three
-                -- arrays materialises each block first, about twice the cost per posting)
-                select s.ti, unnest(pb.chunk_ids) as id, unnest(pb.tfs) as tf, unnest(pb.dls) as dl
+                select s.ti, d.chunk_id as id, d.tf, d.dl
                 from unnest(s_term[1:m], s_tier[1:m]) as s (ti, tier)
                 cross join lateral (   -- lateral: one index lookup per sublist, whatever the statistics
-                    select pb.chunk_ids, pb.tfs, pb.dls from kb.postings as pb
+                    select pb.first_chunk, pb.n, pb.payload from kb.postings as pb
                     where pb.kb_id = any(kb_ids) and pb.term = terms[s.ti] and pb.tier = s.tier
                 ) as pb
+                cross join lateral kb.decode_postings(s.tier, pb.first_chunk, pb.n, pb.payload) as d
                 union all
                 -- a term's recent postings (any tier) with its first sublist read: the bounds stay bounds
                 select r.ti, unnest(ts.recent_ids), unnest(ts.recent_tfs), unnest(ts.recent_dls)
@@ -360,6 +359,70 @@ begin
 end
 $$;
 
+-- The BM25 leg that serves (kb.settings.lexical_leg): 'numpy' (kb.lexical_leg_numpy), 'blocks'
+-- (kb.lexical_leg) or 'scan' (kb.lexical_leg_scan); 'auto', the default, is numpy where the server has
+-- plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a server without it.
+create or replace function kb.lexical_engine()
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    method constant text := kb.setting('lexical_leg');
+begin
+    if method not in ('auto', 'numpy', 'blocks', 'scan') then
+        raise exception 'setting "lexical_leg" must be ''auto'', ''numpy'', ''blocks'' or ''scan'', not "%"',
+            left(method, 50) using errcode = 'invalid_parameter_value';
+    end if;
+    if method in ('auto', 'numpy') then
+        -- kb.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
+        -- the call is planned only where it exists
+        if to_regprocedure('kb.numpy_available()') is not null then
+            if kb.numpy_available() then
+                return 'numpy';
+            end if;
+        end if;
+        if method = 'numpy' then
+            raise exception 'setting "lexical_leg" is ''numpy'', but this server has no plpython3u with numpy'
+                using errcode = 'feature_not_supported',
+                hint = 'install python3-numpy for the server (make setup), or set lexical_leg to ''auto''';
+        end if;
+        return 'blocks';
+    end if;
+    return method;
+end
+$$;
+
+-- The BM25 leg's top n (chunk_id, rank, score) by the engine kb.lexical_engine() picks, with that leg's
+-- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy is exact and
+-- needs none). Every engine ranks by the same BM25 over the same visible statistics.
+create or replace function kb.lexical_hits(
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
+)
+returns table (chunk_id bigint, rank integer, score double precision)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    engine constant text := kb.lexical_engine();
+    budget integer;
+begin
+    if engine = 'numpy' then
+        return query select * from kb.lexical_leg_numpy(query, kb_ids, n, doc_filter, k1, b);
+    elsif engine = 'blocks' then
+        budget := kb.setting_int('lexical_posting_budget');
+        if budget < 1 then
+            raise exception 'setting "lexical_posting_budget" must be at least 1, not %', budget
+                using errcode = 'invalid_parameter_value';
+        end if;
+        return query select * from kb.lexical_leg(query, kb_ids, n, doc_filter, k1, b, budget);
+    else
+        budget := kb.setting_int('lexical_probe_budget');
+        return query select * from kb.lexical_leg_scan(query, kb_ids, n, doc_filter, k1, b, budget);
+    end if;
+end
+$$;
+
 -- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
 -- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify. kb.search runs it
 -- only for queries of at most kb.settings.fuzzy_max_query_chars (32) characters and fuzzy_max_query_words
@@ -456,9 +519,6 @@ declare
     kb_ids integer [];
     target kb.embedding_models;
     embedding vector := query_embedding;
-    probe_budget integer := kb.setting_int('lexical_probe_budget');
-    lexical_method text := kb.setting('lexical_leg');
-    posting_budget integer := kb.setting_int('lexical_posting_budget');
     fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
     fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
     defaults record;
@@ -490,14 +550,6 @@ begin
         raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
             'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
             coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
-    end if;
-    if posting_budget < 1 then
-        raise exception 'setting "lexical_posting_budget" must be at least 1, not %', posting_budget
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if lexical_method not in ('blocks', 'scan') then
-        raise exception 'setting "lexical_leg" must be ''blocks'' or ''scan'', not "%"', left(lexical_method, 50)
-            using errcode = 'invalid_parameter_value';
     end if;
     if fusion is null or fusion not in ('dbsf', 'rrf') then
         raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
@@ -541,11 +593,8 @@ begin
         where vector_weight > 0 and embedding is not null
     ),
     lexical_hits as (
-        select * from kb.lexical_leg(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, posting_budget)
-        where lexical_weight > 0 and lexical_method = 'blocks'
-        union all
-        select * from kb.lexical_leg_scan(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, probe_budget)
-        where lexical_weight > 0 and lexical_method = 'scan'
+        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b)
+        where lexical_weight > 0
     ),
     fuzzy_hits as (
         select * from kb.fuzzy_leg(query, kb_ids, candidates, doc_filter)

@@ -1,0 +1,299 @@
+-- Posting blocks (kb.postings, migrations 016 and 018): the BM25 leg's inverted lists. A term's postings
+-- in a knowledge base are its newest ones in its kb.term_stats row (recent_ids / recent_tfs / recent_dls,
+-- fewer than kb.recent_postings_limit()) and the older ones in blocks per (knowledge base, term, impact
+-- tier, first chunk id) of up to kb.posting_block_size() postings, in id order.
+--
+-- Block payload (format 1): n postings of one tier, sorted by chunk id, in three runs:
+--   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, else 4)
+--   term frequency           n x tf_bytes (0 for tf classes 1 and 2: the tier says it; 1 for 3..16; 4 for 17+)
+--   chunk length - floor     n x dl_bytes (1 for length classes 0-8: none is 256 wide; 4 for 724+)
+-- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb.encode_postings
+-- writes it; kb.decode_postings (SQL) and kb.lexical_leg_numpy (numpy) read it, and tests hold them equal.
+
+-- The most postings a block holds. A write rewrites at most one block per (term, tier) it touches.
+create or replace function kb.posting_block_size()
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 256 $$;
+
+-- The payload field widths of a tier's blocks (see the format above) and what they are relative to: the
+-- tf a tier implies (tf_bytes = 0) and the tier's length floor. Inlined (no SET clause, names no object).
+create or replace function kb.posting_fields(
+    tier integer, out tf_bytes integer, out dl_bytes integer, out tf_fixed integer, out dl_min integer
+)
+language sql immutable parallel safe
+as $$
+    select case when tier / 10 <= 1 then 0 when tier / 10 <= 4 then 1 else 4 end,
+        case when tier % 10 <= 8 then 1 else 4 end,
+        tier / 10 + 1,
+        (array[0, 45, 64, 91, 128, 181, 256, 362, 512, 724])[tier % 10 + 1]
+$$;
+
+-- The unsigned big-endian integer of width bytes (0, 1, 2 or 4) at offset o of p (0 for width 0).
+-- Inlined (no SET clause, names no object).
+create or replace function kb.payload_uint(p bytea, o integer, width integer)
+returns bigint
+language sql immutable parallel safe
+as $$
+    select case width
+        when 0 then 0::bigint
+        when 1 then get_byte(p, o)::bigint
+        when 2 then (get_byte(p, o) << 8 | get_byte(p, o + 1))::bigint
+        else get_byte(p, o)::bigint << 24 | get_byte(p, o + 1) << 16 | get_byte(p, o + 2) << 8 | get_byte(p, o + 3)
+    end
+$$;
+
+-- The payload of one block: postings of the given tier, ids ascending (ids[1] is its first_chunk) and
+-- spanning fewer than 2^32 ids, tfs and lengths inside the tier's classes (kb.posting_tier).
+create or replace function kb.encode_postings(tier integer, ids bigint[], tfs integer[], dls integer[])
+returns bytea
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select string_agg(substring(int8send(x.id - ids[1]) from 9 - w.id_bytes), ''::bytea order by x.o)
+        || coalesce(string_agg(substring(int8send(x.tf::bigint) from 9 - f.tf_bytes), ''::bytea order by x.o)
+            filter (where f.tf_bytes > 0), '')
+        || string_agg(substring(int8send((x.dl - f.dl_min)::bigint) from 9 - f.dl_bytes), ''::bytea order by x.o)
+    from kb.posting_fields(tier) as f
+    cross join (
+        select case when ids[cardinality(ids)] - ids[1] < 65536 then 2 else 4 end as id_bytes
+    ) as w
+    cross join unnest(ids, tfs, dls) with ordinality as x (id, tf, dl, o)
+$$;
+
+-- The postings of one block (kb.postings row), in id order. Inlined into the SQL leg's reads (no SET
+-- clause; it names only kb functions, schema-qualified).
+create or replace function kb.decode_postings(tier integer, first_chunk bigint, n integer, payload bytea)
+returns table (chunk_id bigint, tf integer, dl integer)
+language sql immutable parallel safe
+as $$
+    select first_chunk + kb.payload_uint(payload, i * w.id_bytes, w.id_bytes),
+        case when f.tf_bytes = 0 then f.tf_fixed
+            else kb.payload_uint(payload, n * w.id_bytes + i * f.tf_bytes, f.tf_bytes)::integer end,
+        f.dl_min + kb.payload_uint(payload, n * (w.id_bytes + f.tf_bytes) + i * f.dl_bytes, f.dl_bytes)::integer
+    from kb.posting_fields(tier) as f
+    cross join lateral (select octet_length(payload) / n - f.tf_bytes - f.dl_bytes as id_bytes) as w
+    cross join generate_series(0, n - 1) as i
+$$;
+
+-- Internal: move the recent postings of the given terms (kb.term_stats.recent_*) to the ends of their
+-- tiers' lists, refilling a list's last block up to kb.posting_block_size() (decoded and written again
+-- in place), else starting new ones; their rows keep none and remember the highest id moved (blocked_to). Called by
+-- kb.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
+create or replace function kb.flush_recent_postings(target_kb integer, terms text[])
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    block_size constant integer := kb.posting_block_size();
+begin
+    with moving as materialized (
+        select s.term, s.recent_ids, s.recent_tfs, s.recent_dls
+        from kb.term_stats as s
+        where s.kb_id = target_kb and s.term = any(terms) and cardinality(s.recent_ids) > 0
+    ),
+    cleared as (
+        update kb.term_stats as s
+        set recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}',
+            blocked_to = (select max(x.id) from unnest(m.recent_ids) as x (id))
+        from moving as m
+        where s.kb_id = target_kb and s.term = m.term
+    ),
+    moved as (
+        select m.term, kb.posting_tier(x.tf, x.dl) as tier, x.id, x.tf, x.dl
+        from moving as m, unnest(m.recent_ids, m.recent_tfs, m.recent_dls) as x (id, tf, dl)
+    ),
+    -- the last block of each touched list, when it has room
+    tail as materialized (
+        select g.term, g.tier, t.first_chunk, t.n, t.payload
+        from (select distinct m.term, m.tier from moved as m) as g
+        cross join lateral (
+            select q.first_chunk, q.n, q.payload from kb.postings as q
+            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
+            order by q.first_chunk desc
+            limit 1
+        ) as t
+        where t.n < block_size
+    ),
+    merged as (
+        select t.term, t.tier, d.chunk_id as id, d.tf, d.dl
+        from tail as t cross join lateral kb.decode_postings(t.tier, t.first_chunk, t.n, t.payload) as d
+        union all
+        select m.term, m.tier, m.id, m.tf, m.dl from moved as m
+    ),
+    blocks as (
+        select x.term, x.tier, array_agg(x.id order by x.id) as ids, array_agg(x.tf order by x.id) as tfs,
+            array_agg(x.dl order by x.id) as dls
+        from (
+            select m.*, (row_number() over (partition by m.term, m.tier order by m.id) - 1) / block_size as block
+            from merged as m
+        ) as x
+        group by x.term, x.tier, x.block
+    )
+    insert into kb.postings (kb_id, term, tier, first_chunk, n, payload)
+    select target_kb, b.term, b.tier, b.ids[1], cardinality(b.ids), kb.encode_postings(b.tier, b.ids, b.tfs, b.dls)
+    from blocks as b
+    order by b.term, b.tier, b.ids[1]
+    -- a refilled last block keeps its first chunk id: it is written again in place
+    on conflict (kb_id, term, tier, first_chunk) do update set n = excluded.n, payload = excluded.payload;
+end
+$$;
+
+-- Internal: remove the given chunks' postings of the given terms from the blocks that hold them (blocks
+-- left empty go; the others are written again). Per (term, tier) only the blocks that can hold a removed
+-- id are read: from the last one starting at or before the lowest id to the last one starting at or
+-- before the highest. Called by kb.adjust_term_stats under the knowledge base's row lock.
+create or replace function kb.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    with removed as materialized (
+        select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
+            min(c.id) as lo, max(c.id) as hi
+        from kb.chunks as c
+        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+        inner join (select distinct w.term from unnest(terms) as w (term)) as w on w.term = t.term
+        where c.id = any(remove_block_postings.chunk_ids)
+        group by 1, 2
+    ),
+    touched as materialized (
+        select p.term, p.tier, p.first_chunk, k.ids, k.id_list, k.tf_list, k.dl_list
+        from removed as g
+        inner join kb.postings as p
+            on p.kb_id = target_kb and p.term = g.term and p.tier = g.tier and p.first_chunk <= g.hi
+            and p.first_chunk >= coalesce((
+                select max(q.first_chunk) from kb.postings as q
+                where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier and q.first_chunk <= g.lo
+            ), g.lo)
+        cross join lateral (
+            select g.ids, array_agg(d.chunk_id order by d.chunk_id) filter (where d.chunk_id <> all(g.ids)) as id_list,
+                array_agg(d.tf order by d.chunk_id) filter (where d.chunk_id <> all(g.ids)) as tf_list,
+                array_agg(d.dl order by d.chunk_id) filter (where d.chunk_id <> all(g.ids)) as dl_list,
+                bool_or(d.chunk_id = any(g.ids)) as hit
+            from kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d
+        ) as k
+        where k.hit
+    ),
+    dropped as (
+        delete from kb.postings as p
+        using touched as t
+        where t.id_list is null and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
+            and p.first_chunk = t.first_chunk
+    )
+    -- a block's new first chunk id stays below the next block's, so the key stays unique
+    update kb.postings as p
+    set first_chunk = t.id_list[1], n = cardinality(t.id_list),
+        payload = kb.encode_postings(t.tier, t.id_list, t.tf_list, t.dl_list)
+    from touched as t
+    where t.id_list is not null and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
+        and p.first_chunk = t.first_chunk;
+end
+$$;
+
+-- Add the postings of the next 100,000 chunks of one knowledge base above chunk id after_id (in id order)
+-- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
+-- than kb.recent_postings_limit() postings keep them in their row, the others get blocks of up to
+-- kb.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
+-- chunk id added (NULL: none left). For kb.rebuild_postings and bulk loads; bounded work per call.
+create or replace function kb.append_postings(target_kb integer, after_id bigint)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    lo constant bigint := after_id;
+    block_size constant integer := kb.posting_block_size();
+    hi bigint;
+begin
+    select max(c.id) into hi
+    from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit 100000) as c;
+    if hi is null then
+        return null;
+    end if;
+    with posting as materialized (
+        select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
+            kb.posting_tier(t.tf::integer, c.term_count) as tier,
+            s.df >= kb.recent_postings_limit() as blocked
+        from kb.chunks as c
+        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+        inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
+        where c.kb_id = target_kb and c.id > lo and c.id <= hi
+    ),
+    per_term as (
+        update kb.term_stats as s
+        set tiers = s.tiers | m.tiers, recent_ids = s.recent_ids || coalesce(m.ids, '{}'),
+            recent_tfs = s.recent_tfs || coalesce(m.tfs, '{}'), recent_dls = s.recent_dls || coalesce(m.dls, '{}'),
+            blocked_to = greatest(s.blocked_to, m.blocked_to)
+        from (
+            select p.term, bit_or(1::bigint << p.tier) as tiers,
+                array_agg(p.id) filter (where not p.blocked) as ids,
+                array_agg(p.tf) filter (where not p.blocked) as tfs,
+                array_agg(p.dl) filter (where not p.blocked) as dls,
+                max(p.id) filter (where p.blocked) as blocked_to
+            from posting as p group by p.term
+        ) as m
+        where s.kb_id = target_kb and s.term = m.term
+    )
+    insert into kb.postings (kb_id, term, tier, first_chunk, n, payload)
+    select target_kb, x.term, x.tier, min(x.id), count(*),
+        kb.encode_postings(x.tier, array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
+            array_agg(x.dl order by x.id))
+    from (
+        select p.term, p.tier, p.id, p.tf, p.dl,
+            (row_number() over (partition by p.term, p.tier order by p.id) - 1) / block_size as block
+        from posting as p where p.blocked
+    ) as x
+    group by x.term, x.tier, x.block;
+    return hi;
+end
+$$;
+
+-- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.append_postings.
+create or replace function kb.reset_postings(target_kb integer)
+returns void
+language sql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+    delete from kb.postings as p where p.kb_id = target_kb;
+    update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
+    where s.kb_id = target_kb;
+$$;
+
+-- Rebuild the postings and term tiers of one knowledge base from its chunks: reset, then
+-- kb.append_postings until no chunk is left, so memory and temporary space stay bounded on any size (a
+-- batch ends a list's last block early); records the format built. Idempotent; the caller holds the
+-- knowledge base's row lock or is alone.
+create or replace function kb.rebuild_postings(target_kb integer)
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    done_to bigint := 0;
+begin
+    perform kb.reset_postings(target_kb);
+    loop
+        done_to := kb.append_postings(target_kb, done_to);
+        exit when done_to is null;
+    end loop;
+    update kb.knowledge_bases set postings_format = 1 where id = target_kb;
+end
+$$;
+
+-- Knowledge bases whose blocks are in an older format (or were emptied by migration 018) are rebuilt
+-- here, inside `pgkb db migrate`. Skipped on a schema older than migration 018 (tests that apply today's
+-- functions to an old schema).
+do $$
+begin
+    if exists (
+        select from pg_attribute
+        where attrelid = 'kb.knowledge_bases'::regclass and attname = 'postings_format' and not attisdropped
+    ) then
+        perform kb.rebuild_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
+    end if;
+end
+$$;

@@ -1,0 +1,30 @@
+-- 018 posting payload: a posting block's chunk ids, term frequencies and chunk lengths move from three
+-- SQL arrays (16 bytes a posting) into one compact bytea payload (about 3 bytes a posting), which the
+-- BM25 leg decodes with numpy inside the server (plpython3u) or, without it, in SQL. The format is
+-- kb.encode_postings / kb.decode_postings (db/functions/31_postings.sql); blocks hold up to 256 postings.
+-- The blocks are rebuilt from the chunks by db/functions/31_postings.sql (every knowledge base whose
+-- postings_format is below the current one), in the same `pgkb db migrate` transaction.
+
+truncate kb.postings;
+alter table kb.postings
+drop column chunk_ids,
+drop column tfs,
+drop column dls,
+add column n smallint not null check (n between 1 and 256),
+add column payload bytea not null;
+
+-- the payload is already compact: compressing it would cost time on every read and save little
+alter table kb.postings alter column payload set storage main;
+
+-- the posting format a knowledge base's blocks are in: new ones start in the current one (1); existing
+-- ones are rebuilt (their old blocks are gone)
+alter table kb.knowledge_bases add column postings_format smallint not null default 1;
+update kb.knowledge_bases set postings_format = 0;
+
+-- the BM25 leg: 'auto' (the new default, for the old default 'blocks') takes numpy where the server has
+-- plpython3u and numpy, else blocks
+update kb.settings set value = 'auto' where key = 'lexical_leg' and value = 'blocks';
+update kb.settings set description = 'BM25 leg: auto (numpy where the server has plpython3u and numpy, else blocks), numpy '
+    '(posting blocks scored by numpy in the server), blocks (posting blocks in SQL) or scan (GIN term index, '
+    'within lexical_probe_budget)'
+where key = 'lexical_leg';
