@@ -199,8 +199,10 @@ def vector_plan(notices):
 
 
 def lexical_plan(notices):
-    """The plan of the BM25 leg's last read of its posting blocks."""
-    return [p for p in plans(notices) if "from kb.postings as pb" in p][-1]
+    """The plans of the BM25 leg's reads of its statistics and posting blocks (any engine), as one text."""
+    found = [p for p in plans(notices) if "kb.postings as p" in p or "kb.term_stats as s" in p]
+    assert found, "no BM25 leg plan among:\n" + "\n----\n".join(plans(notices))
+    return "\n----\n".join(found)
 
 
 def assert_lexical_plan_uses_postings_index(plan: str) -> None:
