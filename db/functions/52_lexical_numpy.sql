@@ -49,12 +49,14 @@ if "plans" not in SD:
             " where s.df > 0",
             ["text", "integer[]"],
         ),
-        # every block of the terms, one row per (term, tier); the aggregates of a group see its rows in
-        # one order, so the arrays and the concatenated payloads line up
+        # every block of the terms, one row per (term, tier), blocks of one layout together (same order in
+        # every aggregate: ties on (length, n) are equal layouts, so any order among them lines up)
         "blocks": plpy.prepare(
-            "select q.i::integer as i, p.tier::integer as tier, array_agg(p.first_chunk) as firsts,"
-            " array_agg(p.n::integer) as ns, array_agg(octet_length(p.payload)) as lens,"
-            " string_agg(p.payload, ''::bytea) as payload"
+            "select q.i::integer as i, p.tier::integer as tier,"
+            " array_agg(p.first_chunk order by octet_length(p.payload), p.n) as firsts,"
+            " array_agg(p.n::integer order by octet_length(p.payload), p.n) as ns,"
+            " array_agg(octet_length(p.payload) order by octet_length(p.payload), p.n) as lens,"
+            " string_agg(p.payload, ''::bytea order by octet_length(p.payload), p.n) as payload"
             " from unnest($1::text[]) with ordinality as q (term, i)"
             " inner join kb.postings as p on p.kb_id = any($2) and p.term = q.term"
             " group by q.i, p.tier",
@@ -70,43 +72,40 @@ if "plans" not in SD:
 plans = SD["plans"]
 
 
-def uint_at(buf, offsets, width):
-    """Unsigned big-endian integers of one width (1, 2 or 4 bytes) at the given byte offsets."""
-    v = buf[offsets].astype(np.int64)
-    for j in range(1, width):
-        v = (v << 8) | buf[offsets + j]
-    return v
+def fields(tier):
+    """(tf_bytes, dl_bytes, tf_fixed, dl_min) of a tier's blocks, as kb.posting_fields."""
+    tf_class, dl_class = divmod(tier, 10)
+    return (
+        0 if tf_class <= 1 else (1 if tf_class <= 4 else 4),
+        1 if dl_class <= 8 else 4,
+        tf_class + 1,
+        (0, 45, 64, 91, 128, 181, 256, 362, 512, 724)[dl_class],
+    )
 
 
 def decode(tier, firsts, ns, lens, payload):
-    """(chunk ids, tfs, lengths) of a (term, tier) list's blocks, laid out as kb.encode_postings writes."""
-    tf_bytes = 0 if tier // 10 <= 1 else (1 if tier // 10 <= 4 else 4)
-    dl_bytes = 1 if tier % 10 <= 8 else 4
-    dl_min = (0, 45, 64, 91, 128, 181, 256, 362, 512, 724)[tier % 10]
+    """(chunk ids, tfs or None when the tier fixes tf, lengths) of a (term, tier) list's blocks, laid out
+    as kb.encode_postings writes them. Blocks of one layout (n and payload length) come in runs (the
+    query orders them so); each run is one 2-d view, its fields big-endian views of its columns."""
+    tf_bytes, dl_bytes, _, dl_min = fields(tier)
+    buf = np.frombuffer(payload, dtype=np.uint8)
     firsts = np.asarray(firsts, dtype=np.int64)
     ns = np.asarray(ns, dtype=np.int64)
     lens = np.asarray(lens, dtype=np.int64)
-    buf = np.frombuffer(payload, dtype=np.uint8)
-    id_bytes = lens // ns - tf_bytes - dl_bytes
-    total = int(ns.sum())
-    block_start = np.cumsum(ns) - ns
-    pos = np.arange(total, dtype=np.int64) - np.repeat(block_start, ns)
-    start = np.repeat(np.cumsum(lens) - lens, ns)
-    idb = np.repeat(id_bytes, ns)
-    count = np.repeat(ns, ns)
-    ids = np.repeat(firsts, ns)
-    for width in (2, 4):
-        sel = idb == width
-        if sel.all():
-            ids = ids + uint_at(buf, start + pos * width, width)
-        elif sel.any():
-            ids[sel] += uint_at(buf, start[sel] + pos[sel] * width, width)
-    if tf_bytes == 0:
-        tfs = np.full(total, tier // 10 + 1, dtype=np.float64)
-    else:
-        tfs = uint_at(buf, start + count * idb + pos * tf_bytes, tf_bytes).astype(np.float64)
-    dls = dl_min + uint_at(buf, start + count * (idb + tf_bytes) + pos * dl_bytes, dl_bytes)
-    return ids, tfs, dls.astype(np.float64)
+    cuts = (np.flatnonzero((np.diff(lens) != 0) | (np.diff(ns) != 0)) + 1).tolist()
+    ids, tfs, dls = [], [], []
+    offset = 0
+    for a, z in zip([0, *cuts], [*cuts, len(ns)]):
+        n, length = int(ns[a]), int(lens[a])
+        m = buf[offset : offset + (z - a) * length].reshape(z - a, length)
+        offset += (z - a) * length
+        id_bytes = length // n - tf_bytes - dl_bytes
+        ids.append((firsts[a:z, None] + m[:, : n * id_bytes].view(f">u{id_bytes}")).ravel())
+        if tf_bytes:
+            tfs.append(m[:, n * id_bytes : n * (id_bytes + tf_bytes)].view(f">u{tf_bytes}").ravel())
+        dls.append(m[:, n * (id_bytes + tf_bytes) :].view(f">u{dl_bytes}").ravel())
+    dl = np.concatenate(dls).astype(np.int64) + dl_min  # no uint8 wrap-around under any numpy
+    return np.concatenate(ids), (np.concatenate(tfs) if tf_bytes else None), dl
 
 
 size = plpy.execute(plans["size"], [kb_ids])[0]
@@ -129,15 +128,16 @@ parts_w = []
 
 
 def add(term, ids, tfs, dls):
+    """Collect the BM25 addends of a term's postings (tfs: an array, or one tf for all)."""
     parts_ids.append(ids)
-    parts_w.append(idf[term] * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * dls / avgdl)))
+    parts_w.append(idf[term] * (k1 + 1) * tfs / (tfs + k1 * (1 - b) + (k1 * b / avgdl) * dls))
 
 
 for term, ids, tfs, dls in recent:
     add(term, np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64), np.asarray(dls, dtype=np.float64))
 for row in plpy.execute(plans["blocks"], [terms, kb_ids]):
     ids, tfs, dls = decode(row["tier"], row["firsts"], row["ns"], row["lens"], row["payload"])
-    add(terms[row["i"] - 1], ids, tfs, dls)
+    add(terms[row["i"] - 1], ids, float(fields(row["tier"])[2]) if tfs is None else tfs.astype(np.float64), dls)
 
 all_ids = np.concatenate(parts_ids)
 all_w = np.concatenate(parts_w)
