@@ -40,7 +40,8 @@ as $$
         when 0 then 0::bigint
         when 1 then get_byte(p, o)::bigint
         when 2 then (get_byte(p, o) << 8 | get_byte(p, o + 1))::bigint
-        else get_byte(p, o)::bigint << 24 | get_byte(p, o + 1) << 16 | get_byte(p, o + 2) << 8 | get_byte(p, o + 3)
+        -- << and | bind alike, left to right: every shift in its own parentheses
+        else (get_byte(p, o)::bigint << 24) | (get_byte(p, o + 1) << 16) | (get_byte(p, o + 2) << 8) | get_byte(p, o + 3)
     end
 $$;
 

@@ -360,3 +360,55 @@ def test_search_works_without_plpython(db):
     db.execute("update kb.settings set value = 'numpy' where key = 'lexical_leg'")
     with pytest.raises(psycopg.errors.FeatureNotSupported, match="numpy"):
         db.execute(sql)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tier=st.integers(0, 59),
+    gaps=st.lists(st.integers(1, 300_000), min_size=0, max_size=300),
+    seed=st.integers(0, 10_000),
+)
+def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
+    """kb.encode_postings then kb.decode_postings gives the postings back, in every tier and id width
+    (spans below and above 65536), with the widest tf and length classes (17+, 724+)."""
+    rnd = random.Random(seed)
+    tf_lo, tf_hi = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 100_000)][tier // 10]
+    floors = [0, 45, 64, 91, 128, 181, 256, 362, 512, 724, 10**6]
+    ids = [rnd.randint(1, 10**12)]
+    for gap in gaps[:255]:
+        ids.append(ids[-1] + gap)
+    tfs = [rnd.randint(tf_lo, tf_hi) for _ in ids]
+    dls = [rnd.randint(floors[tier % 10], floors[tier % 10 + 1] - 1) for _ in ids]
+    payload = db.execute("select kb.encode_postings(%s, %s, %s, %s)", [tier, ids, tfs, dls]).fetchone()[0]
+    assert all(kb_tier == tier for (kb_tier,) in db.execute(
+        "select kb.posting_tier(tf, dl) from unnest(%s::int[], %s::int[]) x (tf, dl)", [tfs, dls]
+    ).fetchall())
+    assert db.execute(
+        "select array_agg(chunk_id), array_agg(tf), array_agg(dl) from kb.decode_postings(%s, %s, %s, %s)",
+        [tier, ids[0], len(ids), payload],
+    ).fetchone() == (ids, tfs, dls)
+
+
+def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
+    """Blocks whose ids span more than 65536 (4-byte offsets), terms repeated 17+ times and chunks of 724+
+    terms: both legs equal exact BM25."""
+    rnd = random.Random(8)
+    for d in range(14):
+        chunks = [{"content": chunk_text(rnd)} for _ in range(6)]
+        chunks.append({"content": "wide " * rnd.randint(17, 40) + " ".join(WORDS[:20])})
+        chunks.append({"content": " ".join(f"long{i % 300} wide" for i in range(800))})
+        db.execute(
+            "select kb.replace_document('kb-wide', %s, 't', %s::jsonb)", [f"d{d}.md", json.dumps(chunks)]
+        )
+        # the next document's chunk ids lie 70,000 further: a list's block spans more than 65536 ids
+        db.execute("select setval(pg_get_serial_sequence('kb.chunks', 'id'), (select max(id) from kb.chunks) + 70000)")
+    assert db.execute(
+        "select count(*) from kb.postings where octet_length(payload) / n"
+        " > (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 2"
+    ).fetchone()[0] > 0
+    assert db.execute("select count(*) from kb.postings where tier / 10 = 5 or tier % 10 = 9").fetchone()[0] > 0
+    ids = kb_ids(db, "kb-wide")
+    for query in ("wide w0 w1", "long7 wide w3", "w0 w1 w2 w3 w4 long1"):
+        want = db.execute(SCAN, [query, ids, 20, 1.2, 0.75]).fetchall()
+        assert_same_ranking(db.execute(LEG, [query, ids, 20, 1.2, 0.75]).fetchall(), want)
+        assert_same_ranking(db.execute(NUMPY, [query, ids, 20, 1.2, 0.75]).fetchall(), want)
