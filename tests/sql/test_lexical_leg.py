@@ -323,8 +323,11 @@ def test_numpy_leg_applies_the_document_filter(db):
     for d in range(30):
         db.execute(
             "select kb.replace_document('kb-f', %s, 't', %s::jsonb, null, %s::jsonb)",
-            [f"d{d}.md", json.dumps([{"content": chunk_text(rnd)} for _ in range(8)]),
-             json.dumps({"team": "a" if d % 5 == 0 else "b"})],
+            [
+                f"d{d}.md",
+                json.dumps([{"content": chunk_text(rnd)} for _ in range(8)]),
+                json.dumps({"team": "a" if d % 5 == 0 else "b"}),
+            ],
         )
     ids = kb_ids(db, "kb-f")
     doc_filter = db.execute("select kb.document_filter(%s::jsonb, null)", [json.dumps({"team": "a"})]).fetchone()[0]
@@ -380,9 +383,12 @@ def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
     tfs = [rnd.randint(tf_lo, tf_hi) for _ in ids]
     dls = [rnd.randint(floors[tier % 10], floors[tier % 10 + 1] - 1) for _ in ids]
     payload = db.execute("select kb.encode_postings(%s, %s, %s, %s)", [tier, ids, tfs, dls]).fetchone()[0]
-    assert all(kb_tier == tier for (kb_tier,) in db.execute(
-        "select kb.posting_tier(tf, dl) from unnest(%s::int[], %s::int[]) x (tf, dl)", [tfs, dls]
-    ).fetchall())
+    assert all(
+        kb_tier == tier
+        for (kb_tier,) in db.execute(
+            "select kb.posting_tier(tf, dl) from unnest(%s::int[], %s::int[]) x (tf, dl)", [tfs, dls]
+        ).fetchall()
+    )
     assert db.execute(
         "select array_agg(chunk_id), array_agg(tf), array_agg(dl) from kb.decode_postings(%s, %s, %s, %s)",
         [tier, ids[0], len(ids), payload],
@@ -397,15 +403,16 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         chunks = [{"content": chunk_text(rnd)} for _ in range(6)]
         chunks.append({"content": "wide " * rnd.randint(17, 40) + " ".join(WORDS[:20])})
         chunks.append({"content": " ".join(f"long{i % 300} wide" for i in range(800))})
-        db.execute(
-            "select kb.replace_document('kb-wide', %s, 't', %s::jsonb)", [f"d{d}.md", json.dumps(chunks)]
-        )
+        db.execute("select kb.replace_document('kb-wide', %s, 't', %s::jsonb)", [f"d{d}.md", json.dumps(chunks)])
         # the next document's chunk ids lie 70,000 further: a list's block spans more than 65536 ids
         db.execute("select setval(pg_get_serial_sequence('kb.chunks', 'id'), (select max(id) from kb.chunks) + 70000)")
-    assert db.execute(
-        "select count(*) from kb.postings where octet_length(payload) / n"
-        " > (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 2"
-    ).fetchone()[0] > 0
+    assert (
+        db.execute(
+            "select count(*) from kb.postings where octet_length(payload) / n"
+            " > (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 2"
+        ).fetchone()[0]
+        > 0
+    )
     assert db.execute("select count(*) from kb.postings where tier / 10 = 5 or tier % 10 = 9").fetchone()[0] > 0
     ids = kb_ids(db, "kb-wide")
     for query in ("wide w0 w1", "long7 wide w3", "w0 w1 w2 w3 w4 long1"):
