@@ -21,9 +21,10 @@ return GD["numpy_ok"]
 $$;
 
 -- Exact Okapi BM25 top n of query over the given (visible) knowledge bases, ties by chunk id: df, N and
--- avgdl from those knowledge bases only, every posting of the query's terms read (blocks and recent
--- postings) in a few statements, decoded and scored with numpy, summed per chunk and cut to the n best;
--- with doc_filter, candidates are taken best first until n pass it. Rank 1 = best; score = BM25.
+-- avgdl from those knowledge bases only; every posting of the query's terms (blocks and recent postings)
+-- read in three statements, decoded and scored with numpy, summed per chunk and cut to the n best; with
+-- doc_filter, candidates are taken best first until n pass it. Rank 1 = best; score = BM25. No pruning:
+-- MaxScore rounds cost more than they saved at 100k chunks (docs/benchmarks.md, "BM25 leg in numpy").
 create or replace function kb.lexical_leg_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
 )
@@ -49,17 +50,14 @@ if "plans" not in SD:
             " where s.df > 0",
             ["text", "integer[]"],
         ),
-        # every block of the terms, one row per (term, tier), blocks of one layout together (same order in
-        # every aggregate: ties on (length, n) are equal layouts, so any order among them lines up)
+        # every block of the terms in one row: the blocks' fields as binary arrays (one aggregate node
+        # feeds all of them in one order) and their payloads concatenated in that order
         "blocks": plpy.prepare(
-            "select q.i::integer as i, p.tier::integer as tier,"
-            " array_agg(p.first_chunk order by octet_length(p.payload), p.n) as firsts,"
-            " array_agg(p.n::integer order by octet_length(p.payload), p.n) as ns,"
-            " array_agg(octet_length(p.payload) order by octet_length(p.payload), p.n) as lens,"
-            " string_agg(p.payload, ''::bytea order by octet_length(p.payload), p.n) as payload"
+            "select array_send(array_agg(q.i::integer)) as term_no, array_send(array_agg(p.tier::integer)) as tier,"
+            " array_send(array_agg(p.first_chunk)) as first_chunk, array_send(array_agg(p.n::integer)) as n,"
+            " array_send(array_agg(octet_length(p.payload))) as length, string_agg(p.payload, ''::bytea) as payload"
             " from unnest($1::text[]) with ordinality as q (term, i)"
-            " inner join kb.postings as p on p.kb_id = any($2) and p.term = q.term"
-            " group by q.i, p.tier",
+            " inner join kb.postings as p on p.kb_id = any($2) and p.term = q.term",
             ["text[]", "integer[]"],
         ),
         "eligible": plpy.prepare(
@@ -69,48 +67,45 @@ if "plans" not in SD:
             ["bigint[]", "jsonb"],
         ),
     }
-plans = SD["plans"]
-
-
-def fields(tier):
-    """(tf_bytes, dl_bytes, tf_fixed, dl_min) of a tier's blocks, as kb.posting_fields."""
-    tf_class, dl_class = divmod(tier, 10)
-    return (
-        0 if tf_class <= 1 else (1 if tf_class <= 4 else 4),
-        1 if dl_class <= 8 else 4,
-        tf_class + 1,
-        (0, 45, 64, 91, 128, 181, 256, 362, 512, 724)[dl_class],
+    # per tier (kb.posting_fields): tf bytes, length bytes, the tf a tier fixes, the length floor
+    SD["fields"] = (
+        np.array([0 if t // 10 <= 1 else (1 if t // 10 <= 4 else 4) for t in range(60)]),
+        np.array([1 if t % 10 <= 8 else 4 for t in range(60)]),
+        np.array([t // 10 + 1 for t in range(60)], dtype=np.float64),
+        np.array([(0, 45, 64, 91, 128, 181, 256, 362, 512, 724)[t % 10] for t in range(60)]),
     )
+plans = SD["plans"]
+TF_BYTES, DL_BYTES, TF_FIXED, DL_MIN = SD["fields"]
+FULL = 256  # kb.posting_block_size()
 
 
-def decode(tier, firsts, ns, lens, payload):
-    """(chunk ids, tfs or None when the tier fixes tf, lengths) of a (term, tier) list's blocks, laid out
-    as kb.encode_postings writes them. Blocks of one layout (n and payload length) come in runs (the
-    query orders them so); each run is one 2-d view, its fields big-endian views of its columns."""
-    tf_bytes, dl_bytes, _, dl_min = fields(tier)
-    buf = np.frombuffer(payload, dtype=np.uint8)
-    firsts = np.asarray(firsts, dtype=np.int64)
-    ns = np.asarray(ns, dtype=np.int64)
-    lens = np.asarray(lens, dtype=np.int64)
-    cuts = (np.flatnonzero((np.diff(lens) != 0) | (np.diff(ns) != 0)) + 1).tolist()
-    ids, tfs, dls = [], [], []
-    offset = 0
-    for a, z in zip([0, *cuts], [*cuts, len(ns)]):
-        n, length = int(ns[a]), int(lens[a])
-        m = buf[offset : offset + (z - a) * length].reshape(z - a, length)
-        offset += (z - a) * length
-        id_bytes = length // n - tf_bytes - dl_bytes
-        ids.append((firsts[a:z, None] + m[:, : n * id_bytes].view(f">u{id_bytes}")).ravel())
-        if tf_bytes:
-            tfs.append(m[:, n * id_bytes : n * (id_bytes + tf_bytes)].view(f">u{tf_bytes}").ravel())
-        dls.append(m[:, n * (id_bytes + tf_bytes) :].view(f">u{dl_bytes}").ravel())
-    dl = np.concatenate(dls).astype(np.int64) + dl_min  # no uint8 wrap-around under any numpy
-    return np.concatenate(ids), (np.concatenate(tfs) if tf_bytes else None), dl
+def binary_array(raw, element):
+    """The elements of a one-dimensional array_send() of int4 (element ">i4") or int8 (">i8")."""
+    return np.frombuffer(raw, dtype=np.dtype([("len", ">i4"), ("v", element)]), offset=20)["v"].astype(np.int64)
+
+
+def uint_at(buf, offsets, widths):
+    """Unsigned big-endian integers at the byte offsets, each of its width (1, 2 or 4)."""
+    out = np.zeros(len(offsets), dtype=np.int64)
+    for width in (1, 2, 4):
+        sel = widths == width
+        if not sel.any():
+            continue
+        every = sel.all()
+        at = offsets if every else offsets[sel]
+        v = buf[at].astype(np.int64)
+        for j in range(1, width):
+            v = (v << 8) | buf[at + j]
+        if every:
+            return v
+        out[sel] = v
+    return out
 
 
 size = plpy.execute(plans["size"], [kb_ids])[0]
 n_chunks = size["n_chunks"]
-avgdl = size["total"] / n_chunks
+c1 = k1 * (1 - b)
+c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 
 df = {}
 recent = []
@@ -121,24 +116,67 @@ for row in plpy.execute(plans["terms"], [query, kb_ids]):
 if not df:
     return []
 terms = sorted(df)
-idf = {t: float(np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5))) for t in terms}
+idf = np.array([np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
+term_no = {t: i for i, t in enumerate(terms)}
 
-parts_ids = []
-parts_w = []
+parts_ids, parts_w = [], []
 
 
-def add(term, ids, tfs, dls):
-    """Collect the BM25 addends of a term's postings (tfs: an array, or one tf for all)."""
+def add(ids, tfs, dls, idfs):
+    """Collect the BM25 addends of postings (tfs, dls and idfs: arrays or one value for all)."""
     parts_ids.append(ids)
-    parts_w.append(idf[term] * (k1 + 1) * tfs / (tfs + k1 * (1 - b) + (k1 * b / avgdl) * dls))
+    parts_w.append(idfs * (k1 + 1) * tfs / (tfs + c1 + c2 * dls))
 
 
-for term, ids, tfs, dls in recent:
-    add(term, np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64), np.asarray(dls, dtype=np.float64))
-for row in plpy.execute(plans["blocks"], [terms, kb_ids]):
-    ids, tfs, dls = decode(row["tier"], row["firsts"], row["ns"], row["lens"], row["payload"])
-    add(terms[row["i"] - 1], ids, float(fields(row["tier"])[2]) if tfs is None else tfs.astype(np.float64), dls)
+for t, ids, tfs, dls in recent:
+    add(np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64), np.asarray(dls, dtype=np.float64),
+        idf[term_no[t]])
 
+row = plpy.execute(plans["blocks"], [terms, kb_ids])[0]
+if row["n"] is not None:
+    term_of = binary_array(row["term_no"], ">i4") - 1
+    tier = binary_array(row["tier"], ">i4")
+    first = binary_array(row["first_chunk"], ">i8")
+    count = binary_array(row["n"], ">i4")
+    length = binary_array(row["length"], ">i4")
+    buf = np.frombuffer(row["payload"], dtype=np.uint8)
+    start = np.cumsum(length) - length
+    tf_bytes, dl_bytes = TF_BYTES[tier], DL_BYTES[tier]
+    id_bytes = length // count - tf_bytes - dl_bytes
+    full = count == FULL
+    # full blocks, by layout (field widths): one 2-d array each, its fields big-endian views of its columns
+    layout = (tf_bytes * 8 + dl_bytes) * 8 + id_bytes
+    blocks = np.flatnonzero(full)
+    blocks = blocks[np.argsort(layout[blocks], kind="stable")]
+    cuts = (np.flatnonzero(np.diff(layout[blocks])) + 1).tolist()
+    for a, z in zip([0, *cuts], [*cuts, len(blocks)]) if len(blocks) else ():
+        sel = blocks[a:z]
+        width = int(length[sel[0]])
+        tb, db, ib = int(tf_bytes[sel[0]]), int(dl_bytes[sel[0]]), int(id_bytes[sel[0]])
+        m = buf[start[sel][:, None] + np.arange(width)]
+        ids = (first[sel][:, None] + m[:, : FULL * ib].view(f">u{ib}")).ravel()
+        if tb:
+            tfs = m[:, FULL * ib : FULL * (ib + tb)].view(f">u{tb}").ravel().astype(np.float64)
+        else:
+            tfs = np.repeat(TF_FIXED[tier[sel]], FULL)
+        dls = (m[:, FULL * (ib + tb) :].view(f">u{db}").astype(np.int64) + DL_MIN[tier[sel]][:, None]).ravel()
+        add(ids, tfs, dls, np.repeat(idf[term_of[sel]], FULL))
+    # the other blocks (a list's last one, small lists): a byte offset per posting and field
+    part = np.flatnonzero(~full)
+    if len(part):
+        per = count[part]
+        blk = np.repeat(part, per)
+        pos = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+        base, n_blk, ib, tb, db = start[blk], count[blk], id_bytes[blk], tf_bytes[blk], dl_bytes[blk]
+        ids = first[blk] + uint_at(buf, base + pos * ib, ib)
+        tfs = TF_FIXED[tier[blk]]
+        stored = tb > 0
+        if stored.any():
+            tfs[stored] = uint_at(buf, (base + n_blk * ib + pos * tb)[stored], tb[stored])
+        dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
+        add(ids, tfs, dls, idf[term_of[blk]])
+
+# sum per chunk: densely over the id range when it is not much wider than the postings
 all_ids = np.concatenate(parts_ids)
 all_w = np.concatenate(parts_w)
 lo = int(all_ids.min())
