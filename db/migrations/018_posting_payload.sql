@@ -25,8 +25,8 @@ update kb.knowledge_bases set postings_format = 0;
 -- plpython3u and numpy, else blocks
 update kb.settings set value = 'auto'
 where key = 'lexical_leg' and value = 'blocks';
-update kb.settings
-set description = 'BM25 leg: auto (numpy where the server has plpython3u and numpy, else blocks), numpy '
+update kb.settings set
+    description = 'BM25 leg: auto (numpy where the server has plpython3u and numpy, else blocks), numpy '
     '(posting blocks scored by numpy in the server), blocks (posting blocks in SQL) or scan (GIN term index, '
     'within lexical_probe_budget)'
 where key = 'lexical_leg';
