@@ -199,8 +199,8 @@ $$;
 -- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
 -- than kb.recent_postings_limit() postings keep them in their row, the others get blocks of up to
 -- kb.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
--- chunk id added (NULL: none left). For kb.rebuild_postings and bulk loads; bounded work per call.
-create or replace function kb.append_postings(target_kb integer, after_id bigint)
+-- chunk id added (NULL: none left). For kb.build_postings and bulk loads; bounded work per call.
+create or replace function kb.build_postings_batch(target_kb integer, after_id bigint)
 returns bigint
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -253,22 +253,26 @@ begin
 end
 $$;
 
--- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.append_postings.
-create or replace function kb.reset_postings(target_kb integer)
+-- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.build_postings_batch.
+-- PL/pgSQL (its statements are checked when run, not when created), like every function here that names
+-- a table, so that today's functions apply to a schema before migration 016 (upgrade tests).
+create or replace function kb.clear_postings(target_kb integer)
 returns void
-language sql volatile
+language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
+begin
     delete from kb.postings as p where p.kb_id = target_kb;
     update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
     where s.kb_id = target_kb;
+end
 $$;
 
 -- Rebuild the postings and term tiers of one knowledge base from its chunks: reset, then
--- kb.append_postings until no chunk is left, so memory and temporary space stay bounded on any size (a
+-- kb.build_postings_batch until no chunk is left, so memory and temporary space stay bounded on any size (a
 -- batch ends a list's last block early); records the format built. Idempotent; the caller holds the
 -- knowledge base's row lock or is alone.
-create or replace function kb.rebuild_postings(target_kb integer)
+create or replace function kb.build_postings(target_kb integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -276,9 +280,9 @@ as $$
 declare
     done_to bigint := 0;
 begin
-    perform kb.reset_postings(target_kb);
+    perform kb.clear_postings(target_kb);
     loop
-        done_to := kb.append_postings(target_kb, done_to);
+        done_to := kb.build_postings_batch(target_kb, done_to);
         exit when done_to is null;
     end loop;
     update kb.knowledge_bases set postings_format = 1 where id = target_kb;
@@ -294,7 +298,7 @@ begin
         select from pg_attribute
         where attrelid = 'kb.knowledge_bases'::regclass and attname = 'postings_format' and not attisdropped
     ) then
-        perform kb.rebuild_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
+        perform kb.build_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
     end if;
 end
 $$;

@@ -5,6 +5,12 @@
 -- The blocks are rebuilt from the chunks by db/functions/31_postings.sql (every knowledge base whose
 -- postings_format is below the current one), in the same `pgkb db migrate` transaction.
 
+-- migration 016's maintenance functions wrote the arrays: db/functions/31_postings.sql has their successors
+-- (kb.build_postings, kb.build_postings_batch, kb.clear_postings)
+drop function kb.rebuild_postings(integer);
+drop function kb.append_postings(integer, bigint);
+drop function kb.reset_postings(integer);
+
 truncate kb.postings;
 alter table kb.postings
 drop column chunk_ids,

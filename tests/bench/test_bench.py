@@ -195,7 +195,8 @@ def test_bulk_load_matches_replace_document(db, datasets):
         differ), and the term tiers."""
         rows = db.execute(
             "select x.term, kb.posting_tier(x.tf, x.dl), d.doc_key, c.ordinal, x.tf, x.dl from ("
-            " select p.kb_id, p.term, y.* from kb.postings p, unnest(p.chunk_ids, p.tfs, p.dls) y (id, tf, dl)"
+            " select p.kb_id, p.term, y.* from kb.postings p,"
+            " kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) y (id, tf, dl)"
             " union all select s.kb_id, s.term, y.* from kb.term_stats s,"
             " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) y (id, tf, dl)) x"
             " join kb.knowledge_bases k on k.id = x.kb_id"

@@ -234,7 +234,7 @@ def test_migration_rebuild_matches_maintained_postings(db):
     db.execute("select kb.delete_document('kb-r', 'd3.md')")
     before = postings_of(db)
     tiers = db.execute("select term, tiers from kb.term_stats order by 1").fetchall()
-    db.execute("select kb.rebuild_postings(id) from kb.knowledge_bases")
+    db.execute("select kb.build_postings(id) from kb.knowledge_bases")
     assert postings_of(db) == before == postings_from_chunks(db)
     # rebuilt masks are exact; maintained ones may only be supersets after deletes
     for (term, kept), (term2, rebuilt) in zip(

@@ -374,6 +374,7 @@ def test_null_settings_take_the_databases_defaults(kbdb, embedder):
 
 def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):
     """kb.setting is the one reader of kb.settings: no function falls back to a literal of its own."""
+    kbdb.execute("update kb.settings set value = 'scan' where key = 'lexical_leg'")  # the leg that reads it
     kbdb.execute("update kb.settings set value = 'many' where key = 'lexical_probe_budget'")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match='setting "lexical_probe_budget" must be an integer'):
         kbdb.execute("select * from kb.lexical_search('退款')")
