@@ -3,7 +3,30 @@
 -- conditions shaped like Dify's External Knowledge API `metadata_condition`:
 --   {"logical_operator": "and" | "or", "conditions": [{"name", "comparison_operator", "value"}, ...]}
 
--- A metadata value as epoch seconds: a JSON number as is, a string holding an ISO-8601 date or timestamp
+-- A metadata value as a double: a JSON number, or a string holding one (decimal, optional exponent of at
+-- most 3 digits); NULL for anything else and for values beyond double precision's range (1e999), which
+-- therefore match no number. Magnitudes below 1e-300 are 0. Never raises.
+create or replace function kb.metadata_number(value jsonb)
+returns double precision
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case
+        when parsed.n is null or abs(parsed.n) > 1.7976931348623157e308 then null
+        when abs(parsed.n) < 1e-300 then 0
+        else parsed.n::double precision
+    end
+    from (
+        select case
+            when jsonb_typeof(value) = 'number' then (value #>> '{}')::numeric
+            when jsonb_typeof(value) = 'string'
+                and btrim(value #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$'
+                then btrim(value #>> '{}')::numeric
+        end as n
+    ) as parsed
+$$;
+
+-- A metadata value as epoch seconds: a JSON number as is (kb.metadata_number), a string holding an ISO-8601 date or timestamp
 -- (no zone: UTC) converted; NULL for anything else, including strings that are no valid date. Never raises.
 create or replace function kb.metadata_epoch(value jsonb)
 returns double precision
@@ -14,7 +37,7 @@ declare
     raw text;
 begin
     if jsonb_typeof(value) = 'number' then
-        return (value #>> '{}')::double precision;
+        return kb.metadata_number(value);
     end if;
     raw := value #>> '{}';
     if jsonb_typeof(value) <> 'string'
@@ -98,12 +121,12 @@ begin
                     n, op using errcode = 'invalid_parameter_value';
             end if;
         elsif op in ('=', '≠', '>', '<', '≥', '≤') then
-            if jsonb_typeof(value) = 'string' and btrim(value #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$' then
-                value := to_jsonb(btrim(value #>> '{}')::double precision);
-            elsif jsonb_typeof(value) is distinct from 'number' then
-                raise exception 'metadata condition % (%): value must be a number', n, op
+            if kb.metadata_number(value) is null then
+                raise exception 'metadata condition % (%): value must be a finite number (or a string holding '
+                    'one) within double precision''s range, about ±1.8e308', n, op
                     using errcode = 'invalid_parameter_value';
             end if;
+            value := to_jsonb(kb.metadata_number(value));
         elsif op in ('before', 'after') then
             if kb.metadata_epoch(value) is null then
                 raise exception 'metadata condition % (%): value must be an ISO-8601 date or time '
@@ -131,8 +154,9 @@ $$;
 
 -- True when document metadata satisfies one normalised condition (kb.check_metadata_condition). String
 -- operators compare the field's text (case-sensitive); on a JSON array field contains / in test its
--- elements. Numeric and date operators need a number (or numeric string) / a date; other fields do not
--- match. The negations (not contains, is not, not in, ≠) and empty also match a missing field.
+-- elements. Numeric and date operators need a number (or numeric string, kb.metadata_number) / a date;
+-- other fields (and numbers beyond double precision) do not match. The negations (not contains, is not,
+-- not in, ≠) and empty also match a missing field.
 create or replace function kb.metadata_condition_holds(metadata jsonb, item jsonb)
 returns boolean
 language sql immutable parallel safe
@@ -144,12 +168,7 @@ as $$
     t as (
         select f.*,
             case when jsonb_typeof(f.field) in ('string', 'number', 'boolean') then f.field #>> '{}' end as txt,
-            case
-                when jsonb_typeof(f.field) = 'number' then (f.field #>> '{}')::double precision
-                when jsonb_typeof(f.field) = 'string'
-                    and btrim(f.field #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$'
-                    then btrim(f.field #>> '{}')::double precision
-            end as num
+            kb.metadata_number(f.field) as num
         from f
     ),
     verdict as (
@@ -215,4 +234,19 @@ as $$
             from jsonb_array_elements(doc_filter #> '{condition,conditions}') as c (item)
         ))
     )
+$$;
+
+-- True when the chunk lies in one of kb_ids and its document passes doc_filter (kb.document_matches).
+-- Every search leg tests its candidates with it, one chunk at a time: a document outside kb_ids (another
+-- user's) is never tested, so its metadata can neither raise nor be probed, and the work is per candidate.
+create or replace function kb.chunk_passes(chunk_id bigint, kb_ids integer[], doc_filter jsonb)
+returns boolean
+language sql stable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce((
+        select case when d.kb_id = any(kb_ids) then kb.document_matches(d.metadata, doc_filter) else false end
+        from kb.chunks as c inner join kb.documents as d on d.id = c.document_id
+        where c.id = chunk_id
+    ), false)
 $$;
