@@ -54,9 +54,10 @@ end
 $$;
 
 -- The condition checked and normalised, or an invalid_parameter_value error saying what is wrong (never
--- a condition silently ignored): logical_operator 'and' (default) or 'or'; 1..50 conditions, each with a
--- non-empty name and one of the operators below; its value normalised per operator (text, text[] for
--- in / not in, a number for = ≠ > < ≥ ≤, epoch seconds for before / after, none for empty / not empty).
+-- a condition silently ignored): logical_operator 'and' (default) or 'or'; 1..20 conditions, each with a
+-- non-empty name and one of the operators below; its value normalised per operator (text, text[] of
+-- 1..100 for in / not in, a number for = ≠ > < ≥ ≤, epoch seconds for before / after, none for empty /
+-- not empty). The bounds keep a search's filter work small: it runs on every candidate.
 create or replace function kb.check_metadata_condition(condition jsonb)
 returns jsonb
 language plpgsql immutable parallel safe
@@ -87,8 +88,8 @@ begin
         raise exception 'metadata_condition.conditions must be an array of conditions'
             using errcode = 'invalid_parameter_value';
     end if;
-    if jsonb_array_length(condition -> 'conditions') > 50 then
-        raise exception 'metadata_condition has % conditions; at most 50 are accepted',
+    if jsonb_array_length(condition -> 'conditions') > 20 then     -- each is tested on every candidate
+        raise exception 'metadata_condition has % conditions; at most 20 are accepted',
             jsonb_array_length(condition -> 'conditions') using errcode = 'invalid_parameter_value';
     end if;
     for item in select c.item from jsonb_array_elements(condition -> 'conditions') as c (item) loop
@@ -111,13 +112,13 @@ begin
         elsif op in ('in', 'not in') then
             if jsonb_typeof(value) in ('string', 'number') then
                 value := jsonb_build_array(value #>> '{}');
-            elsif jsonb_typeof(value) = 'array' and jsonb_array_length(value) between 1 and 1000
+            elsif jsonb_typeof(value) = 'array' and jsonb_array_length(value) between 1 and 100
                 and not exists (
                     select from jsonb_array_elements(value) as v (x) where jsonb_typeof(v.x) not in ('string', 'number')
                 ) then
                 value := (select jsonb_agg(v.x #>> '{}') from jsonb_array_elements(value) as v (x));
             else
-                raise exception 'metadata condition % (%): value must be a string or a list of 1 to 1000 strings',
+                raise exception 'metadata condition % (%): value must be a string or a list of 1 to 100 strings',
                     n, op using errcode = 'invalid_parameter_value';
             end if;
         elsif op in ('=', '≠', '>', '<', '≥', '≤') then

@@ -9,7 +9,7 @@ import math
 from pgkb.serving.arguments import _SURROGATE_MESSAGE
 from pgkb.serving.config import _SURROGATE
 
-MAX_BODY_BYTES = 64 * 1024  # a query is at most 4000 characters; conditions at most 50
+MAX_BODY_BYTES = 64 * 1024  # a query is at most 4000 characters; conditions at most 20
 MAX_JSON_DEPTH = 20
 SECURITY_HEADERS = {
     "content-security-policy": (
