@@ -55,6 +55,24 @@ begin
 end
 $$;
 
+-- The query terms the lexical legs score: the distinct kb.lexical_terms of query that occur in the
+-- knowledge bases kb_ids, with their document frequency there and their posting tiers, at most
+-- kb.settings.lexical_max_query_terms of them: the rarest (highest idf; ties by term), so a long query
+-- costs what its most telling terms cost.
+create or replace function kb.lexical_query_terms(query text, kb_ids integer[])
+returns table (term text, df bigint, tiers bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select q.term, sum(s.df), bit_or(s.tiers)
+    from (select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)) as q
+    inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
+    group by q.term
+    having sum(s.df) > 0
+    order by sum(s.df), q.term
+    limit kb.setting_int('lexical_max_query_terms')
+$$;
+
 -- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
 -- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
 -- and the terms' recent postings (kb.term_stats) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
@@ -108,15 +126,8 @@ begin
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     avgdl := avgdl / n_chunks;
 
-    with query_terms as (
-        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
-    ),
-    weighted as (
-        select q.term, sum(s.df) as df, bit_or(s.tiers) as tiers
-        from query_terms as q
-        inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
-        group by q.term
-        having sum(s.df) > 0
+    with weighted as (
+        select * from kb.lexical_query_terms(query, kb_ids)
     ),
     numbered as (
         select w.term, w.df, w.tiers, ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
@@ -306,14 +317,8 @@ begin
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     avgdl := avgdl / n_chunks;
 
-    with query_terms as (
-        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
-    ),
-    weighted as (
-        select q.term, coalesce(sum(s.df), 0) as df
-        from query_terms as q
-        left join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
-        group by q.term
+    with weighted as (
+        select w.term, w.df from kb.lexical_query_terms(query, kb_ids) as w
     ),
     probed as (
         select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
