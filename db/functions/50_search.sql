@@ -58,19 +58,22 @@ $$;
 -- The query terms the lexical legs score: the distinct kb.lexical_terms of query that occur in the
 -- knowledge bases kb_ids, with their document frequency there and their posting tiers, at most
 -- kb.settings.lexical_max_query_terms of them: the rarest (highest idf; ties by term), so a long query
--- costs what its most telling terms cost.
+-- costs what its most telling terms cost. (plpgsql: its body is not checked against an older schema.)
 create or replace function kb.lexical_query_terms(query text, kb_ids integer[])
 returns table (term text, df bigint, tiers bigint)
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
+begin
+    return query
     select q.term, sum(s.df), bit_or(s.tiers)
     from (select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)) as q
     inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
     group by q.term
     having sum(s.df) > 0
     order by sum(s.df), q.term
-    limit kb.setting_int('lexical_max_query_terms')
+    limit kb.setting_int('lexical_max_query_terms');
+end
 $$;
 
 -- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
