@@ -237,17 +237,14 @@ as $$
     )
 $$;
 
--- True when the chunk lies in one of kb_ids and its document passes doc_filter (kb.document_matches).
--- Every search leg tests its candidates with it, one chunk at a time: a document outside kb_ids (another
--- user's) is never tested, so its metadata can neither raise nor be probed, and the work is per candidate.
-create or replace function kb.chunk_passes(chunk_id bigint, kb_ids integer[], doc_filter jsonb)
+-- True when a document of knowledge base kb_id passes doc_filter (kb.document_matches) and kb_id is one of
+-- kb_ids; false, untested, for any other document (another user's), so its metadata can neither raise nor
+-- be probed. The legs' EXISTS also restrict kb.documents by kb_id (an index condition): this guard holds
+-- whatever order the planner evaluates their conditions in.
+create or replace function kb.visible_document_matches(kb_id integer, kb_ids integer[], metadata jsonb, doc_filter jsonb)
 returns boolean
-language sql stable parallel safe
+language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select coalesce((
-        select case when d.kb_id = any(kb_ids) then kb.document_matches(d.metadata, doc_filter) else false end
-        from kb.chunks as c inner join kb.documents as d on d.id = c.document_id
-        where c.id = chunk_id
-    ), false)
+    select case when kb_id = any(kb_ids) then kb.document_matches(metadata, doc_filter) else false end
 $$;

@@ -4,8 +4,8 @@
 -- thin wrappers with the same columns.
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
--- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on each
--- candidate of the visible knowledge bases by kb.chunk_passes, never on other documents.
+-- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
+-- documents of kb_ids only (kb.visible_document_matches), once per document when the planner hashes them.
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
@@ -34,7 +34,11 @@ declare
             select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
             from kb.embeddings as e
             where e.model_id = %2$s and e.kb_id = any($2)
-                and ($4::jsonb is null or kb.chunk_passes(e.chunk_id, $2, $4))
+                and ($4::jsonb is null or exists (
+                    select from kb.chunks as c join kb.documents as d on d.id = c.document_id
+                    where c.id = e.chunk_id and d.kb_id = any($2)
+                        and kb.visible_document_matches(d.kb_id, $2, d.metadata, $4)
+                ))
             order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
         ) as nearest
@@ -210,7 +214,11 @@ begin
         ),
         eligible as materialized (
             select x.id, x.l, x.unread from seen as x
-            where doc_filter is null or kb.chunk_passes(x.id, kb_ids, doc_filter)
+            where doc_filter is null or exists (
+                select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
+                where c.id = x.id and d.kb_id = any(kb_ids)
+                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+            )
         ),
         top as (
             select x.id, x.l from eligible as x order by x.l desc, x.id limit n
@@ -351,7 +359,11 @@ begin
             select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
             from kb.chunks as c
             where c.kb_id = any(kb_ids) and c.terms && probe
-                and (doc_filter is null or kb.chunk_passes(c.id, kb_ids, doc_filter))
+                and (doc_filter is null or exists (
+                    select from kb.documents as d
+                    where d.id = c.document_id and d.kb_id = any(kb_ids)
+                        and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+                ))
             offset 0
         ) as c
         order by bm25 desc, c.id
@@ -376,7 +388,11 @@ as $$
         select c.id, word_similarity(query, c.content)::double precision as sim
         from kb.chunks as c
         where c.kb_id = any(kb_ids) and query <% c.content
-            and (doc_filter is null or kb.chunk_passes(c.id, kb_ids, doc_filter))
+            and (doc_filter is null or exists (
+                select from kb.documents as d
+                where d.id = c.document_id and d.kb_id = any(kb_ids)
+                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+            ))
         order by sim desc, c.id
         limit n
     ) as matched
