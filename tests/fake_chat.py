@@ -6,7 +6,9 @@ and error paths: ``cite9`` (the second statement cites [9]), ``uncited`` (no cit
 ``not_found`` (the refusal sentence), ``slow`` (answers after ``delay`` seconds), ``error500`` (HTTP 500
 whose body echoes the Authorization header, like a careless server), ``malformed`` (200 without choices),
 ``stream`` (SSE deltas of the well-behaved answer, ``delay`` seconds apart; a request without
-``stream: true`` gets plain JSON). Every request body and its headers are recorded.
+``stream: true`` gets plain JSON), ``echo`` (the well-behaved answer ending with the request's Authorization
+header, streamed in 6-character deltas when asked to, so the key is split across deltas). Every request
+body and its headers are recorded.
 
 Use the ``fake_chat`` fixture: ``fake_chat(mode="answer", delay=0.0)`` -> FakeChat (``.url`` is the base
 URL ``http://127.0.0.1:<port>/v1``, ``.requests``, ``.headers``; ``.mode`` may be changed).
@@ -19,10 +21,11 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 
-MODES = ("answer", "cite9", "uncited", "not_found", "slow", "error500", "malformed", "stream")
+MODES = ("answer", "cite9", "uncited", "not_found", "slow", "error500", "malformed", "stream", "echo")
 MODEL = "fake-chat-1"
 _SOURCE = re.compile(r"^\[(\d+)\] .*$", re.M)
 
@@ -86,7 +89,7 @@ class FakeChat:
 
             def do_POST(self):  # noqa: N802 (http.server API)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                if urlsplit(self.path).path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                     return self._json(404, {"error": {"message": f"no route {self.path}"}})
                 chat.requests.append(body)
                 chat.headers.append(dict(self.headers))
@@ -99,8 +102,10 @@ class FakeChat:
                 if mode == "malformed":
                     return self._json(200, {"id": "x", "object": "chat.completion", "model": MODEL})
                 prompt = body["messages"][-1]["content"]
-                text = grounded_answer(prompt, "answer" if mode in ("slow", "stream") else mode)
-                if mode == "stream" and body.get("stream"):
+                text = grounded_answer(prompt, "answer" if mode in ("slow", "stream", "echo") else mode)
+                if mode == "echo":
+                    text += f" (served for {self.headers.get('Authorization', '')})"
+                if mode in ("stream", "echo") and body.get("stream"):
                     return self._stream(text)
                 self._json(
                     200,

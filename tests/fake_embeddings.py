@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 
 class FakeEmbeddings:
@@ -21,7 +22,7 @@ class FakeEmbeddings:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server API)
-                if self.path != "/v1/embeddings":
+                if urlsplit(self.path).path != "/v1/embeddings":
                     return self._answer(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 endpoint.requests.append(body)
@@ -31,7 +32,10 @@ class FakeEmbeddings:
                     return  # no answer: the connection closes when the test is over
                 if script:
                     status = script.pop(0)
-                    return self._answer(status, {"error": {"message": f"scripted {status}", "type": "x", "code": "x"}})
+                    # like a careless server: the error echoes the request line and its Authorization header
+                    echoed = f"{self.path} as {self.headers.get('Authorization', 'no key')}"
+                    message = f"scripted {status} for {echoed}"
+                    return self._answer(status, {"error": {"message": message, "type": "x", "code": "x"}})
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 data = [
                     {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}

@@ -146,10 +146,12 @@ begin
 end
 $$;
 
--- Internal: give a login role's sessions in this database the default statement and lock timeouts of
--- kb.settings (user_statement_timeout, user_lock_timeout), so a psql user's read waits behind a stuck lock
--- or runs for at most that long. A user may still SET them in a session; the search functions also bound
--- their own work (top_k, candidates, probe budget). Superusers and roles already given one are left alone.
+-- Internal: give a login role's sessions in this database the defaults of kb.settings for
+-- statement_timeout, lock_timeout (user_statement_timeout, user_lock_timeout) and
+-- client_connection_check_interval (user_client_connection_check_interval), so a psql user's read waits
+-- behind a stuck lock or runs for at most that long, and stops soon after its client is gone. A user may
+-- still SET them in a session; the search functions also bound their own work (top_k, candidates, query
+-- terms, conditions). Superusers and settings a role was already given are left alone.
 create or replace function kb.bound_sessions(login_role name)
 returns void
 language plpgsql volatile security definer
@@ -162,18 +164,22 @@ declare
         join pg_database as db on db.oid = s.setdatabase
         where r.rolname = login_role and db.datname = current_database()
     ), '{}');
+    parameter text;
+    setting_key text;
 begin
     if coalesce((select r.rolsuper from pg_roles as r where r.rolname = login_role), true) then
         return;
     end if;
-    if not exists (select from unnest(given) as g where g like 'statement\_timeout=%') then
-        execute format('alter role %I in database %I set statement_timeout = %L', login_role,
-            current_database(), kb.setting('user_statement_timeout'));
-    end if;
-    if not exists (select from unnest(given) as g where g like 'lock\_timeout=%') then
-        execute format('alter role %I in database %I set lock_timeout = %L', login_role,
-            current_database(), kb.setting('user_lock_timeout'));
-    end if;
+    for parameter, setting_key in values
+        ('statement_timeout', 'user_statement_timeout'),
+        ('lock_timeout', 'user_lock_timeout'),
+        ('client_connection_check_interval', 'user_client_connection_check_interval')
+    loop
+        if not exists (select from unnest(given) as g where starts_with(g, parameter || '=')) then
+            execute format('alter role %I in database %I set %I = %L', login_role, current_database(), parameter,
+                kb.setting(setting_key));
+        end if;
+    end loop;
 exception when insufficient_privilege then
     -- a managed server whose pgkb owner may not alter roles: say so, never fail the caller for it
     raise notice 'pgkb: cannot set default timeouts for role % (the owner of schema kb lacks CREATEROLE); '

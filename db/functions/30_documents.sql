@@ -141,7 +141,8 @@ end
 $$;
 
 -- Internal: check a chunks array before kb.replace_document writes anything. Raises on the first
--- malformed chunk (by position), a duplicate ordinal, an empty or oversized array, and embeddings that
+-- malformed chunk (by position) or one whose content exceeds 100000 characters (the chunker's are at most
+-- max_chars, 800 by default), a duplicate ordinal, an empty or oversized array, and embeddings that
 -- do not fit model (NULL: no chunk may carry one): wrong dimension, non-numbers, values beyond float4,
 -- zero or degenerate norm (kb.usable_embedding). Linear: one scan of the array, then a hash aggregate
 -- over the ordinals. Returns the number of chunks.
@@ -178,6 +179,9 @@ begin
             when jsonb_typeof(e.item -> 'content') is distinct from 'string' or kb.is_blank(e.item ->> 'content')
                 then array['22023', format('chunk %s needs a non-empty "content" string (white space, '
                     'zero-width and control characters alone do not count)', e.i)]
+            when length(e.item ->> 'content') > 100000 then array['54000', format(
+                'chunk %s: content is %s characters long; at most 100000 per chunk', e.i,
+                length(e.item ->> 'content'))]
             when e.item ? 'ordinal' and (jsonb_typeof(e.item -> 'ordinal') <> 'number'
                 or (e.item ->> 'ordinal') !~ '^[0-9]{1,9}$') then array[
                 '22023', format('chunk %s: "ordinal" must be a non-negative integer', e.i)]

@@ -6,7 +6,8 @@
 create extension if not exists plpython3u;
 
 -- POST {"model", "input": [text]} to url and return data[0].embedding. Raises with the endpoint's
--- message on HTTP errors, timeouts and malformed answers; the caller decides how to degrade.
+-- message on HTTP errors, timeouts and malformed answers (any failure at all), every message through
+-- kb.redact: the URL's user info and query and the key never appear. The caller decides how to degrade.
 create or replace function kb.http_embedding(
     url text, model text, input text, api_key text default '', timeout_ms integer default 3000
 )
@@ -18,24 +19,38 @@ import json
 import urllib.error
 import urllib.request
 
-if not url or not url.startswith(("http://", "https://")):
-    plpy.error("embedding_url must be an http(s) URL, got %r" % (url,))
-body = json.dumps({"model": model, "input": [input]}).encode("utf-8")
-headers = {"Content-Type": "application/json"}
-if api_key:
-    headers["Authorization"] = "Bearer " + api_key
-request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+redaction = plpy.prepare("select kb.redact($1, $2, $3) as message", ["text", "text", "text[]"])
+
+
+class Failed(Exception):
+    pass
+
+
+def attempt():
+    if not url or not url.startswith(("http://", "https://")):
+        raise Failed("embedding_url must be an http(s) URL")
+    body = json.dumps({"model": model, "input": [input]}).encode("utf-8")
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000.0) as response:
+            answer = json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:300].decode("utf-8", "replace")
+        raise Failed("embedding endpoint %s answered HTTP %s: %s" % (url, e.code, detail))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise Failed("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))
+    try:
+        return [float(x) for x in answer["data"][0]["embedding"]]
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise Failed("embedding endpoint %s returned no data[0].embedding" % (url,))
+
+
 try:
-    with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000.0) as response:
-        answer = json.loads(response.read().decode("utf-8"))
-except urllib.error.HTTPError as e:
-    detail = e.read()[:300].decode("utf-8", "replace")
-    plpy.error("embedding endpoint %s answered HTTP %s: %s" % (url, e.code, detail))
-except (urllib.error.URLError, OSError, ValueError) as e:
-    plpy.error("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))
-try:
-    vector = answer["data"][0]["embedding"]
-    return [float(x) for x in vector]
-except (KeyError, IndexError, TypeError, ValueError):
-    plpy.error("embedding endpoint %s returned no data[0].embedding" % (url,))
+    return attempt()
+except Exception as e:  # anything, even an unforeseen error, may quote the URL or the key
+    message = str(e) if isinstance(e, Failed) else "embedding endpoint %s failed: %s" % (url, e)
+    plpy.error(plpy.execute(redaction, [message, url, [api_key or ""]])[0]["message"])
 $$;

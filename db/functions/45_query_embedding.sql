@@ -2,7 +2,8 @@
 -- kb.http_embedding (plpython3u) against kb.settings.embedding_url. Never raises for an unavailable
 -- endpoint: returns NULL with a NOTICE so search degrades to the lexical legs.
 
--- Embed a query with a registered model; NULL (and a NOTICE saying why) if no embedding can be had.
+-- Embed a query with a registered model; NULL (and a NOTICE saying why, through kb.redact: no key, user
+-- info or query string of the endpoint) if no embedding can be had.
 create or replace function kb.embed_query(query text, model kb.embedding_models)
 returns vector
 language plpgsql volatile
@@ -28,7 +29,8 @@ begin
         into result
         using url, model.name, model.query_prefix || query, api_key, timeout_ms;
     exception when others then
-        raise notice 'pgkb: query embedding failed (%); searching with the lexical legs only', sqlerrm;
+        raise notice 'pgkb: query embedding failed (%); searching with the lexical legs only',
+            kb.redact(sqlerrm, url, array[api_key]);
         return null;
     end;
     if cardinality(result) is distinct from model.dimension then

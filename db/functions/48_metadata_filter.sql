@@ -3,7 +3,30 @@
 -- conditions shaped like Dify's External Knowledge API `metadata_condition`:
 --   {"logical_operator": "and" | "or", "conditions": [{"name", "comparison_operator", "value"}, ...]}
 
--- A metadata value as epoch seconds: a JSON number as is, a string holding an ISO-8601 date or timestamp
+-- A metadata value as a double: a JSON number, or a string holding one (decimal, optional exponent of at
+-- most 3 digits); NULL for anything else and for values beyond double precision's range (1e999), which
+-- therefore match no number. Magnitudes below 1e-300 are 0. Never raises.
+create or replace function kb.metadata_number(value jsonb)
+returns double precision
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case
+        when parsed.n is null or abs(parsed.n) > 1.7976931348623157e308 then null
+        when abs(parsed.n) < 1e-300 then 0
+        else parsed.n::double precision
+    end
+    from (
+        select case
+            when jsonb_typeof(value) = 'number' then (value #>> '{}')::numeric
+            when jsonb_typeof(value) = 'string'
+                and btrim(value #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$'
+                then btrim(value #>> '{}')::numeric
+        end as n
+    ) as parsed
+$$;
+
+-- A metadata value as epoch seconds: a JSON number as is (kb.metadata_number), a string holding an ISO-8601 date or timestamp
 -- (no zone: UTC) converted; NULL for anything else, including strings that are no valid date. Never raises.
 create or replace function kb.metadata_epoch(value jsonb)
 returns double precision
@@ -14,7 +37,7 @@ declare
     raw text;
 begin
     if jsonb_typeof(value) = 'number' then
-        return (value #>> '{}')::double precision;
+        return kb.metadata_number(value);
     end if;
     raw := value #>> '{}';
     if jsonb_typeof(value) <> 'string'
@@ -31,9 +54,10 @@ end
 $$;
 
 -- The condition checked and normalised, or an invalid_parameter_value error saying what is wrong (never
--- a condition silently ignored): logical_operator 'and' (default) or 'or'; 1..50 conditions, each with a
--- non-empty name and one of the operators below; its value normalised per operator (text, text[] for
--- in / not in, a number for = ≠ > < ≥ ≤, epoch seconds for before / after, none for empty / not empty).
+-- a condition silently ignored): logical_operator 'and' (default) or 'or'; 1..20 conditions, each with a
+-- non-empty name and one of the operators below; its value normalised per operator (text, text[] of
+-- 1..100 for in / not in, a number for = ≠ > < ≥ ≤, epoch seconds for before / after, none for empty /
+-- not empty). The bounds keep a search's filter work small: it runs on every candidate.
 create or replace function kb.check_metadata_condition(condition jsonb)
 returns jsonb
 language plpgsql immutable parallel safe
@@ -64,8 +88,8 @@ begin
         raise exception 'metadata_condition.conditions must be an array of conditions'
             using errcode = 'invalid_parameter_value';
     end if;
-    if jsonb_array_length(condition -> 'conditions') > 50 then
-        raise exception 'metadata_condition has % conditions; at most 50 are accepted',
+    if jsonb_array_length(condition -> 'conditions') > 20 then     -- each is tested on every candidate
+        raise exception 'metadata_condition has % conditions; at most 20 are accepted',
             jsonb_array_length(condition -> 'conditions') using errcode = 'invalid_parameter_value';
     end if;
     for item in select c.item from jsonb_array_elements(condition -> 'conditions') as c (item) loop
@@ -88,22 +112,22 @@ begin
         elsif op in ('in', 'not in') then
             if jsonb_typeof(value) in ('string', 'number') then
                 value := jsonb_build_array(value #>> '{}');
-            elsif jsonb_typeof(value) = 'array' and jsonb_array_length(value) between 1 and 1000
+            elsif jsonb_typeof(value) = 'array' and jsonb_array_length(value) between 1 and 100
                 and not exists (
                     select from jsonb_array_elements(value) as v (x) where jsonb_typeof(v.x) not in ('string', 'number')
                 ) then
                 value := (select jsonb_agg(v.x #>> '{}') from jsonb_array_elements(value) as v (x));
             else
-                raise exception 'metadata condition % (%): value must be a string or a list of 1 to 1000 strings',
+                raise exception 'metadata condition % (%): value must be a string or a list of 1 to 100 strings',
                     n, op using errcode = 'invalid_parameter_value';
             end if;
         elsif op in ('=', '≠', '>', '<', '≥', '≤') then
-            if jsonb_typeof(value) = 'string' and btrim(value #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$' then
-                value := to_jsonb(btrim(value #>> '{}')::double precision);
-            elsif jsonb_typeof(value) is distinct from 'number' then
-                raise exception 'metadata condition % (%): value must be a number', n, op
+            if kb.metadata_number(value) is null then
+                raise exception 'metadata condition % (%): value must be a finite number (or a string holding '
+                    'one) within double precision''s range, about ±1.8e308', n, op
                     using errcode = 'invalid_parameter_value';
             end if;
+            value := to_jsonb(kb.metadata_number(value));
         elsif op in ('before', 'after') then
             if kb.metadata_epoch(value) is null then
                 raise exception 'metadata condition % (%): value must be an ISO-8601 date or time '
@@ -131,8 +155,9 @@ $$;
 
 -- True when document metadata satisfies one normalised condition (kb.check_metadata_condition). String
 -- operators compare the field's text (case-sensitive); on a JSON array field contains / in test its
--- elements. Numeric and date operators need a number (or numeric string) / a date; other fields do not
--- match. The negations (not contains, is not, not in, ≠) and empty also match a missing field.
+-- elements. Numeric and date operators need a number (or numeric string, kb.metadata_number) / a date;
+-- other fields (and numbers beyond double precision) do not match. The negations (not contains, is not,
+-- not in, ≠) and empty also match a missing field.
 create or replace function kb.metadata_condition_holds(metadata jsonb, item jsonb)
 returns boolean
 language sql immutable parallel safe
@@ -144,12 +169,7 @@ as $$
     t as (
         select f.*,
             case when jsonb_typeof(f.field) in ('string', 'number', 'boolean') then f.field #>> '{}' end as txt,
-            case
-                when jsonb_typeof(f.field) = 'number' then (f.field #>> '{}')::double precision
-                when jsonb_typeof(f.field) = 'string'
-                    and btrim(f.field #>> '{}') ~ '^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$'
-                    then btrim(f.field #>> '{}')::double precision
-            end as num
+            kb.metadata_number(f.field) as num
         from f
     ),
     verdict as (
@@ -215,4 +235,16 @@ as $$
             from jsonb_array_elements(doc_filter #> '{condition,conditions}') as c (item)
         ))
     )
+$$;
+
+-- True when a document of knowledge base kb_id passes doc_filter (kb.document_matches) and kb_id is one of
+-- kb_ids; false, untested, for any other document (another user's), so its metadata can neither raise nor
+-- be probed. The legs' EXISTS also restrict kb.documents by kb_id (an index condition): this guard holds
+-- whatever order the planner evaluates their conditions in.
+create or replace function kb.visible_document_matches(kb_id integer, kb_ids integer[], metadata jsonb, doc_filter jsonb)
+returns boolean
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when kb_id = any(kb_ids) then kb.document_matches(metadata, doc_filter) else false end
 $$;

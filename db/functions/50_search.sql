@@ -4,7 +4,8 @@
 -- thin wrappers with the same columns.
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
--- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql).
+-- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
+-- documents of kb_ids only (kb.visible_document_matches), once per document when the planner hashes them.
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
@@ -35,7 +36,8 @@ declare
             where e.model_id = %2$s and e.kb_id = any($2)
                 and ($4::jsonb is null or exists (
                     select from kb.chunks as c join kb.documents as d on d.id = c.document_id
-                    where c.id = e.chunk_id and kb.document_matches(d.metadata, $4)
+                    where c.id = e.chunk_id and d.kb_id = any($2)
+                        and kb.visible_document_matches(d.kb_id, $2, d.metadata, $4)
                 ))
             order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
@@ -54,6 +56,27 @@ begin
     end if;
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
     from unnest(ids[1:n], distances[1:n]) with ordinality as x (chunk_id, distance, ord);
+end
+$$;
+
+-- The query terms the lexical legs score: the distinct kb.lexical_terms of query that occur in the
+-- knowledge bases kb_ids, with their document frequency there and their posting tiers, at most
+-- kb.settings.lexical_max_query_terms of them: the rarest (highest idf; ties by term), so a long query
+-- costs what its most telling terms cost. (plpgsql: its body is not checked against an older schema.)
+create or replace function kb.lexical_query_terms(query text, kb_ids integer[])
+returns table (term text, df bigint, tiers bigint)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    return query
+    select q.term, sum(s.df), bit_or(s.tiers)
+    from (select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)) as q
+    inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
+    group by q.term
+    having sum(s.df) > 0
+    order by sum(s.df), q.term
+    limit kb.setting_int('lexical_max_query_terms');
 end
 $$;
 
@@ -110,15 +133,8 @@ begin
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     avgdl := avgdl / n_chunks;
 
-    with query_terms as (
-        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
-    ),
-    weighted as (
-        select q.term, sum(s.df) as df, bit_or(s.tiers) as tiers
-        from query_terms as q
-        inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
-        group by q.term
-        having sum(s.df) > 0
+    with weighted as (
+        select * from kb.lexical_query_terms(query, kb_ids)
     ),
     numbered as (
         select w.term, w.df, w.tiers, ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
@@ -199,7 +215,8 @@ begin
             select x.id, x.l, x.unread from seen as x
             where doc_filter is null or exists (
                 select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
-                where c.id = x.id and kb.document_matches(d.metadata, doc_filter)
+                where c.id = x.id and d.kb_id = any(kb_ids)
+                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
             )
         ),
         top as (
@@ -310,14 +327,8 @@ begin
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     avgdl := avgdl / n_chunks;
 
-    with query_terms as (
-        select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)
-    ),
-    weighted as (
-        select q.term, coalesce(sum(s.df), 0) as df
-        from query_terms as q
-        left join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
-        group by q.term
+    with weighted as (
+        select w.term, w.df from kb.lexical_query_terms(query, kb_ids) as w
     ),
     probed as (
         select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
@@ -349,7 +360,8 @@ begin
             where c.kb_id = any(kb_ids) and c.terms && probe
                 and (doc_filter is null or exists (
                     select from kb.documents as d
-                    where d.id = c.document_id and kb.document_matches(d.metadata, doc_filter)
+                    where d.id = c.document_id and d.kb_id = any(kb_ids)
+                        and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
                 ))
             offset 0
         ) as c
@@ -441,7 +453,8 @@ as $$
         where c.kb_id = any(kb_ids) and query <% c.content
             and (doc_filter is null or exists (
                 select from kb.documents as d
-                where d.id = c.document_id and kb.document_matches(d.metadata, doc_filter)
+                where d.id = c.document_id and d.kb_id = any(kb_ids)
+                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
             ))
         order by sim desc, c.id
         limit n

@@ -42,12 +42,12 @@ if "plans" not in SD:
             " from kb.knowledge_bases as k where k.id = any($1)",
             ["integer[]"],
         ),
-        # per visible knowledge base and query term: df and the recent postings
+        # the query terms the legs take (kb.lexical_query_terms: capped, the rarest) with their df over
+        # the visible knowledge bases, and per visible knowledge base their recent postings
         "terms": plpy.prepare(
-            "select q.term, s.df::float8 as df, s.recent_ids, s.recent_tfs, s.recent_dls"
-            " from (select distinct t.term from unnest(kb.lexical_terms($1)) as t (term)) as q"
-            " inner join kb.term_stats as s on s.term = q.term and s.kb_id = any($2)"
-            " where s.df > 0",
+            "select q.term, q.df::float8 as df, s.recent_ids, s.recent_tfs, s.recent_dls"
+            " from kb.lexical_query_terms($1, $2) as q"
+            " inner join kb.term_stats as s on s.term = q.term and s.kb_id = any($2)",
             ["text", "integer[]"],
         ),
         # every block of the terms in one row: the blocks' fields as binary arrays (one aggregate node
@@ -60,11 +60,13 @@ if "plans" not in SD:
             " inner join kb.postings as p on p.kb_id = any($2) and p.term = q.term",
             ["text[]", "integer[]"],
         ),
+        # which candidates pass doc_filter, tested on documents of the searched knowledge bases only
         "eligible": plpy.prepare(
             "select array_agg(c.id) as ids from kb.chunks as c"
             " inner join kb.documents as d on d.id = c.document_id"
-            " where c.id = any($1) and kb.document_matches(d.metadata, $2)",
-            ["bigint[]", "jsonb"],
+            " where c.id = any($1) and d.kb_id = any($3)"
+            " and kb.visible_document_matches(d.kb_id, $3, d.metadata, $2)",
+            ["bigint[]", "jsonb", "integer[]"],
         ),
     }
     # per tier (kb.posting_fields): tf bytes, length bytes, the tf a tier fixes, the length floor
@@ -110,7 +112,7 @@ c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 df = {}
 recent = []
 for row in plpy.execute(plans["terms"], [query, kb_ids]):
-    df[row["term"]] = df.get(row["term"], 0.0) + row["df"]
+    df[row["term"]] = row["df"]
     if row["recent_ids"]:
         recent.append((row["term"], row["recent_ids"], row["recent_tfs"], row["recent_dls"]))
 if not df:
@@ -210,7 +212,7 @@ else:
     remaining_ids, remaining_scores = cand_ids, cand_scores
     while len(remaining_ids) and sum(len(x) for x in got_ids) < n:
         batch_ids, batch_scores = best(remaining_ids, remaining_scores, want)
-        ok = plpy.execute(plans["eligible"], [batch_ids.tolist(), doc_filter])[0]["ids"] or []
+        ok = plpy.execute(plans["eligible"], [batch_ids.tolist(), doc_filter, kb_ids])[0]["ids"] or []
         keep = np.isin(batch_ids, np.asarray(ok, dtype=np.int64))
         got_ids.append(batch_ids[keep])
         got_scores.append(batch_scores[keep])

@@ -23,10 +23,21 @@ as $$
         else 'Not found in the knowledge base.' end
 $$;
 
+-- The part of a hit's content that answers read: its first 2000 characters (the chat model sees no more
+-- of a source, kb.answer_prompt), so the work of an answer is bounded whatever a chunk's length.
+create or replace function kb.answer_source(content text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select left(coalesce(content, ''), 2000)
+$$;
+
 -- The sentences of a text, in order: split at line ends, after 。！？； ! ? ; and after a period that
 -- white space follows; trimmed of Markdown list / heading / table / quote markers. heading: the line was
 -- a Markdown heading. line: 1-based line number (sentences of one line share it). Blank pieces and
--- pieces without a letter or digit (table rules, lone punctuation) are left out.
+-- pieces without a letter or digit (table rules, lone punctuation) are left out. Linear in the text: each
+-- sentence end is marked with a line break in one left-to-right pass (no look-behind), then split there.
 create or replace function kb.answer_sentences(input text)
 returns table (ord integer, line integer, heading boolean, sentence text)
 language sql immutable strict parallel safe
@@ -40,7 +51,8 @@ as $$
     ) as l
     cross join lateral (
         select btrim(regexp_replace(p.piece, '\s*\|\s*', ' | ', 'g'), E' \t\r|') as piece, p.n
-        from regexp_split_to_table(l.body, '(?<=[。！？；!?;])|(?<=\.)\s+') with ordinality as p (piece, n)
+        from string_to_table(regexp_replace(l.body, '([。！？；!?;])|(\.)\s+', '\1\2' || E'\n', 'g'), E'\n')
+            with ordinality as p (piece, n)
     ) as s
     where s.piece ~ '[[:alnum:]]'
 $$;
@@ -60,6 +72,7 @@ $$;
 -- Term weights for matching a question against the sentences of the hits: {term: idf} for the distinct
 -- kb.lexical_terms of question, idf = ln(1 + S / (1 + s)) over the S sentences of the hits' contents
 -- (s of them hold the term), so common words of these sources weigh little. Reads only its arguments.
+-- Linear: sentence terms are counted in one hash aggregate, not once per question term.
 create or replace function kb.answer_term_weights(question text, hits kb.search_result[])
 returns jsonb
 language sql immutable parallel safe
@@ -68,27 +81,30 @@ as $$
     with sentences as (
         select distinct on (s.sentence) s.sentence, kb.lexical_terms(s.sentence) as terms
         from unnest(hits) as h
-        cross join lateral kb.answer_sentences(h.content) as s
+        cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
     ),
     total as (select count(*)::double precision as n from sentences),
-    query_terms as (select distinct t.term from unnest(kb.lexical_terms(question)) as t (term))
-    select coalesce(jsonb_object_agg(q.term, ln(1 + total.n / (1 + (
-        select count(*) from sentences as s where q.term = any(s.terms)
-    )))), '{}')
-    from query_terms as q cross join total
+    query_terms as (select distinct t.term from unnest(kb.lexical_terms(question)) as t (term)),
+    holding as (
+        select t.term, count(distinct s.sentence) as s
+        from sentences as s cross join unnest(s.terms) as t (term)
+        where t.term in (select q.term from query_terms as q)
+        group by t.term
+    )
+    select coalesce(jsonb_object_agg(q.term, ln(1 + total.n / (1 + coalesce(h.s, 0)))), '{}')
+    from query_terms as q cross join total left join holding as h on h.term = q.term
 $$;
 
 -- The chat messages for answering question from hits, as a jsonb array [{role, content}]: a system
 -- message with the rules (only the numbered sources, [n] after every statement, the not-found sentence,
 -- the question's language) and a user message with each source as "[n] title > headings (page p)" and
--- its text, then the question. Each source is cut to 2000 characters and the sources to 12000 in all.
+-- its text, then the question. Each source is cut by kb.answer_source and the sources to 12000 in all.
 create or replace function kb.answer_prompt(question text, hits kb.search_result[])
 returns jsonb
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    per_source constant integer := 2000;
     budget constant integer := 12000;
     sources text := '';
     block text;
@@ -109,7 +125,7 @@ begin
         block := format('[%s] %s', n, concat_ws(' > ', nullif(hit.title, ''), nullif(array_to_string(
             hit.heading_path, ' > '), ''))
         ) || case when page is not null then format(' (page %s)', left(page, 20)) else '' end
-        || E'\n' || left(coalesce(hit.content, ''), least(per_source, budget - used));
+        || E'\n' || left(kb.answer_source(hit.content), budget - used);
         used := used + length(block);
         sources := sources || block || E'\n\n';
     end loop;
@@ -129,7 +145,8 @@ $$;
 
 -- The offline answer: the best sentences by kb.answer_term_weights overlap (never headings) of the best
 -- chunk (2) and of up to two more chunks scoring at least half as well (1 each), each followed by [n];
--- a sentence ending in a colon brings the next 5 sentences (a list or table).
+-- a sentence ending in a colon brings the next 5 sentences (a list or table). Reads each hit's
+-- kb.answer_source only.
 -- Deterministic. Empty hits give the not-found sentence; no overlap at all gives hit 1's first sentence.
 create or replace function kb.extractive_answer(question text, hits kb.search_result[])
 returns text
@@ -154,7 +171,7 @@ begin
         select h.ordinality::integer as n, s.ord, s.line, s.sentence,
             kb.term_overlap(s.sentence, weights) as score
         from unnest(hits) with ordinality as h
-        cross join lateral kb.answer_sentences(coalesce(h.content, '')) as s
+        cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
         where not s.heading
     ),
     chunk_best as (
@@ -185,7 +202,7 @@ begin
             select y.sentence, y.ord from sentences as y
             where p.sentence ~ '[:：]$' and y.n = p.n and y.ord > p.ord and y.line > p.line
                 and y.ord < coalesce((
-                    select min(z.ord) from kb.answer_sentences(coalesce(hits[p.n].content, '')) as z
+                    select min(z.ord) from kb.answer_sentences(kb.answer_source(hits[p.n].content)) as z
                     where z.heading and z.ord > p.ord
                 ), 2147483647)
             order by y.ord limit 5
@@ -201,7 +218,7 @@ begin
 
     if answer is null then
         select s.sentence || ' [1]' into answer
-        from unnest(hits[1:1]) as h cross join lateral kb.answer_sentences(h.content) as s
+        from unnest(hits[1:1]) as h cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
         where not s.heading order by s.ord limit 1;
     end if;
     return coalesce(answer, kb.not_found_text(question));
@@ -296,7 +313,7 @@ begin
         'uri', format('kb://%s/%s', h.kb, h.doc_key),
         'quote', (
             select s.sentence
-            from kb.answer_sentences(coalesce(h.content, '')) as s
+            from kb.answer_sentences(kb.answer_source(h.content)) as s
             cross join lateral (select kb.term_overlap(s.sentence, (
                 select coalesce(jsonb_object_agg(t.term, 1), '{}')
                 from (select distinct u.term from unnest(kb.lexical_terms(c.statements)) as u (term)) as t
@@ -323,7 +340,8 @@ $$;
 -- [1][2], [1-3] and the full-width 【1】 forms; numbers naming no given source are removed and counted
 -- (dropped); the rest are rewritten as [n][m]. citations: one object per cited source, ordered by n,
 -- {n, chunk_id, chunk_index, kb, doc_key, title, heading_path, page, source_url, uri, quote}; quote is the
--- sentence of the chunk sharing most terms with the statements citing it (NULL when none shares any).
+-- sentence of the chunk's kb.answer_source sharing most terms with the statements citing it (NULL when
+-- none shares any).
 -- uncited: the answer states something (not just the not-found sentence) but cites no valid source.
 create or replace function kb.cite(answer text, hits kb.search_result[])
 returns table (answer text, citations jsonb, dropped integer, uncited boolean)

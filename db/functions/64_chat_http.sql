@@ -7,10 +7,11 @@ create extension if not exists plpython3u;
 
 -- POST {model, messages, max_tokens, temperature, stream} to url (a base URL gets /chat/completions
 -- appended) and return {content, model, finish_reason}. The bearer key comes from kb.settings chat_api_key,
--- else the server environment variable named by chat_api_key_env; it never appears in a message (nor does
--- the URL's query or user info). Raises on HTTP errors (status and a short body excerpt), timeouts,
--- malformed answers; timeout_ms bounds the whole call. stream: SSE, each delta sent as a NOTICE
--- 'pgkb-delta:' || delta while it arrives.
+-- else the server environment variable named by chat_api_key_env; it never appears in a message, in the
+-- content or in a delta (nor does the URL's query or user info): all pass through kb.redact. Raises on
+-- HTTP errors (status and a short body excerpt), timeouts, malformed answers; timeout_ms bounds the whole
+-- call. stream: SSE, each delta sent as a NOTICE 'pgkb-delta:' || delta while it arrives, except an end
+-- that may begin a secret (kb.endpoint_secrets), held back until the next delta shows it is none.
 create or replace function kb.chat_completion(
     url text, model text, messages jsonb, timeout_ms integer default 20000, max_tokens integer default 1024,
     temperature double precision default 0, stream boolean default false
@@ -50,20 +51,25 @@ path = parts.path.rstrip("/")
 if not path.endswith("/chat/completions"):
     path += "/chat/completions"
 target = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-# what messages may show of the endpoint: no user info, no query string (either may hold a secret)
-shown = "%s://%s%s" % (parts.scheme, parts.hostname or "", (":%d" % parts.port) if parts.port else "") + path
+redaction = plpy.prepare("select kb.redact($1, $2, $3) as text", ["text", "text", "text[]"])
+secrets = plpy.execute(plpy.prepare("select kb.endpoint_secrets($1, $2) as s", ["text", "text[]"]),
+                       [target, [api_key]])[0]["s"] or []
 
 
 def clean(text):
-    """A message fragment with the key (and its bearer form) blanked out."""
-    text = str(text)
-    if api_key:
-        text = text.replace(api_key, "***")
-    return text[:300]
+    """text with the endpoint's secrets blanked out (kb.redact)."""
+    return plpy.execute(redaction, [str(text), target, [api_key]])[0]["text"]
 
 
 def fail(what, sqlstate="58000"):
-    plpy.error("chat endpoint %s %s" % (shown, clean(what)), sqlstate=sqlstate)
+    # cut after redacting: a cut first could leave the start of a secret visible
+    plpy.error(clean("chat endpoint %s %s" % (target, what))[:400], sqlstate=sqlstate)
+
+
+def held_back(text):
+    """How many characters at the end of text may be the start of a secret (0: none)."""
+    return max([n for secret in secrets for n in range(1, min(len(secret), len(text) + 1))
+                if secret.startswith(text[-n:])] or [0])
 
 
 deadline = time.monotonic() + timeout_ms / 1000.0
@@ -92,7 +98,7 @@ try:
     response = urllib.request.urlopen(request, timeout=remaining())
 except urllib.error.HTTPError as e:
     try:
-        detail = e.read(300).decode("utf-8", "replace")
+        detail = e.read(4096).decode("utf-8", "replace")
     except Exception:
         detail = ""
     fail("answered HTTP %s: %s" % (e.code, " ".join(detail.split())))
@@ -146,10 +152,12 @@ try:
             try:
                 answer = json.loads(raw.decode("utf-8"))
             except ValueError:
-                fail("returned malformed JSON: %s" % " ".join(raw[:200].decode("utf-8", "replace").split()))
-            return json.dumps(message_of(answer))
+                fail("returned malformed JSON: %s" % " ".join(raw[:4096].decode("utf-8", "replace").split()))
+            message = message_of(answer)
+            message["content"] = clean(message["content"])
+            return json.dumps(message)
         # Server-sent events: "data: {chunk}" lines, "data: [DONE]" at the end
-        content, served_model, finish, size, done = [], model, None, 0, False
+        content, served_model, finish, size, done, pending = [], model, None, 0, False, ""
         while not done:
             set_read_timeout()
             line = response.readline(MAX_BYTES)
@@ -168,24 +176,30 @@ try:
             try:
                 event = json.loads(data)
             except ValueError:
-                fail("streamed a malformed event: %s" % data[:200])
+                fail("streamed a malformed event: %s" % data)
             if isinstance(event, dict) and event.get("error"):
-                fail("streamed an error: %s" % json.dumps(event["error"])[:200])
+                fail("streamed an error: %s" % json.dumps(event["error"]))
             try:
                 choice = (event.get("choices") or [{}])[0]
                 delta = (choice.get("delta") or {}).get("content") or ""
                 if not isinstance(delta, str):
                     raise TypeError
             except (AttributeError, TypeError, IndexError):
-                fail("streamed an event without choices[0].delta: %s" % data[:200])
+                fail("streamed an event without choices[0].delta: %s" % data)
             served_model = event.get("model") or served_model
             finish = choice.get("finish_reason") or finish
             if delta:
                 content.append(delta)
-                plpy.notice(DELTA_PREFIX + delta)
+                pending += delta
+                ready = len(pending) - held_back(pending)
+                if ready > 0:
+                    plpy.notice(DELTA_PREFIX + clean(pending[:ready]))
+                    pending = pending[ready:]
         if not done and finish is None:
             fail("ended the stream before [DONE]")
-        return json.dumps({"content": "".join(content), "model": str(served_model), "finish_reason": finish})
+        if pending:
+            plpy.notice(DELTA_PREFIX + clean(pending))
+        return json.dumps({"content": clean("".join(content)), "model": str(served_model), "finish_reason": finish})
 except (socket.timeout, TimeoutError):
     fail("timed out after %d ms" % timeout_ms)
 except (OSError, ValueError) as e:

@@ -177,6 +177,24 @@ def test_dify_metadata_condition(web, world):
     assert call(url, retrieval(metadata_condition=[1]), ALICE)[0] == 400
 
 
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        (b'"1e999"', "double precision"),
+        (b"1e999", "1e999"),
+        (b'"NaN"', "must be a finite number"),
+        (b"-1e400", "1e400"),
+    ],
+)
+def test_dify_out_of_range_condition_value_is_a_400_with_a_reason(web, value, reason):
+    """A value no double holds is the caller's mistake (400 and why), not an unavailable database (503)."""
+    condition = {"conditions": [{"name": "year", "comparison_operator": ">", "value": "VALUE"}]}
+    body = json.dumps(retrieval(metadata_condition=condition)).encode().replace(b'"VALUE"', value)
+    status, out, _ = call(web + "/retrieval", body, ALICE)
+    assert status == 400 and out["error_code"] == 400, out
+    assert reason in out["error_msg"] and "out of range for type" not in out["error_msg"], out
+
+
 MALFORMED_DIFY_BODIES = [
     (b"", 400, "empty"),
     (b"{not json", 400, "not valid JSON"),

@@ -168,10 +168,10 @@ class HttpEmbedder(JsonEndpoint):
             items = sorted(answer["data"], key=lambda d: d["index"])  # type: ignore[index]
             vectors = np.asarray([item["embedding"] for item in items], dtype=np.float32)
         except (KeyError, TypeError, ValueError) as e:
-            raise EmbeddingError(f"{self.url} returned no usable data[].embedding") from e
+            raise EmbeddingError(f"{self.shown} returned no usable data[].embedding") from e
         if vectors.shape != (expected, self.dimension):
             raise EmbeddingError(
-                f"{self.url} returned {vectors.shape[0]} vectors of {vectors.shape[-1] if vectors.ndim == 2 else '?'}"
+                f"{self.shown} returned {vectors.shape[0]} vectors of {vectors.shape[-1] if vectors.ndim == 2 else '?'}"
                 f" dimensions; expected {expected} of {self.dimension}"
             )
         return _normalized(vectors)

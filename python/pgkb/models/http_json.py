@@ -2,15 +2,43 @@
 embedder and reranker are (:class:`JsonEndpoint`).
 
 Retried: connection errors, timeouts, HTTP 5xx and 429. Not retried: other 4xx (the request is wrong).
-Failures raise the caller's error class with the endpoint's message.
+Failures raise the caller's error class with the endpoint's message, redacted (:func:`redact`, the rule of
+the database's kb.redact): no key, user info or query string of the endpoint reaches a message.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a message may show it: scheme, host, port and path, without user info, query string or
+    fragment (any may hold a secret); "(the configured URL)" when it has no ``scheme://``."""
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)(?:[^@/?#]*@)?([^/?#]*)([^?#]*)", url or "")
+    return "".join(m.groups()) if m else "(the configured URL)"
+
+
+def redact(text: str, url: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with ``url`` shown as :func:`shown_url` and, longest first, each of ``secrets`` (API keys, also
+    trimmed) and the URL's user info, password, query string, fragment and query values of 4 or more
+    characters replaced by ``***``."""
+    m = re.match(r"[^:/?#]*://(?:([^@/?#]*)@)?[^?#]*(?:\?([^#]*))?(?:#(.*))?$", url or "")
+    userinfo, query, fragment = m.groups() if m else (None, None, None)
+    hidden = {s for s in secrets if s} | {s.strip() for s in secrets if s}
+    hidden |= {p for p in (userinfo, query, fragment) if p and len(p) >= 4}
+    if userinfo and ":" in userinfo:
+        hidden.add(userinfo.split(":", 1)[1])
+    hidden |= {v for _, _, v in (q.partition("=") for q in (query or "").split("&")) if len(v) >= 4}
+    if url:
+        text = text.replace(url, shown_url(url))
+    for secret in sorted((h for h in hidden if h), key=lambda h: (-len(h), h)):
+        text = text.replace(secret, "***")
+    return text
 
 
 def post_json(
@@ -23,7 +51,12 @@ def post_json(
     backoff: float,
     error: type[Exception],
 ) -> object:
-    """POST ``body`` as JSON to ``url`` and return the decoded JSON answer; raise ``error`` on failure."""
+    """POST ``body`` as JSON to ``url`` and return the decoded JSON answer; raise ``error`` on failure, its
+    message redacted."""
+
+    def failure(message: str) -> Exception:
+        return error(redact(message, url, [api_key]))
+
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -38,13 +71,13 @@ def post_json(
                 return json.loads(response.read())
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode("utf-8", "replace")
-            last = error(f"{url} answered HTTP {e.code}: {detail}")
+            last = failure(f"{url} answered HTTP {e.code}: {detail}")
             if e.code < 500 and e.code != 429:
                 raise last from e
         except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            last = error(f"{url} unreachable: {getattr(e, 'reason', e)}")
+            last = failure(f"{url} unreachable: {getattr(e, 'reason', e)}")
         except ValueError as e:
-            raise error(f"{url} did not answer JSON") from e
+            raise failure(f"{url} did not answer JSON") from e
     raise error(f"{last} (after {retries + 1} attempts)")
 
 
@@ -56,8 +89,13 @@ class JsonEndpoint:
 
     def __init__(self, url: str, api_key: str, *, what: str, timeout: float, retries: int, backoff: float) -> None:
         if not url.startswith(("http://", "https://")):
-            raise self.error(f"{what} URL must be http(s), got {url!r}")
+            raise self.error(f"{what} URL must be http(s), got {shown_url(url)}")
         self.url, self.api_key, self.timeout, self.retries, self.backoff = url, api_key, timeout, retries, backoff
+        self.shown = shown_url(url)  # the URL as messages show it
+
+    def redact(self, text: str) -> str:
+        """``text`` without this endpoint's secrets (:func:`redact`)."""
+        return redact(text, self.url, [self.api_key])
 
     def post(self, body: object) -> object:
         """The decoded JSON answer to ``body`` (see :func:`post_json`)."""

@@ -141,9 +141,9 @@ class HttpReranker(JsonEndpoint):
             for item in items:
                 scores[int(item["index"])] = float(item[key])
         except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise RerankError(f"{self.url} returned no usable rerank results") from e
+            raise RerankError(f"{self.shown} returned no usable rerank results") from e
         if any(s is None for s in scores):
-            raise RerankError(f"{self.url} scored {sum(s is not None for s in scores)} of {len(documents)} documents")
+            raise RerankError(f"{self.shown} scored {sum(s is not None for s in scores)} of {len(documents)} documents")
         return scores  # type: ignore[return-value]
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 
-from pgkb.models.http_json import JsonEndpoint
+from pgkb.models.http_json import JsonEndpoint, shown_url
 
 DEFAULT_VISION_MODEL = "qwen-vl-max"
 DEFAULT_VISION_TIMEOUT = 60.0
@@ -49,7 +49,7 @@ class VisionError(RuntimeError):
 def chat_completions_url(url: str) -> str:
     """The ``…/chat/completions`` URL for a base URL (``http://host:11434/v1``) or the full URL itself."""
     if not url.startswith(("http://", "https://")):
-        raise VisionError(f"vision URL must be http(s), got {url!r}")
+        raise VisionError(f"vision URL must be http(s), got {shown_url(url)}")
     base = url.split("?", 1)[0].rstrip("/")
     return base if base.endswith("/chat/completions") else base + "/chat/completions"
 

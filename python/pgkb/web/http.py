@@ -4,11 +4,12 @@ strictly checked JSON bodies, JSON responses with the security headers, and the 
 from __future__ import annotations
 
 import json
+import math
 
 from pgkb.serving.arguments import _SURROGATE_MESSAGE
 from pgkb.serving.config import _SURROGATE
 
-MAX_BODY_BYTES = 64 * 1024  # a query is at most 4000 characters; conditions at most 50
+MAX_BODY_BYTES = 64 * 1024  # a query is at most 4000 characters; conditions at most 20
 MAX_JSON_DEPTH = 20
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -31,8 +32,9 @@ class RequestError(Exception):
 
 async def read_json(request) -> dict:
     """The request body as a JSON object, or RequestError: 413 beyond MAX_BODY_BYTES, 400 for a body that is
-    not UTF-8 JSON, not an object, nested deeper than MAX_JSON_DEPTH, uses NaN / Infinity, or holds a
-    string with a NUL character or an unpaired surrogate (anywhere, keys included)."""
+    not UTF-8 JSON, not an object, nested deeper than MAX_JSON_DEPTH, uses NaN / Infinity or a number no
+    double holds (1e999, an integer of thousands of digits), or holds a string with a NUL character or an
+    unpaired surrogate (anywhere, keys included)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
@@ -51,10 +53,17 @@ async def read_json(request) -> dict:
     def refuse_constant(name: str):
         raise RequestError(400, f"the request body is not valid JSON ({name} is not a JSON number)")
 
+    def finite(number: str) -> float:
+        if not math.isfinite(parsed := float(number)):
+            raise RequestError(400, f"the number {number[:40]} in the request body is beyond double precision's range")
+        return parsed
+
     try:
-        value = json.loads(text, parse_constant=refuse_constant)
+        value = json.loads(text, parse_constant=refuse_constant, parse_float=finite)
     except json.JSONDecodeError as e:
         raise RequestError(400, f"the request body is not valid JSON ({e.msg} at character {e.pos})") from None
+    except ValueError as e:  # an integer beyond Python's digit limit
+        raise RequestError(400, f"the request body holds a number pgkb cannot read ({e})") from None
     except RecursionError:
         raise RequestError(400, f"the request body is nested deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(value, dict):

@@ -1,0 +1,58 @@
+-- Redaction of HTTP endpoint secrets: every message about an embedding or chat endpoint (errors, notices,
+-- a model's answer and its streamed deltas) passes through kb.redact before a caller can see it, so an
+-- endpoint's key, user info or query string never reaches a search or an answer.
+
+-- An endpoint URL as a message may show it: scheme, host, port and path, without user info, query string
+-- or fragment (any of which may hold a secret). A URL without "scheme://" is shown as "(the configured URL)".
+create or replace function kb.shown_url(url text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(array_to_string(regexp_match(url, '^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^@/?#]*@)?([^/?#]*)([^?#]*)'),
+        ''), '(the configured URL)')
+$$;
+
+-- What kb.redact hides, longest first (a secret inside another is then never left half visible): each of
+-- secrets (API keys; also trimmed) and url's user info, password, query string, fragment and query values
+-- of 4 or more characters. Streams use it to hold back a delta's end that may begin a secret.
+create or replace function kb.endpoint_secrets(url text, secrets text[] default '{}')
+returns text[]
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    with u as (
+        select regexp_match(coalesce(url, ''), '^[^:/?#]*://(?:([^@/?#]*)@)?[^?#]*(?:\?([^#]*))?(?:#(.*))?$') as parts
+    ),
+    hidden as (
+        select unnest(coalesce(secrets, '{}')) as x
+        union all select btrim(unnest(coalesce(secrets, '{}')), E' \t\r\n')
+        union all select p.x from u cross join unnest(u.parts) as p (x) where length(p.x) >= 4
+        union all select substr(u.parts[1], strpos(u.parts[1], ':') + 1) from u where strpos(u.parts[1], ':') > 0
+        union all select substr(q.x, strpos(q.x, '=') + 1)
+        from u cross join unnest(string_to_array(u.parts[2], '&')) as q (x)
+        where length(q.x) - strpos(q.x, '=') >= 4
+    )
+    select coalesce(array_agg(s.x order by length(s.x) desc, s.x), '{}')
+    from (select distinct h.x from hidden as h where coalesce(h.x, '') <> '') as s
+$$;
+
+-- message as any caller may see it: url shown as kb.shown_url, then every kb.endpoint_secrets of url and
+-- secrets replaced by ***. NULL stays NULL. Every message about an endpoint passes through it.
+create or replace function kb.redact(message text, url text, secrets text[] default '{}')
+returns text
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    secret text;
+begin
+    if coalesce(url, '') <> '' then
+        message := replace(message, url, kb.shown_url(url));
+    end if;
+    foreach secret in array kb.endpoint_secrets(url, secrets) loop
+        message := replace(message, secret, '***');
+    end loop;
+    return message;
+end
+$$;

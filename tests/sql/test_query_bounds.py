@@ -1,0 +1,108 @@
+"""Work per call is bounded by input checks (issue 20, finding 5): the lexical legs score at most
+lexical_max_query_terms distinct query terms (the rarest), metadata conditions are capped, and a pgkb
+user's backend stops soon after its client is gone (client_connection_check_interval)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from pgkb.config import Settings
+from pgkb.migrate import migrate
+
+# 1,000 three-letter words: a 4000-character query can hold all of them (1,000 distinct terms)
+WORDS = ["".join(chr(97 + (i // d) % 26) for d in (676, 26, 1)) for i in range(1000)]
+
+
+@pytest.fixture
+def corpus(db):
+    """2,000 chunks of 120 words each from WORDS, word i drawn with weight 1 / (i + 1) (Zipf-like): about
+    600 of the words occur, in a few to most of the chunks."""
+    rng = random.Random(20)
+    weights = [1 / (i + 1) for i in range(len(WORDS))]
+    chunks = [{"content": " ".join(rng.choices(WORDS, weights, k=120)) + f" chunk{c}"} for c in range(2000)]
+    db.execute("select kb.create_knowledge_base('big', 'public')")
+    db.execute("select * from kb.replace_document('big', 'big.md', 'big', %s::jsonb)", [json.dumps(chunks)])
+    return db
+
+
+def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
+    cap = corpus.execute("select kb.setting_int('lexical_max_query_terms')").fetchone()[0]
+    query = " ".join(WORDS)
+    kb_ids = corpus.execute("select array_agg(id) from kb.knowledge_bases where name = 'big'").fetchone()[0]
+    kept = corpus.execute("select term, df from kb.lexical_query_terms(%s, %s)", [query, kb_ids]).fetchall()
+    everything = corpus.execute(
+        "select s.term, s.df from kb.term_stats s where s.kb_id = any(%s) and s.term = any(kb.lexical_terms(%s))"
+        " and s.df > 0 order by s.df, s.term",
+        [kb_ids, query],
+    ).fetchall()
+    assert len(everything) > cap == len(kept) == 64
+    assert sorted(kept, key=lambda r: (r[1], r[0])) == everything[:cap]
+
+
+def test_a_longest_query_costs_about_what_a_short_one_does(corpus):
+    query = " ".join(WORDS)[:4000]  # 1,000 distinct terms
+    assert corpus.execute("select kb.check_search_input(%s, 5)", [query]) is not None
+    for leg in ("numpy", "blocks", "scan"):
+        corpus.execute("update kb.settings set value = %s where key = 'lexical_leg'", [leg])
+        started = time.monotonic()
+        rows = corpus.execute("select chunk_id from kb.lexical_search(%s, 100, 'big')", [query]).fetchall()
+        assert len(rows) == 100 and time.monotonic() - started < 3.0, leg
+
+
+@pytest.mark.parametrize(
+    "condition, message",
+    [
+        ({"conditions": [{"name": "a", "comparison_operator": "is", "value": "x"}] * 21}, "at most 20"),
+        ({"conditions": [{"name": "a", "comparison_operator": "in", "value": list("x" * 101)}]}, "1 to 100"),
+    ],
+)
+def test_metadata_conditions_are_capped(db, condition, message):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+        db.execute("select kb.check_metadata_condition(%s::jsonb)", [json.dumps(condition)])
+
+
+CLIENT = """
+import sys, psycopg
+conn = psycopg.connect(sys.argv[1], autocommit=True)
+print(conn.info.backend_pid, conn.execute("show client_connection_check_interval").fetchone()[0], flush=True)
+conn.execute("select pg_sleep(120)")
+"""
+
+
+def test_a_killed_clients_query_stops_soon(db):
+    db.execute("select kb.create_user('alice', 'alice')")
+    info = db.info
+    dsn = f"host={info.host} port={info.port} user=alice dbname={info.dbname}"
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, dsn], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, interval = client.stdout.readline().split()
+        assert interval == "5s"
+        time.sleep(0.5)
+        client.send_signal(signal.SIGKILL)
+        client.wait(10)
+        killed = time.monotonic()
+        while db.execute("select count(*) from pg_stat_activity where pid = %s", [int(pid)]).fetchone()[0]:
+            assert time.monotonic() - killed < 15, "the backend still runs the dead client's query"
+            time.sleep(0.2)
+    finally:
+        client.kill()
+
+
+def test_existing_users_get_the_connection_check_on_upgrade(db):
+    db.execute("select kb.create_user('bob', 'bob')")
+    dbname = db.info.dbname
+    db.execute(f"alter role bob in database {dbname} reset client_connection_check_interval")
+    db.execute("delete from kb.schema_migrations where version = 'functions'")  # as after an upgrade
+    migrate(db, Settings.from_env().db_dir)
+    given = db.execute(
+        "select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole"
+        " join pg_database d on d.oid = s.setdatabase where r.rolname = 'bob' and d.datname = current_database()"
+    ).fetchone()[0]
+    assert "client_connection_check_interval=5s" in given
