@@ -423,3 +423,57 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         want = db.execute(SCAN, [query, ids, 20, 1.2, 0.75]).fetchall()
         assert_same_ranking(db.execute(LEG, [query, ids, 20, 1.2, 0.75]).fetchall(), want)
         assert_same_ranking(db.execute(NUMPY, [query, ids, 20, 1.2, 0.75]).fetchall(), want)
+
+
+def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
+    """As alice, a BM25 search for a term only bob's private knowledge base holds and one for a term no
+    one holds read the same: equal pg_stat_xact_* counters of every kb table and index, and equal
+    EXPLAIN (ANALYZE, BUFFERS) of the search, through every engine."""
+    db.execute("select kb.create_user('alice', 'alice'), kb.create_user('bob', 'bob')")
+    rnd = random.Random(14)
+    for d in range(8):
+        write_doc(db, "shared", f"d{d}.md", rnd)
+    db.execute("update kb.knowledge_bases set visibility = 'public' where name = 'shared'")
+    alice, bob = connect_as("alice"), connect_as("bob")
+    for d in range(70):  # enough for a block of its own in bob's lists
+        bob.execute(
+            "select kb.replace_document('bob-private', %s, '', %s::jsonb)",
+            [f"b{d}.md", json.dumps([{"content": "zqxbobsecret w0 w1 " * (d % 3 + 1)}])],
+        )
+    counters = (
+        "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch, n_tup_ins, n_tup_upd, n_tup_del"
+        " from pg_stat_xact_user_tables where schemaname = 'kb' order by relname"
+    )
+    index_counters = (  # PostgreSQL 15 has no pg_stat_xact_user_indexes: its functions, per index
+        "select c.relname, pg_stat_get_xact_numscans(c.oid), pg_stat_get_xact_tuples_returned(c.oid),"
+        " pg_stat_get_xact_tuples_fetched(c.oid) from pg_class c"
+        " where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i' order by c.relname"
+    )
+
+    def observe(query: str) -> tuple:
+        # pending counters of earlier transactions may not be flushed yet: this search's own share is
+        # the difference inside its transaction
+        with alice.transaction():
+            before = (alice.execute(counters).fetchall(), alice.execute(index_counters).fetchall())
+            alice.execute("select * from kb.lexical_search(%s, 10)", [query]).fetchall()
+            after = (alice.execute(counters).fetchall(), alice.execute(index_counters).fetchall())
+        seen = [
+            [tuple(y - x for x, y in zip(b[1:], a[1:], strict=True)) for b, a in zip(bs, as_, strict=True)]
+            for bs, as_ in zip(before, after, strict=True)
+        ]
+        # buffer counts: the fewest of three runs (a run now and then also reads catalog pages again)
+        plans = [
+            alice.execute(
+                "explain (analyze, buffers, costs off, timing off, summary off)"
+                " select * from kb.lexical_search(%s, 10)",
+                [query],
+            ).fetchall()
+            for _ in range(3)
+        ]
+        return seen, min(plans, key=lambda p: int(p[-1][0].rsplit("=", 1)[1]))
+
+    for engine in ("numpy", "blocks", "scan"):
+        db.execute("update kb.settings set value = %s where key = 'lexical_leg'", [engine])
+        observe("zqxbobsecret")  # warm caches and plans alike
+        observe("zqxnoonehas")
+        assert observe("zqxbobsecret") == observe("zqxnoonehas"), engine
