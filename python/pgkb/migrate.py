@@ -19,8 +19,8 @@ import psycopg
 
 LOCK_KEY = 0x70676B62  # "pgkb"
 LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
-_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
-_REQUIRES = re.compile(r"^--\s*requires:\s*([a-z0-9_]+)\s*$")
+_MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")  # fullmatch: "$" would let a trailing newline through
+_REQUIRES = re.compile(r"--\s*requires:\s*([a-z0-9_]+)\s*")
 
 
 class MigrationError(RuntimeError):
@@ -51,7 +51,7 @@ def _checksum(text: str) -> str:
 def _migrations(db_dir: Path) -> list[tuple[str, Path]]:
     files = []
     for path in sorted((db_dir / "migrations").glob("*.sql")):
-        match = _MIGRATION_NAME.match(path.name)
+        match = _MIGRATION_NAME.fullmatch(path.name)
         if not match:
             raise MigrationError(f"bad migration file name {path.name}: expected NNN_lower_snake.sql")
         files.append((match.group(1), path))
@@ -122,7 +122,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
             for path in sorted((db_dir / "functions").glob("*.sql")):
                 text = path.read_text(encoding="utf-8")
                 first = text.splitlines()[0] if text else ""
-                requires = _REQUIRES.match(first)
+                requires = _REQUIRES.fullmatch(first)
                 reason = _unavailable_reason(conn, requires.group(1)) if requires else None
                 if reason:
                     report.skipped.append((path.name, reason))
