@@ -78,7 +78,10 @@ def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> 
             if _matches(rel, entry.name, exclude):
                 continue
             if entry.is_symlink():
-                target = root.joinpath(*parts).resolve()
+                try:
+                    target = root.joinpath(*parts).resolve()
+                except (OSError, RuntimeError):  # a symlink loop leads nowhere: nothing to ingest
+                    continue
                 if not target.is_relative_to(root):
                     if target.is_dir() or _matches(rel, entry.name, include):
                         add(parts, (), OUTSIDE)
