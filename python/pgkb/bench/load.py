@@ -135,7 +135,8 @@ def _refuse_shared(conn: psycopg.Connection, kb_name: str) -> None:
 @contextlib.contextmanager
 def _signals_exit() -> Iterator[None]:
     """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the main thread meanwhile (SIGINT raises
-    KeyboardInterrupt anyway), so that the finally blocks that rebuild dropped indexes run. Nothing changes
+    KeyboardInterrupt anyway), so that the finally blocks that rebuild dropped indexes run. Only a signal
+    that would kill the process is caught (one ignored, as under nohup, stays ignored); nothing changes
     outside the main thread, where Python cannot set signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -145,7 +146,8 @@ def _signals_exit() -> Iterator[None]:
         log(f"{signal.Signals(signum).name}: stopping; rebuilding the dropped indexes first")
         raise SystemExit(128 + signum)
 
-    previous = {s: signal.signal(s, leave) for s in (signal.SIGTERM, signal.SIGHUP)}
+    fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
+    previous = {s: signal.signal(s, leave) for s in fatal}
     try:
         yield
     finally:
