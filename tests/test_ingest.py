@@ -13,9 +13,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from pgkb.chunking import ChunkingOptions
-from pgkb.ingest import IngestOptions, discover, ingest
+from pgkb.folder import FolderError, read_inside
+from pgkb.ingest import MAX_FILE_BYTES, IngestOptions, discover, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
@@ -57,7 +59,7 @@ def run(db, root: Path, embedder, **kw):
 
 
 def test_discover_takes_documents_and_skips_hidden_and_other_files(docs):
-    keys = [k for k, _ in discover(docs, IngestOptions().include, IngestOptions().exclude)]
+    keys = [f.doc_key for f in discover(docs, IngestOptions().include, IngestOptions().exclude)]
     assert keys == ["guide/login.md", "notes.txt", "policy.md"]
 
 
@@ -205,6 +207,52 @@ def test_unreadable_file_is_a_failure_not_a_deletion(db, docs, embedder):
     assert recorded_failures(db) == {"policy.md": "cannot read: Permission denied"}
     kept = db.execute("select chunk_count from kb.documents where doc_key = 'policy.md'").fetchone()
     assert kept is not None and kept[0] >= 1
+
+
+def test_symlinks_out_of_the_folder_are_refused_recorded_and_never_read(db, docs, embedder, tmp_path):
+    """A file or directory reached through a symlink that resolves outside the folder is not read: it is a
+    recorded failure with the reason, and an indexed version of its key goes (here: a file swapped for a
+    link between runs). Symlinks to files inside the folder are taken under the link's name."""
+    outside = tmp_path / "outside"
+    (outside / "more").mkdir(parents=True)
+    (outside / "secret.txt").write_text("外部机密：发射代码 amber seven。\n", encoding="utf-8")
+    (outside / "more" / "plan.md").write_text("# Plan\n\nThe outside plan is amber seven.\n", encoding="utf-8")
+    shutil.copy(outside / "secret.txt", docs / "leak.txt")
+    run(db, docs, embedder)
+    assert db.execute("select count(*) from kb.get_document('leak.txt', 'docs')").fetchone()[0] == 1
+    (docs / "leak.txt").unlink()
+    (docs / "leak.txt").symlink_to(outside / "secret.txt")
+    (docs / "guide" / "outdir").symlink_to(Path("..") / ".." / "outside" / "more")
+    (docs / "alias.md").symlink_to(Path("guide") / "login.md")
+    (docs / "loop.md").symlink_to("loop.md")  # leads nowhere: skipped, as a dangling link is
+    summary = run(db, docs, embedder)
+    refused = "a symlink that resolves outside the ingested folder: not read"
+    expected = {"guide/outdir": refused, "leak.txt": refused}
+    assert {f["doc_key"]: f["error"] for f in summary.failures} == expected
+    assert (summary.failed, summary.added, summary.removed) == (2, 1, 1)
+    assert recorded_failures(db) == expected
+    with pytest.raises(psycopg.errors.NoDataFound, match="unknown document"):
+        db.execute("select * from kb.get_document('leak.txt', 'docs')")
+    assert db.execute("select count(*) from kb.chunks where content like '%amber%'").fetchone()[0] == 0
+    keys = [r[0] for r in db.execute("select doc_key from kb.documents order by 1").fetchall()]
+    assert keys == ["alias.md", "guide/login.md", "notes.txt", "policy.md"]
+
+
+def test_a_path_swapped_for_a_symlink_after_the_walk_is_not_read(docs, tmp_path):
+    """Between the walk and the read, a directory on a found file's path or the file itself becomes a link
+    out of the folder: the read follows no symlink, so it fails instead of reading the outside file."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "login.md").write_text("outside secret", encoding="utf-8")
+    found = {f.doc_key: f for f in discover(docs, IngestOptions().include, IngestOptions().exclude)}
+    assert read_inside(docs, found["policy.md"].parts, MAX_FILE_BYTES) == REFUND.encode()
+    shutil.move(docs / "guide", tmp_path / "guide-moved")
+    (docs / "guide").symlink_to(outside)
+    (docs / "policy.md").unlink()
+    (docs / "policy.md").symlink_to(outside / "login.md")
+    for key in ("guide/login.md", "policy.md"):
+        with pytest.raises(FolderError, match="changed into a symlink"):
+            read_inside(found[key].root, found[key].parts, MAX_FILE_BYTES)
 
 
 def test_interrupted_run_leaves_whole_documents_and_rerun_completes(db, docs, embedder):

@@ -450,8 +450,11 @@ def test_bad_add_changes_nothing(pair):
     before = sorted(p.name for p in replicas_mod.replicas_dir(pair.primary).iterdir())
     with pair.admin() as conn:
         slots = conn.execute("select slot_name from pg_replication_slots order by 1").fetchall()
-    with pytest.raises(ReplicaError, match="bad replica name"):
-        add_replica(pair.primary, "Bad Name")
+    for bad in ("Bad Name", "probe1\n"):  # a trailing newline once passed (re.match with "$")
+        with pytest.raises(ReplicaError, match="bad replica name"):
+            add_replica(pair.primary, bad)
+        with pytest.raises(ReplicaError, match="bad replica name"):
+            remove_replica(pair.primary, bad)
     with pytest.raises(ReplicaError, match="exists already"):
         add_replica(pair.primary, "standby1")
     with pytest.raises(ReplicaError, match="already used"):
@@ -461,6 +464,57 @@ def test_bad_add_changes_nothing(pair):
     assert sorted(p.name for p in replicas_mod.replicas_dir(pair.primary).iterdir()) == before
     with pair.admin() as conn:
         assert conn.execute("select slot_name from pg_replication_slots order by 1").fetchall() == slots
+
+
+@pytest.fixture
+def lone_primary() -> Iterator[EmbeddedCluster]:
+    """A running primary of its own that has never had a replica."""
+    base = Path(tempfile.mkdtemp(prefix="pgkb-replica-lone-", dir="/tmp"))
+    base.chmod(0o755)
+    primary = EmbeddedCluster(base / "primary", _free_port(), "pgkb")
+    try:
+        primary.start()
+        yield primary
+    finally:
+        with contextlib.suppress(ClusterError):
+            primary.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(primary.socket_dir, ignore_errors=True)
+
+
+def test_a_failed_first_add_leaves_nothing_behind(lone_primary, monkeypatch):
+    """Whether add fails before the copy (a slot of that name exists) or after it (interrupted once
+    pg_basebackup has written the directory and created the slot): no registry directory or lock file, no
+    data directory, no slot, no socket directory; a later add works."""
+    primary = lone_primary
+    registry = replicas_mod.replicas_dir(primary)
+    port = _free_port()
+    with psycopg.connect(primary.url(), autocommit=True) as conn:
+        conn.execute("select pg_create_physical_replication_slot('pgkb_probe1')")
+        with pytest.raises(ReplicaError, match="exists already"):
+            add_replica(primary, "probe1", port=port)
+        assert not registry.exists()
+        conn.execute("select pg_drop_replication_slot('pgkb_probe1')")
+
+    real_backup = replicas_mod._base_backup
+
+    def interrupted(primary, replica):
+        real_backup(primary, replica)
+        assert (replica.data_dir / "PG_VERSION").exists()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replicas_mod, "_base_backup", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        add_replica(primary, "probe1", port=port)
+    assert not registry.exists() and not any(Path("/tmp").glob(f"pgkb-*-{port}"))
+    with psycopg.connect(primary.url(), autocommit=True) as conn:
+        assert conn.execute("select slot_name from pg_replication_slots").fetchall() == []
+
+    monkeypatch.setattr(replicas_mod, "_base_backup", real_backup)
+    added = add_replica(primary, "probe1", port=port)
+    assert sorted(p.name for p in registry.iterdir()) == [".lock", "probe1", "probe1.json", "probe1.lock"]
+    remove_replica(primary, added.name)
+    assert not registry.exists()
 
 
 def test_replicas_stop_and_start_with_the_primary(pair):

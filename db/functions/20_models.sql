@@ -37,6 +37,22 @@ as $$
     select 'embeddings_hnsw_model_' || model_id
 $$;
 
+-- The statement that creates one model's partial HNSW expression index (cosine) with these parameters:
+-- kb.register_embedding_model runs it, kb.expected_indexes lists it.
+create or replace function kb.hnsw_index_definition(
+    model_id integer, dimension integer, m integer, ef_construction integer
+)
+returns text
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select format(
+        'create index if not exists %I on kb.embeddings using hnsw ((embedding::vector(%s)) vector_cosine_ops)'
+        ' with (m = %s, ef_construction = %s) where model_id = %s',
+        kb.hnsw_index_name(model_id), dimension, m, ef_construction, model_id
+    )
+$$;
+
 -- Admin: register an embedding model (idempotent for identical settings). Creates its partial HNSW
 -- expression index (cosine; m / ef_construction from the arguments or kb.settings) and queues every
 -- existing chunk for backfill. make_default switches at once; otherwise call kb.use_embedding_model later.
@@ -86,11 +102,7 @@ begin
         insert into kb.embedding_models as e (name, dimension, query_prefix, passage_prefix)
         values (name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''))
         returning e.id into mid;
-        execute format(
-            'create index if not exists %I on kb.embeddings using hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-            ' with (m = %s, ef_construction = %s) where model_id = %s',
-            kb.hnsw_index_name(mid), dimension, m, efc, mid
-        );
+        execute kb.hnsw_index_definition(mid, dimension, m, efc);
         insert into kb.embedding_queue (chunk_id, model_id, kb_id)
         select c.id, mid, c.kb_id from kb.chunks as c
         on conflict do nothing;

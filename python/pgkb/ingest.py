@@ -47,11 +47,12 @@ from pathlib import Path
 import psycopg
 
 from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions
+from pgkb.folder import discover
 from pgkb.images.captions import Captioning
 from pgkb.images.index import ImageStats
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 from pgkb.models.vision import VisionCaptioner
-from pgkb.sources import (  # DEFAULT_*, MAX_FILE_BYTES, content_hash and discover are pgkb ingest's too
+from pgkb.sources import (  # DEFAULT_*, MAX_FILE_BYTES and content_hash are pgkb ingest's too
     DEFAULT_EXCLUDE,
     DEFAULT_INCLUDE,
     IMAGE_SUFFIXES,
@@ -61,7 +62,6 @@ from pgkb.sources import (  # DEFAULT_*, MAX_FILE_BYTES, content_hash and discov
     FileDocument,
     SourceDocument,
     content_hash,
-    discover,
 )
 
 __all__ = [
@@ -341,24 +341,24 @@ def ingest(
 ) -> IngestSummary:
     """Sync the files under ``root`` into knowledge base ``kb`` (see :func:`ingest_documents`). ``captioner``:
     the vision endpoint that captions images (None: images are indexed by their alt text, figure caption and
-    file name)."""
+    file name). What pgkb.folder.discover refuses (a symlink out of ``root``) is never read: it is recorded
+    as a failed document, and its indexed version, if any, is deleted like a removed file's."""
     started = time.monotonic()
     root = root.resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
-    found = list(discover(root, options.include, options.exclude))
+    found = discover(root, options.include, options.exclude)
+    refused = [f for f in found if f.refused]
     # documents first: the image files they reference are indexed with them, not on their own
-    ordered = [f for f in found if f[1].suffix.lower() not in IMAGE_SUFFIXES]
-    ordered += [f for f in found if f[1].suffix.lower() in IMAGE_SUFFIXES]
+    ordered = [f for f in found if not f.refused and f.path.suffix.lower() not in IMAGE_SUFFIXES]
+    ordered += [f for f in found if not f.refused and f.path.suffix.lower() in IMAGE_SUFFIXES]
     cache = _CaptionCache(_Session(url, conn), kb)
     captioning = Captioning(captioner, cache)
     referenced: set[str] = set()
     base = options.base_url.rstrip("/") + "/" if options.base_url else None
     files = [
-        FileDocument(
-            doc_key, path, base + doc_key if base else str(path), root, captioning, referenced, options.max_file_bytes
-        )
-        for doc_key, path in ordered
+        FileDocument(f, base + f.doc_key if base else str(f.path), captioning, referenced, options.max_file_bytes)
+        for f in ordered
     ]
     try:
         summary = ingest_documents(conn, url, kb, spec, embedder, files, options, progress=_progress(progress))
@@ -366,6 +366,9 @@ def ingest(
         e.summary.vision_calls, e.summary.vision_down = captioning.calls, captioning.down
         raise
     summary.vision_calls, summary.vision_down = captioning.calls, captioning.down
+    with contextlib.suppress(_ConnectionLost):  # refused: not offered, so an indexed version went (unless
+        for f in refused:  # --no-delete); recorded after that, as a failure of the run
+            _record_failure(cache.session, kb, f.doc_key, f.refused, summary)
     if options.delete and not summary.stopped:
         with contextlib.suppress(_DocumentError, _ConnectionLost):  # captions of images no chunk shows any more
             cache.session.execute("select kb.prune_image_captions(%s)", [kb])

@@ -5,6 +5,11 @@ while searches run neither deadlocks with them nor stalls them for long.
 
 A function file whose first line is ``-- requires: <extension>`` is skipped, with the reason reported,
 when that extension cannot be installed (e.g. plpython3u on managed PostgreSQL).
+
+Then the indexes pgkb expects (kb.expected_indexes: the migrations' and one HNSW index per model) are
+checked, and a missing one is re-created, an invalid one rebuilt (kb.restore_indexes), in a transaction of
+their own: an interrupted bulk load (`pgkb bench`) or a failed REINDEX cannot leave searches on sequential
+scans past the next `pgkb db migrate`. :func:`index_problems` tells which are missing (`pgkb db status`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ import psycopg
 
 LOCK_KEY = 0x70676B62  # "pgkb"
 LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
-_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
-_REQUIRES = re.compile(r"^--\s*requires:\s*([a-z0-9_]+)\s*$")
+_MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")  # fullmatch: "$" would let a trailing newline through
+_REQUIRES = re.compile(r"--\s*requires:\s*([a-z0-9_]+)\s*")
 
 
 class MigrationError(RuntimeError):
@@ -36,11 +41,13 @@ class MigrateReport:
     applied: list[str] = field(default_factory=list)
     functions_applied: bool = False
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+    indexes: list[tuple[str, str]] = field(default_factory=list)  # (index, what was done)
 
     def lines(self) -> list[str]:
         out = [f"applied migration {name}" for name in self.applied]
         out.append("applied db/functions" if self.functions_applied else "db/functions unchanged")
         out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
+        out += [f"index kb.{name} {action}" for name, action in self.indexes]
         return out
 
 
@@ -51,7 +58,7 @@ def _checksum(text: str) -> str:
 def _migrations(db_dir: Path) -> list[tuple[str, Path]]:
     files = []
     for path in sorted((db_dir / "migrations").glob("*.sql")):
-        match = _MIGRATION_NAME.match(path.name)
+        match = _MIGRATION_NAME.fullmatch(path.name)
         if not match:
             raise MigrationError(f"bad migration file name {path.name}: expected NNN_lower_snake.sql")
         files.append((match.group(1), path))
@@ -93,7 +100,8 @@ def pending_migrations(conn: psycopg.Connection, db_dir: Path) -> list[str] | No
 
 
 def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WAIT_S) -> MigrateReport:
-    """Bring the database up to date. Raises MigrationError, leaving the database unchanged."""
+    """Bring the database up to date, then restore the expected indexes. Raises MigrationError, leaving the
+    database unchanged (a failing index restore, which runs after the migrations are committed, alone)."""
     report = MigrateReport()
     try:
         with conn.transaction():
@@ -122,7 +130,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
             for path in sorted((db_dir / "functions").glob("*.sql")):
                 text = path.read_text(encoding="utf-8")
                 first = text.splitlines()[0] if text else ""
-                requires = _REQUIRES.match(first)
+                requires = _REQUIRES.fullmatch(first)
                 reason = _unavailable_reason(conn, requires.group(1)) if requires else None
                 if reason:
                     report.skipped.append((path.name, reason))
@@ -130,28 +138,35 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                     files.append((path, text))
             functions_checksum = _checksum("".join(p.name + t for p, t in files))
             functions_changed = applied.get("functions") != functions_checksum
-            if not pending and not functions_changed:
-                return report
-
-            _lock_tables(conn, lock_wait_s)
-            for version, path, text, checksum in pending:
-                _execute(conn, path, text)
+            if pending or functions_changed:
+                _lock_tables(conn, lock_wait_s)
+                for version, path, text, checksum in pending:
+                    _execute(conn, path, text)
+                    conn.execute(
+                        "insert into kb.schema_migrations (version, name, checksum) values (%s, %s, %s)",
+                        [version, path.name, checksum],
+                    )
+                    report.applied.append(path.name)
+                for path, text in files:
+                    _execute(conn, path, text)
                 conn.execute(
-                    "insert into kb.schema_migrations (version, name, checksum) values (%s, %s, %s)",
-                    [version, path.name, checksum],
+                    "insert into kb.schema_migrations (version, name, checksum) values ('functions', %s, %s)"
+                    " on conflict (version) do update set checksum = excluded.checksum, applied_at = now()",
+                    ["db/functions", functions_checksum],
                 )
-                report.applied.append(path.name)
-            for path, text in files:
-                _execute(conn, path, text)
-            conn.execute(
-                "insert into kb.schema_migrations (version, name, checksum) values ('functions', %s, %s)"
-                " on conflict (version) do update set checksum = excluded.checksum, applied_at = now()",
-                ["db/functions", functions_checksum],
-            )
-            report.functions_applied = True
+                report.functions_applied = True
+        with conn.transaction():  # a transaction of its own, with the functions just applied
+            conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            report.indexes = conn.execute("select index_name, action from kb.restore_indexes()").fetchall()
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report
+
+
+def index_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """(index, "missing" or "invalid") for each index pgkb expects that searches cannot use
+    (kb.index_problems); reads the catalogs only."""
+    return conn.execute("select index_name, problem from kb.index_problems()").fetchall()
 
 
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:

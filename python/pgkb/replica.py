@@ -12,7 +12,7 @@ Layout, next to the primary's data directory ``DATA``::
     DATA.replicas/NAME/        the replica's data directory (an EmbeddedCluster of its own)
     DATA.replicas/NAME.json    its port and replication slot
     DATA.replicas/NAME.lock    its start/stop lock (EmbeddedCluster's)
-    DATA.replicas/.lock        serialises add / remove
+    DATA.replicas/.lock        serialises add / remove (the directory goes with the last replica)
 
 Replication connects as ``pgkb_replicator``: a login role with the REPLICATION attribute and nothing
 else (no superuser, no membership), which the primary's ``pg_hba.conf`` lets open replication
@@ -61,7 +61,7 @@ __all__ = [
 #: The login role replicas stream as: REPLICATION and nothing more.
 REPLICATION_ROLE = "pgkb_replicator"
 #: Replica names: they name a directory and (prefixed with ``pgkb_``) a replication slot.
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # fullmatch: "$" would let a trailing newline through
 _HBA_MARK = f"# pgkb: {REPLICATION_ROLE} may open replication connections only (managed by pgkb.replica)"
 _HBA_LINE = f"local   all             {REPLICATION_ROLE}                         reject"
 _SLOT_RELEASE_SECONDS = 30.0  # a stopped standby's walsender lets go of the slot within this
@@ -138,19 +138,38 @@ def _find(primary: EmbeddedCluster, name: str) -> Replica:
 
 @contextlib.contextmanager
 def _registry_lock(primary: EmbeddedCluster) -> Iterator[None]:
-    """Serialise add/remove of ``primary``'s replicas (between processes too)."""
+    """Serialise add/remove of ``primary``'s replicas (between processes too) with ``.lock`` in the registry
+    directory, both made for the purpose. Released with no replica registered, the directory is removed again,
+    lock file and all, so a failed first add leaves nothing behind (a process that locked the removed file
+    sees that it is gone and locks the new one)."""
     root = replicas_dir(primary)
-    root.mkdir(mode=0o755, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
+    lock = root / ".lock"
+    while True:
+        root.mkdir(mode=0o755, exist_ok=True)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # the directory went between mkdir and open
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)
+        held = os.fstat(fd)
+        with contextlib.suppress(FileNotFoundError):
+            current = os.stat(lock)
+            if (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+                break
+        os.close(fd)
+    try:
         yield
     finally:
-        os.close(fd)
+        try:
+            if [p.name for p in root.iterdir()] == [".lock"]:
+                lock.unlink()
+                root.rmdir()
+        finally:
+            os.close(fd)
 
 
 def _check_name(name: str) -> None:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ReplicaError(
             f"bad replica name {name!r}: use 1-40 lower-case letters, digits and _, starting with a letter"
         )

@@ -1,9 +1,9 @@
 """What the ingest engine (pgkb.ingest) reads: documents, each with a key, a content hash and a way to chunk it.
 
-* :class:`FileDocument` -- a file under the folder `pgkb ingest PATH` syncs (found by :func:`discover`),
-  keyed by its path relative to PATH, hashed on its bytes and chunked by its type (pgkb.chunking), with its
-  images as ``image`` chunks (pgkb.images: the image files a Markdown document references, an image file,
-  the images of PDF pages);
+* :class:`FileDocument` -- a file under the folder `pgkb ingest PATH` syncs (found by pgkb.folder.discover,
+  read without leaving the folder), keyed by its path relative to PATH, hashed on its bytes and chunked by
+  its type (pgkb.chunking), with its images as ``image`` chunks (pgkb.images: the image files a Markdown
+  document references, an image file, the images of PDF pages);
 * :class:`TextDocument` -- a title and a plain text given by the caller (`pgkb eval` loads BEIR corpora
   this way), hashed on title, text and metadata, chunked with ``chunk_text``.
 
@@ -17,16 +17,14 @@ next run take it again (:attr:`Chunked.content_hash`).
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import json
-import unicodedata
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions, chunk_bytes, chunk_text
+from pgkb.folder import FolderError, Found, TooLarge, read_inside
 from pgkb.images.captions import Captioning
 from pgkb.images.index import (
     IMAGE_SUFFIXES,
@@ -52,7 +50,6 @@ __all__ = [
     "SourceDocument",
     "TextDocument",
     "content_hash",
-    "discover",
 ]
 
 DEFAULT_INCLUDE = (
@@ -110,25 +107,6 @@ class SourceDocument(Protocol):
         ...
 
 
-def discover(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
-    """(doc_key, path) for every file under root matching an include glob and no exclude glob, sorted; the
-    doc_key is the relative path in NFC (a decomposed file name, as macOS writes them, is the same key).
-
-    Globs match the file name or the relative path; an exclude glob matching a directory name prunes it.
-    """
-
-    def matches(rel: str, name: str, globs: tuple[str, ...]) -> bool:
-        return any(fnmatch.fnmatch(name, g) or fnmatch.fnmatch(rel, g) for g in globs)
-
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        parts = rel.split("/")
-        if any(matches("/".join(parts[: i + 1]), parts[i], exclude) for i in range(len(parts) - 1)):
-            continue
-        if path.is_file() and matches(rel, path.name, include) and not matches(rel, path.name, exclude):
-            yield unicodedata.normalize("NFC", rel), path  # the database keeps doc_keys in NFC
-
-
 def content_hash(data: bytes, options: ChunkingOptions) -> str:
     """The content hash of a file's bytes under the chunking options."""
     h = hashlib.sha256()
@@ -139,14 +117,13 @@ def content_hash(data: bytes, options: ChunkingOptions) -> str:
 
 @dataclass
 class FileDocument:
-    """A file: read once when hashed (at most ``max_file_bytes``), chunked by its name's type, with its images
-    (captioned through ``captioning``). ``referenced`` is shared by the files of one run: the image files the
-    Markdown documents reference, which are taken with them (so take documents before image files)."""
+    """A found file: read once when hashed (at most ``max_file_bytes``, from inside its folder), chunked by
+    its name's type, with its images (captioned through ``captioning``). ``referenced`` is shared by the
+    files of one run: the image files the Markdown documents reference, which are taken with them (so take
+    documents before image files)."""
 
-    doc_key: str
-    path: Path
+    found: Found
     source_url: str | None
-    root: Path
     captioning: Captioning = field(default_factory=lambda: Captioning(None, None))
     referenced: set[str] = field(default_factory=set)
     max_file_bytes: int = MAX_FILE_BYTES
@@ -154,23 +131,32 @@ class FileDocument:
     _doc: ChunkedDocument | None = field(default=None, repr=False)
     _local: list[LocalImage] | None = field(default=None, repr=False)
 
+    @property
+    def doc_key(self) -> str:
+        return self.found.doc_key
+
+    @property
+    def path(self) -> Path:
+        return self.found.path
+
     def content_hash(self, options: ChunkingOptions) -> str:
         if self.doc_key in self.referenced:
             raise DocumentTaken(self.doc_key)
         try:
-            size = self.path.stat().st_size
-            if size > self.max_file_bytes:
-                raise DocumentUnreadable(
-                    f"file is {size / 1e6:.1f} MB; the limit is {self.max_file_bytes / 1e6:.0f} MB"
-                )
-            self._data = self.path.read_bytes()
+            self._data = read_inside(self.found.root, self.found.parts, self.max_file_bytes)
+        except TooLarge as e:
+            raise DocumentUnreadable(
+                f"file is {e.size / 1e6:.1f} MB; the limit is {self.max_file_bytes / 1e6:.0f} MB"
+            ) from e
+        except FolderError as e:
+            raise DocumentUnreadable(str(e)) from e
         except OSError as e:
             raise DocumentUnreadable(f"cannot read: {e.strerror or e}") from e
         digest = content_hash(self._data, options)
         if may_have_images(self.path.name, self._data):
             if self.path.suffix.lower() in _MARKDOWN_SUFFIXES:  # which files it references: known after parsing
                 self._doc = chunk_bytes(self._data, self.path.name, options, images=True)
-                self._local = resolve_references(self.root, self.path, self._doc.images)
+                self._local = resolve_references(self.found.root, self.path, self._doc.images)
                 self.referenced.update(image.rel for image in self._local)
             digest = image_digest(digest, self.captioning, self._local or [])
         return digest

@@ -8,6 +8,11 @@ BEIR-layout dataset written here."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +52,7 @@ EN_TEXT = (
 )
 ZH_QUERIES = ["连接池满了怎么办", "登录态失效", "退款多久到账", "回归测试"]
 EN_QUERIES = ["Should children wear masks?", "ranking quality", "retrieval system"]
+PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
 
 @pytest.fixture
@@ -239,6 +245,71 @@ def test_bulk_load_matches_replace_document(db, datasets):
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
     assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
+
+
+def bench_indexes(db) -> set[str]:
+    """Which of the indexes a bulk load drops exist (and are valid)."""
+    hnsw = db.execute("select kb.hnsw_index_name(id) from kb.embedding_models where is_default").fetchone()[0]
+    return {
+        r[0]
+        for r in db.execute(
+            "select c.relname from pg_class c join pg_index i on i.indexrelid = c.oid"
+            " where c.relnamespace = 'kb'::regnamespace and c.relname = any(%s) and i.indisvalid",
+            [["chunks_terms_idx", "chunks_trgm_idx", hnsw]],
+        ).fetchall()
+    }
+
+
+def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, monkeypatch, capsys):
+    """The bulk load drops indexes every knowledge base searches with: next to another knowledge base it
+    refuses (SharedDatabase), changing nothing, unless told (--allow-shared-database); --load replace drops
+    nothing."""
+    db.execute("select kb.create_knowledge_base('team-docs', 'public')")
+    before = bench_indexes(db)
+    pools, model = load_pools(datasets), default_model(db)
+    with pytest.raises(RuntimeError, match=r"other knowledge bases \(team-docs\).*--allow-shared-database"):
+        prepare_kb(db, dsn(db), "bench", 40, pools, model, "bulk")
+    assert bench_indexes(db) == before and len(before) == 3
+    assert db.execute("select count(*) from kb.knowledge_bases where name = 'bench'").fetchone()[0] == 0
+    monkeypatch.setenv("PGKB_DATABASE_URL", dsn(db))
+    assert main(["bench", "--chunks", "40", "--datasets", str(datasets), "--mcp-calls", "0"]) == 2
+    assert "--allow-shared-database" in capsys.readouterr().err
+    prepare_kb(db, dsn(db), "replaced", 40, pools, model, "replace")
+    prepare_kb(db, dsn(db), "bench", 40, pools, model, "bulk", allow_shared=True)
+    assert bench_indexes(db) == before
+
+
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
+def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_path, signum, exit_code):
+    """`pgkb bench` in a subprocess, sent SIGTERM (or SIGINT) once the bulk load has dropped the indexes and
+    committed some chunks: it stops its loading threads, rebuilds the term GIN, trigram GIN and HNSW
+    indexes, and exits non-zero; nothing pgkb expects is missing afterwards."""
+    before = bench_indexes(db)
+    env = {**os.environ, "PGKB_DATABASE_URL": dsn(db), "PYTHONPATH": str(PYTHON_DIR)}
+    cli = [sys.executable, "-m", "pgkb.cli", "bench", "--chunks", "200000", "--datasets", str(datasets)]
+    log = tmp_path / "bench.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*cli, "--mcp-calls", "0"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        loaded = 0
+        deadline = time.monotonic() + 120
+        while loaded < 500:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+            loaded = db.execute(
+                "select count(*) from kb.chunks c join kb.knowledge_bases k on k.id = c.kb_id where k.name = 'bench'"
+            ).fetchone()[0]
+        assert bench_indexes(db) == set(), "the indexes should be down while the load runs"
+        proc.send_signal(signum)
+        code = proc.wait(300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert bench_indexes(db) == before and len(before) == 3, log.read_text()
+    assert code == exit_code, log.read_text()
+    assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
+    assert db.execute("select to_regclass('public.pgkb_bench_df')").fetchone()[0] is None
 
 
 def test_other_embeddings_are_rewritten_in_place(db, datasets, monkeypatch):

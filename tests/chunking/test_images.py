@@ -234,6 +234,19 @@ def test_markdown_images_and_image_files_are_captioned_and_searchable(db, folder
     assert search(db, embedder, "emerald")[0][2]["image"] == "photos/team.jpg"
 
 
+def test_an_image_file_linked_from_outside_is_refused_and_never_captioned(db, folder, embedder, fake_vision):
+    """link.png -> ../outside.png: like the Markdown reference to it, the image file is not read, so it never
+    reaches the vision endpoint; it is a recorded failure."""
+    (folder / "link.png").symlink_to(Path("..") / "outside.png")
+    vision = fake_vision()
+    summary = run(db, folder, embedder, vision.captioner())
+    refused = "a symlink that resolves outside the ingested folder: not read"
+    assert (summary.added, summary.failed, summary.failures) == (2, 1, [{"doc_key": "link.png", "error": refused}])
+    assert (40, 40) not in [size for _, size, _ in vision.images]
+    assert failures(db) == {"link.png": refused}
+    assert db.execute("select count(*) from kb.documents where doc_key = 'link.png'").fetchone()[0] == 0
+
+
 def test_reingest_calls_the_vision_endpoint_zero_times(db, folder, embedder, fake_vision):
     vision = fake_vision()
     run(db, folder, embedder, vision.captioner())

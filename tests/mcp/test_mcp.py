@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -399,6 +400,54 @@ def test_database_down_is_a_readable_error_and_comes_back(world):
         backend.config.database_url = svc_dsn(world)
         assert [kb["name"] for kb in backend.knowledge_bases(None)] == ["team-docs"]
     finally:
+        backend.close()
+
+
+def test_calls_waiting_for_a_busy_pool_share_one_probe(world, monkeypatch):
+    """Calls that wait POOL_QUICK_WAIT_SECONDS for a pooled connection check with a direct connection that
+    the database is up: one probe answers for all that wait together. They used to open one each, in turn;
+    under load a closed probe's backend was still on the server when the next connected, so the service
+    role held pool + 2 connections (issue 20, test_rel_limits' connection bound)."""
+    from pgkb.serving.backend import Backend
+    from pgkb.serving.config import POOL_QUICK_WAIT_SECONDS
+
+    backend = make_backend(svc_dsn(world), pool_size=1, max_concurrent=8)
+    probes = []
+    real_probe = Backend._probe
+
+    def counted(self):
+        probes.append(time.monotonic())
+        real_probe(self)
+
+    monkeypatch.setattr(Backend, "_probe", counted)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with backend.connection():
+            held.set()
+            release.wait(30)
+
+    def wait_for_one():
+        with backend.connection():
+            pass
+
+    try:
+        with backend.connection():  # the pool is open (its own probe)
+            pass
+        probes.clear()
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(10)
+        waiters = [threading.Thread(target=wait_for_one) for _ in range(6)]
+        for t in waiters:
+            t.start()
+        time.sleep(POOL_QUICK_WAIT_SECONDS + 1.0)
+        release.set()
+        for t in [holder, *waiters]:
+            t.join(30)
+        assert len(probes) == 1, probes
+    finally:
+        release.set()
         backend.close()
 
 

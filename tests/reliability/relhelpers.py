@@ -356,14 +356,14 @@ def expected_documents(root: Path, options=None) -> dict[str, tuple[str, list[st
 
     options = options or IngestOptions()
     out = {}
-    for doc_key, path in discover(root, options.include, options.exclude):
-        data = path.read_bytes()
+    for found in discover(root, options.include, options.exclude):
+        data = found.path.read_bytes()
         try:
-            doc = chunk_bytes(data, path.name, options.chunking)
+            doc = chunk_bytes(data, found.path.name, options.chunking)
         except ChunkingError:
             continue
         if doc.chunks:
-            out[doc_key] = (content_hash(data, options.chunking), [c.content for c in doc.chunks])
+            out[found.doc_key] = (content_hash(data, options.chunking), [c.content for c in doc.chunks])
     return out
 
 

@@ -157,7 +157,8 @@ def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_pat
     """The service role's connections stay within the pool (PGKB_MCP_POOL_SIZE) plus the one probe that calls
     waiting POOL_QUICK_WAIT_SECONDS for a pooled connection share (is the database down or just busy?), however
     many calls wait (PGKB_MCP_MAX_CONCURRENT well above the pool here). Found by this test: each waiting call
-    used to open a probe of its own (12 connections with a pool of 4)."""
+    used to open a probe of its own (12 connections with a pool of 4); then, under load, that they opened
+    them in turn (6: a closed probe's backend was still counted when the next one connected)."""
     extra = {"PGKB_MCP_POOL_SIZE": str(POOL), "PGKB_MCP_MAX_CONCURRENT": str(MAX_CONCURRENT)}
     server, base = rh.mcp_http_server(dsn_of("svc"), fake.url, tmp_path, {"tok": "alice"}, **extra)
     peak = 0

@@ -144,3 +144,62 @@ def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
         assert migrate(db, db_dir, lock_wait_s=0.5).applied == ["998_extra.sql"]
     db.execute("drop table kb.extra_table")
     db.execute("delete from kb.schema_migrations where version = '998'")
+
+
+def kb_indexes(db) -> dict[str, str]:
+    """Every index of schema kb that backs no constraint: name -> pg_get_indexdef."""
+    return dict(
+        db.execute(
+            "select c.relname, pg_get_indexdef(c.oid) from pg_index as i join pg_class as c on c.oid = i.indexrelid"
+            " where c.relnamespace = 'kb'::regnamespace"
+            " and not exists (select from pg_constraint as k where k.conindid = i.indexrelid)"
+        ).fetchall()
+    )
+
+
+def test_expected_indexes_are_the_ones_the_migrations_create(db):
+    """kb.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
+    default model's HNSW index), and kb.restore_indexes re-creates each one as it was."""
+    created = kb_indexes(db)
+    expected = {r[0] for r in db.execute("select index_name from kb.expected_indexes()").fetchall()}
+    assert expected == set(created)
+    for name in created:
+        db.execute(f"drop index kb.{name}")
+    assert {r[0] for r in db.execute("select index_name from kb.index_problems()").fetchall()} == expected
+    restored = dict(db.execute("select index_name, action from kb.restore_indexes()").fetchall())
+    assert restored == dict.fromkeys(expected, "created (was missing)")
+    assert kb_indexes(db) == created
+    assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
+
+
+def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):
+    """The indexes a bulk load drops (term GIN, trigram GIN, the model's HNSW) gone and one left invalid:
+    `pgkb db status` names each and exits 4; `pgkb db migrate` re-creates or rebuilds them (issue 20)."""
+    from pgkb.cli import main
+
+    hnsw = db.execute("select kb.hnsw_index_name(id) from kb.embedding_models where is_default").fetchone()[0]
+    before = kb_indexes(db)
+    for name in ("chunks_terms_idx", "chunks_trgm_idx", hnsw):
+        db.execute(f"drop index kb.{name}")
+    db.execute(
+        "update pg_index set indisvalid = false where indexrelid = 'kb.embeddings_model_kb_idx'::regclass"
+    )  # what a failed CREATE INDEX CONCURRENTLY leaves
+    info = db.info
+    monkeypatch.setenv("PGKB_DATABASE_URL", f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}")
+    capsys.readouterr()
+    assert main(["db", "status"]) == 4
+    out = capsys.readouterr().out
+    for name, problem in (
+        ("chunks_terms_idx", "missing"),
+        ("chunks_trgm_idx", "missing"),
+        ("embeddings_model_kb_idx", "invalid"),
+        (hnsw, "missing"),
+    ):
+        assert f"index kb.{name}: {problem} " in out, out
+    assert main(["db", "migrate"]) == 0
+    out = capsys.readouterr().out
+    assert "index kb.chunks_trgm_idx created (was missing)" in out
+    assert "index kb.embeddings_model_kb_idx rebuilt (was invalid)" in out
+    assert kb_indexes(db) == before
+    assert main(["db", "status"]) == 0
+    assert "every index pgkb expects is present and valid" in capsys.readouterr().out

@@ -18,6 +18,7 @@ from pgkb.bench.machine import machine_info
 from pgkb.chunking import ChunkingError, chunk_bytes
 from pgkb.config import Settings
 from pgkb.db import connect, database_url
+from pgkb.folder import FolderError, read_inside
 from pgkb.ingest import IngestOptions, discover, ingest
 from pgkb.models.embedding import load_embedder, model_spec, prefixed
 
@@ -79,11 +80,11 @@ def run_ingest_bench(docs: str, kb_name: str, out: str | None) -> IngestBench:
         embedder = load_embedder(settings, spec)
         t0 = time.perf_counter()
         texts: list[str] = []
-        files = list(discover(root, options.include, options.exclude))
-        for _, path in files:
+        files = [f for f in discover(root, options.include, options.exclude) if not f.refused]
+        for f in files:
             try:
-                doc = chunk_bytes(path.read_bytes(), path.name, options.chunking)
-            except ChunkingError:
+                doc = chunk_bytes(read_inside(f.root, f.parts, options.max_file_bytes), f.path.name, options.chunking)
+            except (ChunkingError, FolderError):
                 continue
             texts += prefixed(spec, doc.embedding_texts(), query=False)
         chunk_seconds = time.perf_counter() - t0

@@ -14,7 +14,12 @@
   GIN term index, the GIN trigram index and the model's HNSW index are dropped before the load and
   recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
   ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
-  ``kb.embeddings`` tables, so use the bulk path on a database of its own (the bench cluster).
+  ``kb.embeddings`` tables: while they are down every knowledge base's searches scan sequentially. So the
+  bulk path (and the embeddings rewrite below) refuses a database that holds other knowledge bases than the
+  bench's own (SharedDatabase) unless ``allow_shared``; and whatever ends it -- an error, Ctrl-C, SIGTERM or
+  SIGHUP (turned into SystemExit meanwhile; psycopg cancels the statement in flight) -- the loading threads
+  are stopped and the dropped indexes rebuilt before the process exits. Only SIGKILL leaves them dropped:
+  ``pgkb db status`` says so and ``pgkb db migrate`` re-creates them.
 
 Both paths run on LOAD_THREADS connections and leave a knowledge base that ``kb.replace_document`` would
 have produced from the same documents, except ``content_hash`` (a hash of the bulk rows) -- a test
@@ -26,12 +31,14 @@ generator's density at another size) gets only its embeddings rewritten and its 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import psycopg
@@ -49,7 +56,7 @@ from pgkb.bench.data import (
 )
 from pgkb.db import connect
 
-__all__ = ["LOAD_METHODS", "LoadReport", "prepare_kb"]
+__all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb"]
 
 LOAD_METHODS = ("bulk", "replace")
 LOAD_THREADS = 2  # loading connections
@@ -57,6 +64,10 @@ BATCH_DOCUMENTS = 20  # documents per bulk transaction
 GIN_INDEXES = ("chunks_terms_idx", "chunks_trgm_idx")
 STAGING_TABLE = "public.pgkb_bench_df"
 REWRITE_DOCUMENTS = 1000  # documents per COPY when embeddings are rewritten
+
+
+class SharedDatabase(RuntimeError):
+    """The bulk load would drop the indexes other knowledge bases search with; the message says how to go on."""
 
 
 @dataclass
@@ -107,14 +118,53 @@ def _kb_state(conn: psycopg.Connection, kb_name: str, model: Model) -> tuple[int
     return kb_id, n_chunks, n_emb, description
 
 
+def _refuse_shared(conn: psycopg.Connection, kb_name: str) -> None:
+    """SharedDatabase when the database holds knowledge bases other than ``kb_name``."""
+    rows = conn.execute("select name from kb.knowledge_bases where name <> %s order by name", [kb_name]).fetchall()
+    others = [r[0] for r in rows]
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise SharedDatabase(
+            f"the database holds other knowledge bases ({shown}); the bulk load drops the GIN and HNSW indexes "
+            "their searches use until it ends. Run the bench on a database of its own (PGKB_DATA_DIR and "
+            "PGKB_PORT for another embedded cluster, or PGKB_DATABASE_URL), use --load replace, or pass "
+            "--allow-shared-database"
+        )
+
+
+@contextlib.contextmanager
+def _signals_exit() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the main thread meanwhile (SIGINT raises
+    KeyboardInterrupt anyway), so that the finally blocks that rebuild dropped indexes run. Only a signal
+    that would kill the process is caught (one ignored, as under nohup, stays ignored); nothing changes
+    outside the main thread, where Python cannot set signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, _frame) -> None:
+        log(f"{signal.Signals(signum).name}: stopping; rebuilding the dropped indexes first")
+        raise SystemExit(128 + signum)
+
+    fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
+    previous = {s: signal.signal(s, leave) for s in fatal}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _run_workers(
     n_items: int, sizes: list[int], url: str, work: Callable[[psycopg.Connection, int], None], total: int
 ) -> None:
-    """Run work(conn, item) for items 0..n_items-1 on LOAD_THREADS connections; progress by chunk count."""
+    """Run work(conn, item) for items 0..n_items-1 on LOAD_THREADS connections; progress by chunk count.
+    Interrupted (Ctrl-C, SIGTERM), it lets each thread finish its item and stop before it re-raises."""
     todo: queue.Queue[int] = queue.Queue()
     for i in range(n_items):
         todo.put(i)
     errors: list[BaseException] = []
+    stop = threading.Event()
     done = [0]
     lock = threading.Lock()
     start = time.perf_counter()
@@ -122,7 +172,7 @@ def _run_workers(
     def worker() -> None:
         try:
             with connect(url) as wconn:
-                while not errors:
+                while not errors and not stop.is_set():
                     try:
                         i = todo.get_nowait()
                     except queue.Empty:
@@ -140,8 +190,14 @@ def _run_workers(
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(LOAD_THREADS)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
     if errors:
         raise errors[0]
 
@@ -359,12 +415,12 @@ def _load_bulk(
         with lock:
             term_total[0] += n
 
-    conn.execute(f"drop table if exists {STAGING_TABLE}")
-    conn.execute(f"create unlogged table {STAGING_TABLE} (term text not null, n integer not null)")
-    for name in defs:
-        conn.execute(f"drop index kb.{name}")
     start = time.perf_counter()
-    try:
+    try:  # from the first drop on: whatever happens, the finally block puts the indexes back
+        conn.execute(f"drop table if exists {STAGING_TABLE}")
+        conn.execute(f"create unlogged table {STAGING_TABLE} (term text not null, n integer not null)")
+        for name in defs:
+            conn.execute(f"drop index kb.{name}")
         _run_workers(len(batches), batch_chunks, url, work, chunks)
         t0 = time.perf_counter()
         with conn.transaction():
@@ -401,8 +457,10 @@ def _load_bulk(
     finally:
         for name, ddl in defs.items():  # after a failure: never leave the database without its indexes
             if name not in builds:
+                log(f"rebuilding {name}")
                 conn.execute(ddl.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
         conn.execute("reset maintenance_work_mem")
+        conn.execute(f"drop table if exists {STAGING_TABLE}")
     return seconds, vacuum, builds
 
 
@@ -420,13 +478,15 @@ def prepare_kb(
     method: str = "bulk",
     maintenance_work_mem: str = "4GB",
     vectors: VectorSource | None = None,
+    allow_shared: bool = False,
 ) -> tuple[int, LoadReport]:
     """Make the (public) knowledge base hold exactly `chunks` bench chunks; returns (kb id, load report).
 
     A knowledge base that already holds exactly that many chunks and embeddings of the same kind (`vectors`,
     default uniform) is reused; a bulk-loaded one with that many chunks but other embeddings gets only its
     embeddings rewritten (_rewrite_vectors); otherwise it is deleted outright and reloaded with `method`
-    ("bulk" or "replace")."""
+    ("bulk" or "replace"). Both the bulk load and the rewrite drop shared indexes: SharedDatabase when
+    other knowledge bases are there, unless `allow_shared`."""
     vectors = vectors or VectorSource()
     if method not in LOAD_METHODS:
         raise ValueError(f"unknown load method {method!r}: expected one of {', '.join(LOAD_METHODS)}")
@@ -446,13 +506,18 @@ def prepare_kb(
     ):
         # the same chunks (document i is a function of i) with other embeddings: rewrite only those
         log(f"knowledge base {kb_name!r}: embeddings {stored_vectors}, wanted {vectors.describe()}; rewriting them")
-        _rewrite_vectors(conn, kb_id, stored_report, model, maintenance_work_mem, vectors)
+        if not allow_shared:
+            _refuse_shared(conn, kb_name)
+        with _signals_exit():
+            _rewrite_vectors(conn, kb_id, stored_report, model, maintenance_work_mem, vectors)
         stored_vectors = stored_report.vectors
     if kb_id is not None and n_chunks == chunks and n_emb == chunks and stored_vectors == vectors.describe():
         log(f"reusing knowledge base {kb_name!r} ({chunks} chunks)")
         report = stored_report or LoadReport(method="unknown", chunks=chunks, seconds=0.0, vacuum_seconds=0.0)
         report.reused = True
         return kb_id, report
+    if method == "bulk" and not allow_shared:
+        _refuse_shared(conn, kb_name)
     if kb_id is not None:
         log(f"dropping knowledge base {kb_name!r} ({n_chunks} chunks, {n_emb} embeddings)")
         conn.execute("delete from kb.knowledge_bases where id = %s", [kb_id])
@@ -465,7 +530,8 @@ def prepare_kb(
         seconds = time.perf_counter() - start
         vacuum = _vacuum(conn)
     else:
-        seconds, vacuum, builds = _load_bulk(conn, url, kb_id, chunks, pools, model, maintenance_work_mem, vectors)
+        with _signals_exit():
+            seconds, vacuum, builds = _load_bulk(conn, url, kb_id, chunks, pools, model, maintenance_work_mem, vectors)
     report = LoadReport(
         method=method,
         chunks=chunks,

@@ -97,6 +97,7 @@ class BenchOptions:
     anchors: int = ANCHORS
     url: str | None = None
     mcp_query_log: str | None = None  # the MCP server's PGKB_QUERY_LOG (None: none)
+    allow_shared_database: bool = False  # bulk-load next to other knowledge bases (see pgkb.bench.load)
 
     def check(self) -> None:
         for name in ("chunks", "queries", "recall_queries", "client_queries"):
@@ -123,7 +124,8 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
 
     The knowledge base ``options.kb_name`` is deleted outright and reloaded when it holds a different
     number of chunks, so do not point it at one you care about; the bulk load drops and rebuilds the
-    chunk and embedding indexes of the whole database (use a database of its own). Returns the
+    chunk and embedding indexes of the whole database, so it refuses a database holding other knowledge
+    bases unless ``options.allow_shared_database`` (pgkb.bench.load.SharedDatabase). Returns the
     measurements; the report is printed to stdout and appended to ``options.out`` if given.
 
     ``options.vectors == "anchored"`` embeds ``options.anchors`` passages and the query strings with
@@ -163,6 +165,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             options.load,
             options.maintenance_work_mem,
             source,
+            allow_shared=options.allow_shared_database,
         )
         ef_search = shipped_ef_search(conn)
         explain, uses_hnsw = explain_plain(conn, model, kb_id, ef_search)

@@ -76,6 +76,12 @@ def register(sub) -> None:
     parser.add_argument(
         "--anchors", type=positive_int, default=1500, help="real passages embedded for --vectors anchored"
     )
+    parser.add_argument(
+        "--allow-shared-database",
+        action="store_true",
+        help="bulk-load even when the database holds other knowledge bases (their searches lose the chunk and "
+        "embedding indexes until the load ends; refused by default)",
+    )
     parser.add_argument("--ingest", metavar="DIR", help="instead: ingestion throughput vs raw encode on DIR")
     parser.set_defaults(func=run)
 
@@ -86,6 +92,7 @@ def run(args, settings) -> int:
 
         run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
         return 0
+    from pgkb.bench.load import SharedDatabase
     from pgkb.bench.run import BenchOptions, run_search_bench
 
     options = BenchOptions(
@@ -103,11 +110,16 @@ def run(args, settings) -> int:
         maintenance_work_mem=args.maintenance_work_mem,
         vectors=args.vectors,
         anchors=args.anchors,
+        allow_shared_database=args.allow_shared_database,
     )
     try:
         options.check()
     except ValueError as e:
         print(f"pgkb bench: error: {e}", file=sys.stderr)
         return 2
-    run_search_bench(options, settings=settings)
+    try:
+        run_search_bench(options, settings=settings)
+    except SharedDatabase as e:
+        print(f"pgkb bench: error: {e}", file=sys.stderr)
+        return 2
     return 0

@@ -1,5 +1,6 @@
-"""`pgkb db start|stop|status|url|migrate`: the embedded cluster and migrations; `pgkb db replica …`: its read
-replicas (pgkb.commands.replica)."""
+"""`pgkb db start|stop|status|url|migrate`: the embedded cluster, migrations and the indexes pgkb expects
+(status reports a missing or invalid one, migrate re-creates it); `pgkb db replica …`: its read replicas
+(pgkb.commands.replica)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import sys
 ACTIONS = {
     "start": "initialise (first use) and start the embedded cluster, and its replicas",
     "stop": "stop the embedded cluster and its replicas",
-    "status": "state, data dir, port and URL of the embedded cluster; each replica's replay lag",
+    "status": "state, data dir, port and URL of the embedded cluster; each replica's replay lag; the indexes "
+    "pgkb expects that are missing or invalid (also for PGKB_DATABASE_URL)",
     "url": "print the connection URL (starts and migrates the embedded cluster if needed)",
-    "migrate": "apply db/migrations and db/functions (to PGKB_DATABASE_URL or the embedded cluster)",
+    "migrate": "apply db/migrations and db/functions and re-create missing indexes (to PGKB_DATABASE_URL or the "
+    "embedded cluster)",
 }
 
 
@@ -38,7 +41,7 @@ def run(args, settings) -> int:
         return 0
     if settings.database_url and args.action in ("start", "stop", "status"):
         print("pgkb: PGKB_DATABASE_URL is set; the embedded cluster is not used", file=sys.stderr)
-        return 2
+        return _report_indexes(settings.database_url) if args.action == "status" else 2
     if args.action == "url":
         print(database_url(settings))
         return 0
@@ -58,5 +61,28 @@ def run(args, settings) -> int:
         print(f"state: {state}\ndata_dir: {status.data_dir}\nport: {status.port}\nurl: {status.url}")
         for replica in replica_states(cluster):
             print(f"replica {replica.replica.name}: {describe(replica)}")
-        return 0 if status.running else 3
+        return _report_indexes(status.url) if status.running else 3
     return 0
+
+
+def _report_indexes(url: str) -> int:
+    """Print each index pgkb expects that searches cannot use (missing or invalid); 4 when there is one."""
+    import psycopg
+
+    from pgkb.db import connect
+    from pgkb.migrate import index_problems
+
+    try:
+        with connect(url, vector=False) as conn:
+            if conn.execute("select to_regprocedure('kb.index_problems()')").fetchone()[0] is None:
+                print("indexes: not checked (no pgkb schema of this version: run `pgkb db migrate`)")
+                return 0
+            problems = index_problems(conn)
+    except psycopg.Error as e:
+        print(f"indexes: not checked ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
+        return 0
+    for name, problem in problems:
+        print(f"index kb.{name}: {problem} (searches that need it scan sequentially; `pgkb db migrate` re-creates it)")
+    if not problems:
+        print("indexes: every index pgkb expects is present and valid")
+    return 4 if problems else 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from pgkb.chunking import Chunk, ChunkedDocument, ImageRef
+from pgkb.folder import FolderError, TooLarge, read_inside
 from pgkb.images.captions import Captioning
 from pgkb.images.check import FILE_FORMATS, MAX_IMAGE_BYTES, PDF_FORMATS, ImageRejected, check_image
 
@@ -67,7 +68,8 @@ def may_have_images(name: str, data: bytes) -> bool:
 def resolve_references(root: Path, doc_path: Path, refs: list[ImageRef]) -> list[LocalImage]:
     """The references to local files inside ``root``, read (at most MAX_IMAGE_BYTES each). Remote URLs,
     data: URLs, absolute paths and paths leading out of ``root`` (also through a symlink) are not images of
-    this folder and are left out; a missing or unreadable file comes back with its ``error``."""
+    this folder and are left out; a missing or unreadable file comes back with its ``error``. A file is read
+    as resolved once, from ``root`` without following a symlink (pgkb.folder.read_inside)."""
     out: list[LocalImage] = []
     root = root.resolve()
     for ref in refs:
@@ -86,11 +88,11 @@ def resolve_references(root: Path, doc_path: Path, refs: list[ImageRef]) -> list
             image.error = "image file not found"
         else:
             try:
-                size = path.stat().st_size
-                if size > MAX_IMAGE_BYTES:
-                    image.error = f"image is {size / 2**20:.1f} MB; the limit is {MAX_IMAGE_BYTES / 2**20:.0f} MB"
-                else:
-                    image.data = path.read_bytes()
+                image.data = read_inside(root, path.relative_to(root).parts, MAX_IMAGE_BYTES)
+            except TooLarge as e:
+                image.error = f"image is {e.size / 2**20:.1f} MB; the limit is {MAX_IMAGE_BYTES / 2**20:.0f} MB"
+            except FolderError as e:
+                image.error = str(e)
             except OSError as e:
                 image.error = f"cannot read: {e.strerror or e}"
         out.append(image)

@@ -109,6 +109,7 @@ class Backend:
         self._log_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._probe_lock = threading.Lock()  # one probe connection at a time, however many calls wait
+        self._probed_at = float("-inf")  # when the last probe that found the database up started (monotonic)
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
 
@@ -188,11 +189,11 @@ class Backend:
         from psycopg_pool import PoolTimeout
 
         pool = self.pool()
+        waiting_since = time.monotonic()
         try:
             conn = pool.getconn(timeout=POOL_QUICK_WAIT_SECONDS)
         except PoolTimeout:
-            with self._probe_lock:  # calls waiting on a stalled pool share one probe, not one each
-                self._probe()
+            self._probe_shared(waiting_since)
             try:
                 conn = pool.getconn(timeout=POOL_WAIT_SECONDS - POOL_QUICK_WAIT_SECONDS)
             except PoolTimeout as e:
@@ -204,6 +205,18 @@ class Backend:
             yield conn
         finally:
             pool.putconn(conn)
+
+    def _probe_shared(self, waiting_since: float) -> None:
+        """The probe of a call that has waited for a pooled connection since ``waiting_since``: a probe that
+        started after that and found the database up answers for it too, so the calls that wait together
+        open one probe connection, not one each in turn (a closed probe's backend can still be on the server
+        while the next one connects: two extra connections instead of one)."""
+        with self._probe_lock:
+            if self._probed_at >= waiting_since:
+                return
+            started = time.monotonic()
+            self._probe()
+            self._probed_at = started
 
     @contextlib.contextmanager
     def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:

@@ -1,0 +1,82 @@
+-- The indexes pgkb expects: the ones db/migrations create and one HNSW index per registered embedding
+-- model. Searches fall back to sequential scans without them, so `pgkb db status` reports a missing or
+-- invalid one (kb.index_problems) and `pgkb db migrate` re-creates it (kb.restore_indexes).
+
+-- Every index pgkb expects in schema kb and the statement that creates it (a model's HNSW index with the
+-- current kb.settings hnsw_m / hnsw_ef_construction). Keep it in step with db/migrations: a test compares
+-- it with what they create.
+create or replace function kb.expected_indexes()
+returns table (index_name text, definition text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select x.index_name, x.definition
+    from (values
+        ('memberships_user_idx', 'create index memberships_user_idx on kb.memberships (user_id)'),
+        ('chunks_kb_idx', 'create index chunks_kb_idx on kb.chunks (kb_id)'),
+        ('chunks_terms_idx', 'create index chunks_terms_idx on kb.chunks using gin (terms)'),
+        ('chunks_trgm_idx', 'create index chunks_trgm_idx on kb.chunks using gin (content gin_trgm_ops)'),
+        (
+            'embedding_models_one_default',
+            'create unique index embedding_models_one_default on kb.embedding_models (is_default) where is_default'
+        ),
+        (
+            'embedding_queue_ready_idx',
+            'create index embedding_queue_ready_idx on kb.embedding_queue (model_id, next_attempt_at)'
+            || ' where not parked'
+        ),
+        ('embeddings_model_kb_idx', 'create index embeddings_model_kb_idx on kb.embeddings (model_id, kb_id)')
+    ) as x (index_name, definition)
+    union all
+    select
+        kb.hnsw_index_name(m.id),
+        kb.hnsw_index_definition(
+            m.id, m.dimension, kb.setting_int('hnsw_m'), kb.setting_int('hnsw_ef_construction')
+        )
+    from kb.embedding_models as m
+$$;
+
+-- The expected indexes that are missing, or present but not valid (a failed CREATE INDEX CONCURRENTLY
+-- or REINDEX leaves one that no query uses), with the statement that creates them; by name.
+create or replace function kb.index_problems()
+returns table (index_name text, problem text, definition text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select
+        e.index_name,
+        case when i.indexrelid is null then 'missing' else 'invalid' end,
+        e.definition
+    from kb.expected_indexes() as e
+    left join pg_class as c
+        on c.relname = e.index_name and c.relnamespace = 'kb'::regnamespace and c.relkind = 'i'
+    left join pg_index as i on c.oid = i.indexrelid
+    where i.indexrelid is null or not (i.indisvalid and i.indisready)
+    order by e.index_name
+$$;
+
+-- Re-create the missing expected indexes and rebuild the invalid ones (REINDEX keeps their own
+-- definition); returns each with what was done. Takes each table's SHARE lock while it builds: reads go
+-- on, writes wait.
+create or replace function kb.restore_indexes()
+returns table (index_name text, action text)
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    p record;
+begin
+    for p in select * from kb.index_problems() loop
+        if p.problem = 'invalid' then
+            execute format('reindex index kb.%I', p.index_name);
+            index_name := p.index_name;
+            action := 'rebuilt (was invalid)';
+        else
+            execute p.definition;
+            index_name := p.index_name;
+            action := 'created (was missing)';
+        end if;
+        return next;
+    end loop;
+end
+$$;
