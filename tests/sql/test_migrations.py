@@ -203,3 +203,22 @@ def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_the
     assert kb_indexes(db) == before
     assert main(["db", "status"]) == 0
     assert "every index pgkb expects is present and valid" in capsys.readouterr().out
+
+
+def test_db_status_names_the_bm25_leg_that_serves(db, monkeypatch, capsys):
+    """`pgkb db status` says which BM25 leg serves: numpy here (plpython3u with numpy), the SQL leg with
+    the reason when plpython3u is gone (a managed server), and the setting when it picks one."""
+    from pgkb.cli import main
+
+    info = db.info
+    monkeypatch.setenv("PGKB_DATABASE_URL", f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}")
+    capsys.readouterr()
+    assert main(["db", "status"]) == 0
+    assert "BM25 leg: numpy" in capsys.readouterr().out
+    db.execute("update kb.settings set value = 'scan' where key = 'lexical_leg'")
+    assert main(["db", "status"]) == 0
+    assert "BM25 leg: scan in SQL (kb.settings.lexical_leg chooses it)" in capsys.readouterr().out
+    db.execute("update kb.settings set value = 'auto' where key = 'lexical_leg'")
+    db.execute("drop extension plpython3u cascade")
+    assert main(["db", "status"]) == 0
+    assert "BM25 leg: blocks in SQL (this server has no plpython3u)" in capsys.readouterr().out

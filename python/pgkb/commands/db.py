@@ -65,6 +65,24 @@ def run(args, settings) -> int:
     return 0
 
 
+def _lexical_engine(conn) -> str:
+    """Which BM25 leg serves (kb.lexical_engine: 'auto' resolved), with why when it is not numpy."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            engine = conn.execute("select kb.lexical_engine()").fetchone()[0]
+    except psycopg.Error as e:
+        return f"unknown ({str(e).strip().splitlines()[0]})"
+    if engine == "numpy":
+        return "numpy (posting blocks scored inside the server)"
+    available = conn.execute("select to_regprocedure('kb.numpy_available()') is not null").fetchone()[0]
+    why = "kb.settings.lexical_leg chooses it" if available else "this server has no plpython3u"
+    if available and conn.execute("select kb.setting('lexical_leg')").fetchone()[0] == "auto":
+        why = "the server's Python has no numpy: install python3-numpy (make setup)"
+    return f"{engine} in SQL ({why})"
+
+
 def _report_indexes(url: str) -> int:
     """Print each index pgkb expects that searches cannot use (missing or invalid); 4 when there is one."""
     import psycopg
@@ -78,9 +96,11 @@ def _report_indexes(url: str) -> int:
                 print("indexes: not checked (no pgkb schema of this version: run `pgkb db migrate`)")
                 return 0
             problems = index_problems(conn)
+            engine = _lexical_engine(conn)
     except psycopg.Error as e:
         print(f"indexes: not checked ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
         return 0
+    print(f"BM25 leg: {engine}")
     for name, problem in problems:
         print(f"index kb.{name}: {problem} (searches that need it scan sequentially; `pgkb db migrate` re-creates it)")
     if not problems:
