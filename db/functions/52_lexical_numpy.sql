@@ -43,11 +43,14 @@ if "plans" not in SD:
             ["integer[]"],
         ),
         # the query terms the legs take (kb.lexical_query_terms: capped, the rarest) with their df over
-        # the visible knowledge bases, and per visible knowledge base their recent postings
+        # the visible knowledge bases, and per visible knowledge base their recent postings. Both reads
+        # below are a lateral subquery with OFFSET 0: one index lookup per term, keyed by the visible
+        # kb_ids, whatever the row estimates (a join was planned as a hash join over every row)
         "terms": plpy.prepare(
             "select q.term, q.df::float8 as df, s.recent_ids, s.recent_tfs, s.recent_dls"
             " from kb.lexical_query_terms($1, $2) as q"
-            " inner join kb.term_stats as s on s.term = q.term and s.kb_id = any($2)",
+            " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
+            " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
             ["text", "integer[]"],
         ),
         # every block of the terms in one row: the blocks' fields as binary arrays (one aggregate node
@@ -57,7 +60,8 @@ if "plans" not in SD:
             " array_send(array_agg(p.first_chunk)) as first_chunk, array_send(array_agg(p.n::integer)) as n,"
             " array_send(array_agg(octet_length(p.payload))) as length, string_agg(p.payload, ''::bytea) as payload"
             " from unnest($1::text[]) with ordinality as q (term, i)"
-            " inner join kb.postings as p on p.kb_id = any($2) and p.term = q.term",
+            " cross join lateral (select p.tier, p.first_chunk, p.n, p.payload from kb.postings as p"
+            " where p.kb_id = any($2) and p.term = q.term offset 0) as p",
             ["text[]", "integer[]"],
         ),
         # which candidates pass doc_filter, tested on documents of the searched knowledge bases only

@@ -350,3 +350,17 @@ def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
     finally:
         admin.execute("revoke select on kb.chunks from alice, bob")
     assert admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * N_KBS
+
+
+@pytest.mark.parametrize("engine", ["numpy", "blocks"])
+def test_bm25_leg_reads_its_lists_by_index_with_either_engine(admin, explained, engine):
+    """bob (68% of the rows visible): the numpy leg and the SQL blocks leg both read term_stats and the
+    posting blocks through their primary keys, starting from the visible kb_ids, never by a scan."""
+    admin.execute("update kb.settings set value = %s where key = 'lexical_leg'", [engine])
+    try:
+        conn, notices = explained("bob")
+        rows = conn.execute("select kb from kb.lexical_search(%s, top_k => 5)", [NEEDLE]).fetchall()
+        assert len(rows) == 5
+        assert_lexical_plan_uses_postings_index(lexical_plan(notices))
+    finally:
+        admin.execute("update kb.settings set value = 'auto' where key = 'lexical_leg'")
