@@ -4,7 +4,7 @@
 
 insert into kb.settings (key, value, description) values
 (
-    'lexical_max_query_terms', '64',
+    'lexical_max_query_terms', '256',
     'the most distinct query terms the lexical legs score (the rarest, highest idf, are kept)'
 )
 on conflict (key) do nothing;

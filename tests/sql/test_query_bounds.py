@@ -42,7 +42,7 @@ def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
         " and s.df > 0 order by s.df, s.term",
         [kb_ids, query],
     ).fetchall()
-    assert len(everything) > cap == len(kept) == 64
+    assert len(everything) > cap == len(kept) == 256
     assert sorted(kept, key=lambda r: (r[1], r[0])) == everything[:cap]
 
 
