@@ -10,7 +10,8 @@
 -- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb.encode_postings
 -- writes it; kb.decode_postings (SQL) and kb.lexical_leg_numpy (numpy) read it, and tests hold them equal.
 
--- The most postings a block holds. A write rewrites at most one block per (term, tier) it touches.
+-- The most postings a block holds: a flush of recent postings rewrites at most a list's last block, a
+-- delete the blocks that held the removed postings.
 create or replace function kb.posting_block_size()
 returns integer
 language sql immutable parallel safe
@@ -18,7 +19,8 @@ set search_path = pg_catalog, pg_temp
 as $$ select 256 $$;
 
 -- The payload field widths of a tier's blocks (see the format above) and what they are relative to: the
--- tf a tier implies (tf_bytes = 0) and the tier's length floor. Inlined (no SET clause, names no object).
+-- tf a tier implies (tf_bytes = 0) and the tier's length floor. No SET clause (it names no object), so
+-- that the decoder that calls it stays inlinable.
 create or replace function kb.posting_fields(
     tier integer, out tf_bytes integer, out dl_bytes integer, out tf_fixed integer, out dl_min integer
 )
