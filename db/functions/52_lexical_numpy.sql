@@ -22,9 +22,10 @@ $$;
 
 -- Exact Okapi BM25 top n of query over the given (visible) knowledge bases, ties by chunk id: df, N and
 -- avgdl from those knowledge bases only; every posting of the query's terms (blocks and recent postings)
--- read in three statements, decoded and scored with numpy, summed per chunk and cut to the n best; with
--- doc_filter, candidates are taken best first until n pass it. Rank 1 = best; score = BM25. No pruning:
--- MaxScore rounds cost more than they saved at 100k chunks (docs/benchmarks.md, "BM25 leg in numpy").
+-- read in a few statements, decoded and scored with numpy, summed per chunk and cut to the n best; with
+-- doc_filter, candidates are taken best first until n pass it. Rank 1 = best; score = BM25. Work is bounded
+-- by kb.settings.lexical_numpy_posting_budget: beyond it the most common query terms are left out. No
+-- pruning: MaxScore rounds cost more than they saved at 100k chunks (docs/benchmarks.md, issue 19).
 create or replace function kb.lexical_leg_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
 )
@@ -36,6 +37,7 @@ import numpy as np
 
 if "plans" not in SD:
     SD["plans"] = {
+        "budget": plpy.prepare("select kb.setting_int('lexical_numpy_posting_budget') as budget"),
         "size": plpy.prepare(
             "select greatest(coalesce(sum(k.chunk_count), 0), 1)::float8 as n_chunks,"
             " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total"
@@ -121,7 +123,17 @@ for row in plpy.execute(plans["terms"], [query, kb_ids]):
         recent.append((row["term"], row["recent_ids"], row["recent_tfs"], row["recent_dls"]))
 if not df:
     return []
-terms = sorted(df)
+# bounded work: the rarest terms while their postings fit the budget (the first one always)
+budget = plpy.execute(plans["budget"])[0]["budget"]
+terms, postings = [], 0.0
+for t in sorted(df, key=lambda t: (df[t], t)):
+    if terms and postings + df[t] > budget:
+        break
+    terms.append(t)
+    postings += df[t]
+kept = set(terms)
+terms.sort()
+recent = [r for r in recent if r[0] in kept]
 idf = np.array([np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
 term_no = {t: i for i, t in enumerate(terms)}
 

@@ -477,3 +477,28 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
         observe("zqxbobsecret")  # warm caches and plans alike
         observe("zqxnoonehas")
         assert observe("zqxbobsecret") == observe("zqxnoonehas"), engine
+
+
+def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):
+    """With lexical_numpy_posting_budget below a query's postings, the numpy leg scores the rarest terms
+    whose postings fit (the rarest always) and leaves the most common out: its answer is exact BM25 of
+    those terms; with the default budget it is exact BM25 of the whole query."""
+    ids = kb_ids(corpus, "kb-a", "kb-b")
+    query = "w0 w1 w2 w40 w41"
+    ranked = corpus.execute(
+        "select term, df from kb.lexical_query_terms(%s, %s) order by df, term", [query, ids]
+    ).fetchall()
+    assert len(ranked) >= 3 and ranked[0][1] < ranked[-1][1]
+    assert_same_ranking(
+        corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall(),
+        corpus.execute(SCAN, [query, ids, 10, 1.2, 0.75]).fetchall(),
+    )
+    budget = ranked[0][1] + ranked[1][1]  # the two rarest fit, the third does not
+    corpus.execute("update kb.settings set value = %s where key = 'lexical_numpy_posting_budget'", [str(budget)])
+    kept = " ".join(t for t, _ in ranked[:2])
+    got = corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall()
+    want = corpus.execute(SCAN, [kept, ids, 10, 1.2, 0.75]).fetchall()
+    assert [c for c, _ in got] == [c for c, _ in want]
+    corpus.execute("update kb.settings set value = '1' where key = 'lexical_numpy_posting_budget'")
+    got = corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall()
+    assert [c for c, _ in got] == [c for c, _ in corpus.execute(SCAN, [ranked[0][0], ids, 10, 1.2, 0.75]).fetchall()]
