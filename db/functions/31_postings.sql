@@ -4,7 +4,8 @@
 -- tier, first chunk id) of up to kb.posting_block_size() postings, in id order.
 --
 -- Block payload (format 1): n postings of one tier, sorted by chunk id, in three runs:
---   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, else 4)
+--   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, 4 fewer than 2^32,
+--                            else 8)
 --   term frequency           n x tf_bytes (0 for tf classes 1 and 2: the tier says it; 1 for 3..16; 4 for 17+)
 --   chunk length - floor     n x dl_bytes (1 for length classes 0-8: none is 256 wide; 4 for 724+)
 -- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb.encode_postings
@@ -32,7 +33,8 @@ as $$
         (array[0, 45, 64, 91, 128, 181, 256, 362, 512, 724])[tier % 10 + 1]
 $$;
 
--- The unsigned big-endian integer of width bytes (0, 1, 2 or 4) at offset o of p (0 for width 0).
+-- The unsigned big-endian integer of width bytes (0, 1, 2, 4 or 8) at offset o of p (0 for width 0; an
+-- 8-byte one is below 2^63: chunk ids are bigint).
 -- Inlined (no SET clause, names no object).
 create or replace function kb.payload_uint(p bytea, o integer, width integer)
 returns bigint
@@ -43,12 +45,16 @@ as $$
         when 1 then get_byte(p, o)::bigint
         when 2 then (get_byte(p, o) << 8 | get_byte(p, o + 1))::bigint
         -- << and | bind alike, left to right: every shift in its own parentheses
-        else (get_byte(p, o)::bigint << 24) | (get_byte(p, o + 1) << 16) | (get_byte(p, o + 2) << 8) | get_byte(p, o + 3)
+        when 4 then (get_byte(p, o)::bigint << 24) | (get_byte(p, o + 1) << 16) | (get_byte(p, o + 2) << 8)
+            | get_byte(p, o + 3)
+        else (get_byte(p, o)::bigint << 56) | (get_byte(p, o + 1)::bigint << 48) | (get_byte(p, o + 2)::bigint << 40)
+            | (get_byte(p, o + 3)::bigint << 32) | (get_byte(p, o + 4)::bigint << 24) | (get_byte(p, o + 5) << 16)
+            | (get_byte(p, o + 6) << 8) | get_byte(p, o + 7)
     end
 $$;
 
--- The payload of one block: postings of the given tier, ids ascending (ids[1] is its first_chunk) and
--- spanning fewer than 2^32 ids, tfs and lengths inside the tier's classes (kb.posting_tier).
+-- The payload of one block: postings of the given tier, ids ascending (ids[1] is its first_chunk), tfs and
+-- lengths inside the tier's classes (kb.posting_tier).
 create or replace function kb.encode_postings(tier integer, ids bigint[], tfs integer[], dls integer[])
 returns bytea
 language sql immutable parallel safe
@@ -60,7 +66,8 @@ as $$
         || string_agg(substring(int8send((x.dl - f.dl_min)::bigint) from 9 - f.dl_bytes), ''::bytea order by x.o)
     from kb.posting_fields(tier) as f
     cross join (
-        select case when ids[cardinality(ids)] - ids[1] < 65536 then 2 else 4 end as id_bytes
+        select case when ids[cardinality(ids)] - ids[1] < 65536 then 2
+            when ids[cardinality(ids)] - ids[1] < 4294967296 then 4 else 8 end as id_bytes
     ) as w
     cross join unnest(ids, tfs, dls) with ordinality as x (id, tf, dl, o)
 $$;

@@ -406,8 +406,9 @@ end
 $$;
 
 -- The BM25 leg's top n (chunk_id, rank, score) by the engine kb.lexical_engine() picks, with that leg's
--- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy is exact and
--- needs none). Every engine ranks by the same BM25 over the same visible statistics.
+-- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
+-- lexical_numpy_posting_budget). Every engine scores the same BM25 over the same visible statistics and
+-- returns the exact top n whenever its budget holds the query's postings.
 create or replace function kb.lexical_hits(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
 )
@@ -644,7 +645,8 @@ begin
         c.chunk_type, c.metadata, fused.fused_score, fused.v_rank, fused.l_rank, fused.f_rank,
         fused.v_score, fused.l_score, fused.f_score, embedding is not null
     from fused
-    join kb.chunks as c on c.id = fused.chunk_id
+    -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
+    join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
     join kb.documents as d on d.id = c.document_id
     join kb.knowledge_bases as k on k.id = c.kb_id
     order by fused.fused_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id

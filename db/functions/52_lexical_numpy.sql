@@ -20,12 +20,13 @@ if "numpy_ok" not in GD:
 return GD["numpy_ok"]
 $$;
 
--- Exact Okapi BM25 top n of query over the given (visible) knowledge bases, ties by chunk id: df, N and
--- avgdl from those knowledge bases only; every posting of the query's terms (blocks and recent postings)
--- read in a few statements, decoded and scored with numpy, summed per chunk and cut to the n best; with
--- doc_filter, candidates are taken best first until n pass it. Rank 1 = best; score = BM25. Work is bounded
--- by kb.settings.lexical_numpy_posting_budget: beyond it the most common query terms are left out. No
--- pruning: MaxScore rounds cost more than they saved at 100k chunks (docs/benchmarks.md, issue 19).
+-- Okapi BM25 top n of query over the given (visible) knowledge bases, ties by chunk id: df, N and avgdl
+-- from those knowledge bases only; every posting of the query's terms (blocks and recent postings) read in
+-- a few statements, decoded and scored with numpy, summed per chunk and cut to the n best: exact BM25 while
+-- the terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the most common terms are
+-- left out, and when not even the rarest fits, the SQL leg (kb.lexical_leg, within its own budget) answers.
+-- With doc_filter, candidates are tested best first until n pass it, at most lexical_posting_budget of
+-- them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than they saved at 100k chunks.
 create or replace function kb.lexical_leg_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
 )
@@ -37,7 +38,14 @@ import numpy as np
 
 if "plans" not in SD:
     SD["plans"] = {
-        "budget": plpy.prepare("select kb.setting_int('lexical_numpy_posting_budget') as budget"),
+        "budget": plpy.prepare(
+            "select kb.setting_int('lexical_numpy_posting_budget') as postings,"
+            " kb.setting_int('lexical_posting_budget') as sql_postings"
+        ),
+        "sql_leg": plpy.prepare(
+            "select chunk_id, rank, score from kb.lexical_leg($1, $2, $3, $4, $5, $6, $7)",
+            ["text", "integer[]", "integer", "jsonb", "float8", "float8", "integer"],
+        ),
         "size": plpy.prepare(
             "select greatest(coalesce(sum(k.chunk_count), 0), 1)::float8 as n_chunks,"
             " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total"
@@ -92,10 +100,17 @@ def binary_array(raw, element):
     return np.frombuffer(raw, dtype=np.dtype([("len", ">i4"), ("v", element)]), offset=20)["v"].astype(np.int64)
 
 
+def column(m, start, width):
+    """A field of full blocks: FULL unsigned big-endian integers of width bytes from byte start of every row
+    of m (one block a row), as int64. Copied first: numpy before 1.23 changes the item size of C-contiguous
+    arrays only."""
+    return np.ascontiguousarray(m[:, start : start + FULL * width]).view(f">u{width}").astype(np.int64)
+
+
 def uint_at(buf, offsets, widths):
-    """Unsigned big-endian integers at the byte offsets, each of its width (1, 2 or 4)."""
+    """Unsigned big-endian integers at the byte offsets, each of its width (1, 2, 4 or 8; below 2^63)."""
     out = np.zeros(len(offsets), dtype=np.int64)
-    for width in (1, 2, 4):
+    for width in (1, 2, 4, 8):
         sel = widths == width
         if not sel.any():
             continue
@@ -123,14 +138,16 @@ for row in plpy.execute(plans["terms"], [query, kb_ids]):
         recent.append((row["term"], row["recent_ids"], row["recent_tfs"], row["recent_dls"]))
 if not df:
     return []
-# bounded work: the rarest terms while their postings fit the budget (the first one always)
-budget = plpy.execute(plans["budget"])[0]["budget"]
+# bounded work: the rarest terms while their postings fit the budget; not even the rarest: the SQL leg
+budget = plpy.execute(plans["budget"])[0]
 terms, postings = [], 0.0
 for t in sorted(df, key=lambda t: (df[t], t)):
-    if terms and postings + df[t] > budget:
+    if postings + df[t] > budget["postings"]:
         break
     terms.append(t)
     postings += df[t]
+if not terms:
+    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, budget["sql_postings"]])
 kept = set(terms)
 terms.sort()
 recent = [r for r in recent if r[0] in kept]
@@ -163,7 +180,7 @@ if row["n"] is not None:
     id_bytes = length // count - tf_bytes - dl_bytes
     full = count == FULL
     # full blocks, by layout (field widths): one 2-d array each, its fields big-endian views of its columns
-    layout = (tf_bytes * 8 + dl_bytes) * 8 + id_bytes
+    layout = (tf_bytes * 16 + dl_bytes) * 16 + id_bytes
     blocks = np.flatnonzero(full)
     blocks = blocks[np.argsort(layout[blocks], kind="stable")]
     cuts = (np.flatnonzero(np.diff(layout[blocks])) + 1).tolist()
@@ -172,12 +189,12 @@ if row["n"] is not None:
         width = int(length[sel[0]])
         tb, db, ib = int(tf_bytes[sel[0]]), int(dl_bytes[sel[0]]), int(id_bytes[sel[0]])
         m = buf[start[sel][:, None] + np.arange(width)]
-        ids = (first[sel][:, None] + m[:, : FULL * ib].view(f">u{ib}")).ravel()
+        ids = (first[sel][:, None] + column(m, 0, ib)).ravel()
         if tb:
-            tfs = m[:, FULL * ib : FULL * (ib + tb)].view(f">u{tb}").ravel().astype(np.float64)
+            tfs = column(m, FULL * ib, tb).ravel().astype(np.float64)
         else:
             tfs = np.repeat(TF_FIXED[tier[sel]], FULL)
-        dls = (m[:, FULL * (ib + tb) :].view(f">u{db}").astype(np.int64) + DL_MIN[tier[sel]][:, None]).ravel()
+        dls = (column(m, FULL * (ib + tb), db) + DL_MIN[tier[sel]][:, None]).ravel()
         add(ids, tfs, dls, np.repeat(idf[term_of[sel]], FULL))
     # the other blocks (a list's last one, small lists): a byte offset per posting and field
     part = np.flatnonzero(~full)
@@ -194,6 +211,8 @@ if row["n"] is not None:
         dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
         add(ids, tfs, dls, idf[term_of[blk]])
 
+if not parts_ids:  # df > 0 but no postings: a knowledge base between kb.clear_postings and its build
+    return []
 # sum per chunk: densely over the id range when it is not much wider than the postings
 all_ids = np.concatenate(parts_ids)
 all_w = np.concatenate(parts_w)
@@ -222,11 +241,14 @@ def best(ids, scores, k):
 if doc_filter is None:
     top_ids, top_scores = best(cand_ids, cand_scores, n)
 else:
-    # best first, in growing batches, until n candidates pass the filter
+    # best first, in growing batches, until n candidates pass the filter or lexical_posting_budget were tested
     got_ids, got_scores = [], []
     want = max(4 * n, 256)
+    tested = 0
     remaining_ids, remaining_scores = cand_ids, cand_scores
-    while len(remaining_ids) and sum(len(x) for x in got_ids) < n:
+    while len(remaining_ids) and sum(len(x) for x in got_ids) < n and tested < budget["sql_postings"]:
+        want = min(want, budget["sql_postings"] - tested)
+        tested += want
         batch_ids, batch_scores = best(remaining_ids, remaining_scores, want)
         ok = plpy.execute(plans["eligible"], [batch_ids.tolist(), doc_filter, kb_ids])[0]["ids"] or []
         keep = np.isin(batch_ids, np.asarray(ok, dtype=np.int64))

@@ -1,5 +1,5 @@
 -- 018 posting payload: a posting block's chunk ids, term frequencies and chunk lengths move from three
--- SQL arrays (16 bytes a posting) into one compact bytea payload (about 3 bytes a posting), which the
+-- SQL arrays (16 bytes a posting) into one compact bytea payload (3-4 bytes a posting), which the
 -- BM25 leg decodes with numpy inside the server (plpython3u) or, without it, in SQL. The format is
 -- kb.encode_postings / kb.decode_postings (db/functions/31_postings.sql); blocks hold up to 256 postings.
 -- The blocks are rebuilt from the chunks by db/functions/31_postings.sql (every knowledge base whose
@@ -19,8 +19,10 @@ drop column dls,
 add column n smallint not null check (n between 1 and 256),
 add column payload bytea not null;
 
--- the payload is already compact: compressing it would cost time on every read and save little
-alter table kb.postings alter column payload set storage main;
+-- the payload is already compact and read byte by byte by the SQL leg (get_byte decompresses a compressed
+-- value again on every call): never compressed nor moved out of line (at most 256 x 16 bytes, a row fits
+-- a page)
+alter table kb.postings alter column payload set storage plain;
 
 -- the posting format a knowledge base's blocks are in: new ones start in the current one (1); existing
 -- ones are rebuilt (their old blocks are gone)

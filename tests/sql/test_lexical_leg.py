@@ -368,12 +368,12 @@ def test_search_works_without_plpython(db):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     tier=st.integers(0, 59),
-    gaps=st.lists(st.integers(1, 300_000), min_size=0, max_size=300),
+    gaps=st.lists(st.one_of(st.integers(1, 300_000), st.just(2**33)), min_size=0, max_size=300),
     seed=st.integers(0, 10_000),
 )
 def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
     """kb.encode_postings then kb.decode_postings gives the postings back, in every tier and id width
-    (spans below and above 65536), with the widest tf and length classes (17+, 724+)."""
+    (spans below 65536, below 2^32 and above), with the widest tf and length classes (17+, 724+)."""
     rnd = random.Random(seed)
     tf_lo, tf_hi = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 100_000)][tier // 10]
     floors = [0, 45, 64, 91, 128, 181, 256, 362, 512, 724, 10**6]
@@ -406,8 +406,14 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         # 20 per document: 400 postings of 'wide' in the widest tier (tf 17+, 724+ terms), a full block
         chunks += [{"content": "wide " * rnd.randint(17, 30) + "pad " * 760} for _ in range(20)]
         db.execute("select kb.replace_document('kb-wide', %s, 't', %s::jsonb)", [f"d{d}.md", json.dumps(chunks)])
-        # the next document's chunk ids lie 70,000 further: a list's block spans more than 65536 ids
-        db.execute("select setval(pg_get_serial_sequence('kb.chunks', 'id'), (select max(id) from kb.chunks) + 70000)")
+        # the next document's chunk ids lie 70,000 further (5 billion once): a list's block spans more
+        # than 65536 ids (4-byte offsets), one more than 2^32 (8-byte offsets)
+        gap = 5_000_000_000 if d == 10 else 70000
+        db.execute(
+            "select setval(pg_get_serial_sequence('kb.chunks', 'id'), (select max(id) from kb.chunks) + %s)", [gap]
+        )
+        # another knowledge base's chunks in the gap, holding the same term
+        db.execute("select kb.replace_document('kb-other', %s, 't', %s::jsonb)", [f"o{d}.md", json.dumps(chunks[-3:])])
     assert (
         db.execute(
             "select count(*) from kb.postings where octet_length(payload) / n"
@@ -418,6 +424,10 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
     assert (
         db.execute("select count(*) from kb.postings where tier = 59 and n = kb.posting_block_size()").fetchone()[0] > 0
     )
+    assert db.execute(
+        "select count(*) from kb.postings where octet_length(payload) / n"
+        " = (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 8"
+    ).fetchone()[0] > 0
     ids = kb_ids(db, "kb-wide")
     for query in ("wide w0 w1", "long7 wide w3", "w0 w1 w2 w3 w4 long1"):
         want = db.execute(SCAN, [query, ids, 20, 1.2, 0.75]).fetchall()
@@ -481,8 +491,8 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
 
 def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):
     """With lexical_numpy_posting_budget below a query's postings, the numpy leg scores the rarest terms
-    whose postings fit (the rarest always) and leaves the most common out: its answer is exact BM25 of
-    those terms; with the default budget it is exact BM25 of the whole query."""
+    whose postings fit and leaves the most common out: its answer is exact BM25 of those terms; with the
+    default budget it is exact BM25 of the whole query."""
     ids = kb_ids(corpus, "kb-a", "kb-b")
     query = "w0 w1 w2 w40 w41"
     ranked = corpus.execute(
@@ -499,6 +509,22 @@ def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):
     got = corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall()
     want = corpus.execute(SCAN, [kept, ids, 10, 1.2, 0.75]).fetchall()
     assert [c for c, _ in got] == [c for c, _ in want]
-    corpus.execute("update kb.settings set value = '1' where key = 'lexical_numpy_posting_budget'")
+    corpus.execute("update kb.settings set value = %s where key = 'lexical_numpy_posting_budget'", [str(ranked[0][1])])
     got = corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall()
     assert [c for c, _ in got] == [c for c, _ in corpus.execute(SCAN, [ranked[0][0], ids, 10, 1.2, 0.75]).fetchall()]
+
+
+def test_numpy_leg_after_clear_and_when_no_term_fits_its_budget(corpus):
+    """A knowledge base between kb.clear_postings and its build (df > 0, no posting) answers nothing rather
+    than an error; when not even the rarest query term fits lexical_numpy_posting_budget, the SQL leg
+    answers within its own budget."""
+    ids = kb_ids(corpus, "kb-a", "kb-b")
+    query = "w0 w1 w2"
+    corpus.execute("update kb.settings set value = '1' where key = 'lexical_numpy_posting_budget'")
+    want = corpus.execute(
+        "select chunk_id, score from kb.lexical_leg(%s, %s, 10, null, 1.2, 0.75, 40000)", [query, ids]
+    ).fetchall()
+    assert want and corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == want
+    corpus.execute("update kb.settings set value = '2000000' where key = 'lexical_numpy_posting_budget'")
+    corpus.execute("select kb.clear_postings(id) from kb.knowledge_bases where name in ('kb-a', 'kb-b')")
+    assert corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == []

@@ -76,9 +76,11 @@ def _lexical_engine(conn) -> str:
         return f"unknown ({str(e).strip().splitlines()[0]})"
     if engine == "numpy":
         return "numpy (posting blocks scored inside the server)"
-    available = conn.execute("select to_regprocedure('kb.numpy_available()') is not null").fetchone()[0]
-    why = "kb.settings.lexical_leg chooses it" if available else "this server has no plpython3u"
-    if available and conn.execute("select kb.setting('lexical_leg')").fetchone()[0] == "auto":
+    if conn.execute("select kb.setting('lexical_leg')").fetchone()[0] != "auto":
+        why = "kb.settings.lexical_leg chooses it"
+    elif conn.execute("select to_regprocedure('kb.numpy_available()') is null").fetchone()[0]:
+        why = "this server has no plpython3u"
+    else:
         why = "the server's Python has no numpy: install python3-numpy (make setup)"
     return f"{engine} in SQL ({why})"
 
