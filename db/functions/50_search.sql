@@ -371,39 +371,54 @@ begin
 end
 $$;
 
--- The BM25 leg that serves (kb.settings.lexical_leg): 'numpy' (kb.lexical_leg_numpy), 'blocks'
+-- Which BM25 leg serves and why (kb.settings.lexical_leg): 'numpy' (kb.lexical_leg_numpy), 'blocks'
 -- (kb.lexical_leg) or 'scan' (kb.lexical_leg_scan); 'auto', the default, is numpy where the server has
 -- plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a server without it.
-create or replace function kb.lexical_engine()
-returns text
+-- The one place of this rule: searches (kb.lexical_engine) and `pgkb db status` read it.
+create or replace function kb.lexical_engine_choice(out engine text, out reason text)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     method constant text := kb.setting('lexical_leg');
+    has_python constant boolean := to_regprocedure('kb.numpy_available()') is not null;
 begin
     if method not in ('auto', 'numpy', 'blocks', 'scan') then
         raise exception 'setting "lexical_leg" must be ''auto'', ''numpy'', ''blocks'' or ''scan'', not "%"',
             left(method, 50) using errcode = 'invalid_parameter_value';
     end if;
-    if method in ('auto', 'numpy') then
-        -- kb.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
-        -- the call is planned only where it exists
-        if to_regprocedure('kb.numpy_available()') is not null then
-            if kb.numpy_available() then
-                return 'numpy';
-            end if;
-        end if;
-        if method = 'numpy' then
-            raise exception 'setting "lexical_leg" is ''numpy'', but this server has no plpython3u with numpy'
-                using errcode = 'feature_not_supported',
-                hint = 'install python3-numpy for the server (make setup), or set lexical_leg to ''auto''';
-        end if;
-        return 'blocks';
+    if method in ('blocks', 'scan') then
+        engine := method;
+        reason := 'kb.settings.lexical_leg chooses it';
+        return;
     end if;
-    return method;
+    -- kb.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
+    -- the call is planned only where it exists
+    if has_python then
+        if kb.numpy_available() then
+            engine := 'numpy';
+            reason := 'posting blocks scored inside the server';
+            return;
+        end if;
+    end if;
+    if method = 'numpy' then
+        raise exception 'setting "lexical_leg" is ''numpy'', but this server has no plpython3u with numpy'
+            using errcode = 'feature_not_supported',
+            hint = 'install python3-numpy for the server (make setup), or set lexical_leg to ''auto''';
+    end if;
+    engine := 'blocks';
+    reason := case when has_python
+        then 'the server''s Python has no numpy: install python3-numpy (make setup)'
+        else 'this server has no plpython3u' end;
 end
 $$;
+
+-- The BM25 leg that serves (kb.lexical_engine_choice without its reason).
+create or replace function kb.lexical_engine()
+returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$ select c.engine from kb.lexical_engine_choice() as c $$;
 
 -- The BM25 leg's top n (chunk_id, rank, score) by the engine kb.lexical_engine() picks, with that leg's
 -- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,

@@ -38,17 +38,17 @@ import numpy as np
 
 if "plans" not in SD:
     SD["plans"] = {
-        "budget": plpy.prepare(
-            "select kb.setting_int('lexical_numpy_posting_budget') as postings,"
-            " kb.setting_int('lexical_posting_budget') as sql_postings"
-        ),
+        # the SQL leg, for a query whose rarest term alone exceeds the numpy leg's budget
         "sql_leg": plpy.prepare(
-            "select chunk_id, rank, score from kb.lexical_leg($1, $2, $3, $4, $5, $6, $7)",
-            ["text", "integer[]", "integer", "jsonb", "float8", "float8", "integer"],
+            "select chunk_id, rank, score"
+            " from kb.lexical_leg($1, $2, $3, $4, $5, $6, kb.setting_int('lexical_posting_budget'))",
+            ["text", "integer[]", "integer", "jsonb", "float8", "float8"],
         ),
+        # N, total length, and the most candidates a document filter is tested on
         "size": plpy.prepare(
             "select greatest(coalesce(sum(k.chunk_count), 0), 1)::float8 as n_chunks,"
-            " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total"
+            " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total,"
+            " kb.setting_int('lexical_posting_budget') as filter_budget"
             " from kb.knowledge_bases as k where k.id = any($1)",
             ["integer[]"],
         ),
@@ -56,9 +56,12 @@ if "plans" not in SD:
         # the visible knowledge bases, and per visible knowledge base their recent postings. Both reads
         # below are a lateral subquery with OFFSET 0: one index lookup per term, keyed by the visible
         # kb_ids, whatever the row estimates (a join was planned as a hash join over every row)
+        # kept: the rarest terms while their postings fit lexical_numpy_posting_budget
         "terms": plpy.prepare(
-            "select q.term, q.df::float8 as df, s.recent_ids, s.recent_tfs, s.recent_dls"
-            " from kb.lexical_query_terms($1, $2) as q"
+            "select q.term, q.df::float8 as df, q.kept, s.recent_ids, s.recent_tfs, s.recent_dls"
+            " from (select t.term, t.df, sum(t.df) over (order by t.df, t.term)"
+            " <= kb.setting_int('lexical_numpy_posting_budget') as kept"
+            " from kb.lexical_query_terms($1, $2) as t) as q"
             " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
             ["text", "integer[]"],
@@ -130,27 +133,16 @@ n_chunks = size["n_chunks"]
 c1 = k1 * (1 - b)
 c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 
-df = {}
-recent = []
-for row in plpy.execute(plans["terms"], [query, kb_ids]):
-    df[row["term"]] = row["df"]
-    if row["recent_ids"]:
-        recent.append((row["term"], row["recent_ids"], row["recent_tfs"], row["recent_dls"]))
-if not df:
+rows = plpy.execute(plans["terms"], [query, kb_ids])
+if not rows:
     return []
-# bounded work: the rarest terms while their postings fit the budget; not even the rarest: the SQL leg
-budget = plpy.execute(plans["budget"])[0]
-terms, postings = [], 0.0
-for t in sorted(df, key=lambda t: (df[t], t)):
-    if postings + df[t] > budget["postings"]:
-        break
-    terms.append(t)
-    postings += df[t]
-if not terms:
-    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, budget["sql_postings"]])
-kept = set(terms)
-terms.sort()
-recent = [r for r in recent if r[0] in kept]
+df = {r["term"]: r["df"] for r in rows if r["kept"]}
+if not df:  # bounded work: not even the rarest term fits the budget
+    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b])
+recent = [
+    (r["term"], r["recent_ids"], r["recent_tfs"], r["recent_dls"]) for r in rows if r["kept"] and r["recent_ids"]
+]
+terms = sorted(df)
 idf = np.array([np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
 term_no = {t: i for i, t in enumerate(terms)}
 
@@ -246,8 +238,8 @@ else:
     want = max(4 * n, 256)
     tested = 0
     remaining_ids, remaining_scores = cand_ids, cand_scores
-    while len(remaining_ids) and sum(len(x) for x in got_ids) < n and tested < budget["sql_postings"]:
-        want = min(want, budget["sql_postings"] - tested)
+    while len(remaining_ids) and sum(len(x) for x in got_ids) < n and tested < size["filter_budget"]:
+        want = min(want, size["filter_budget"] - tested)
         tested += want
         batch_ids, batch_scores = best(remaining_ids, remaining_scores, want)
         ok = plpy.execute(plans["eligible"], [batch_ids.tolist(), doc_filter, kb_ids])[0]["ids"] or []

@@ -243,15 +243,20 @@ def test_migration_rebuild_matches_maintained_postings(db):
         assert term == term2 and kept & rebuilt == rebuilt
 
 
+def alice_bob_and_a_public_kb(db, connect_as, seed: int, docs: int):
+    """Users alice and bob, a public knowledge base 'shared' of random documents; their connections."""
+    db.execute("select kb.create_user('alice', 'alice'), kb.create_user('bob', 'bob')")
+    rnd = random.Random(seed)
+    for d in range(docs):
+        write_doc(db, "shared", f"d{d}.md", rnd)
+    db.execute("update kb.knowledge_bases set visibility = 'public' where name = 'shared'")
+    return connect_as("alice"), connect_as("bob")
+
+
 def test_private_kb_changes_neither_results_nor_scores_of_others(db, connect_as):
     """df / N / avgdl are per visible knowledge base: bob's private knowledge base full of alice's query
     terms moves nothing alice sees, through the blocks leg."""
-    db.execute("select kb.create_user('alice', 'alice'), kb.create_user('bob', 'bob')")
-    rnd = random.Random(5)
-    for d in range(10):
-        write_doc(db, "shared", f"d{d}.md", rnd)
-    db.execute("update kb.knowledge_bases set visibility = 'public' where name = 'shared'")
-    alice, bob = connect_as("alice"), connect_as("bob")
+    alice, bob = alice_bob_and_a_public_kb(db, connect_as, seed=5, docs=10)
     queries = ["w0 w1 w7", "w3 缓存", "w12 w2 w0 数据库连接"]
     sql = "select chunk_id, score from kb.lexical_search(%s, 30)"
     before = [alice.execute(sql, [q]).fetchall() for q in queries]
@@ -439,12 +444,7 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
     """As alice, a BM25 search for a term only bob's private knowledge base holds and one for a term no
     one holds read the same: equal pg_stat_xact_* counters of every kb table and index, and equal
     EXPLAIN (ANALYZE, BUFFERS) of the search, through every engine."""
-    db.execute("select kb.create_user('alice', 'alice'), kb.create_user('bob', 'bob')")
-    rnd = random.Random(14)
-    for d in range(8):
-        write_doc(db, "shared", f"d{d}.md", rnd)
-    db.execute("update kb.knowledge_bases set visibility = 'public' where name = 'shared'")
-    alice, bob = connect_as("alice"), connect_as("bob")
+    alice, bob = alice_bob_and_a_public_kb(db, connect_as, seed=14, docs=8)
     for d in range(70):  # enough for a block of its own in bob's lists
         bob.execute(
             "select kb.replace_document('bob-private', %s, '', %s::jsonb)",

@@ -66,23 +66,15 @@ def run(args, settings) -> int:
 
 
 def _lexical_engine(conn) -> str:
-    """Which BM25 leg serves (kb.lexical_engine: 'auto' resolved), with why when it is not numpy."""
+    """Which BM25 leg serves and why (kb.lexical_engine_choice)."""
     import psycopg
 
     try:
         with conn.transaction():
-            engine = conn.execute("select kb.lexical_engine()").fetchone()[0]
+            engine, reason = conn.execute("select engine, reason from kb.lexical_engine_choice()").fetchone()
     except psycopg.Error as e:
         return f"unknown ({str(e).strip().splitlines()[0]})"
-    if engine == "numpy":
-        return "numpy (posting blocks scored inside the server)"
-    if conn.execute("select kb.setting('lexical_leg')").fetchone()[0] != "auto":
-        why = "kb.settings.lexical_leg chooses it"
-    elif conn.execute("select to_regprocedure('kb.numpy_available()') is null").fetchone()[0]:
-        why = "this server has no plpython3u"
-    else:
-        why = "the server's Python has no numpy: install python3-numpy (make setup)"
-    return f"{engine} in SQL ({why})"
+    return f"{engine} ({reason})" if engine == "numpy" else f"{engine} in SQL ({reason})"
 
 
 def _report_indexes(url: str) -> int:
