@@ -15,7 +15,11 @@ as $$
         ('memberships_user_idx', 'create index memberships_user_idx on kb.memberships (user_id)'),
         ('chunks_kb_idx', 'create index chunks_kb_idx on kb.chunks (kb_id)'),
         ('chunks_terms_idx', 'create index chunks_terms_idx on kb.chunks using gin (terms)'),
-        ('chunks_trgm_idx', 'create index chunks_trgm_idx on kb.chunks using gin (content gin_trgm_ops)'),
+        (
+            'term_stats_bigram_end_idx',
+            'create index term_stats_bigram_end_idx on kb.term_stats (kb_id, right(term, 1))'
+            || ' where length(term) = 2 and octet_length(term) > 2'
+        ),
         (
             'embedding_models_one_default',
             'create unique index embedding_models_one_default on kb.embedding_models (is_default) where is_default'

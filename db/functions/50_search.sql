@@ -1,6 +1,6 @@
--- Searching: three legs, each its own ORDER BY ... LIMIT over its index (HNSW, GIN term index, GIN
--- trigram index), fused in kb.search (distribution-based score fusion, or weighted Reciprocal Rank
--- Fusion). The public functions kb.hybrid_search / vector_search / lexical_search / fuzzy_search are
+-- Searching: three legs -- vector (HNSW), BM25 (posting blocks, kb.lexical_hits) and fuzzy (BM25 of the
+-- query with its terms' corrections from the vocabulary, kb.fuzzy_expansions) -- fused in kb.search
+-- (distribution-based score fusion, or weighted Reciprocal Rank Fusion). The public functions kb.hybrid_search / vector_search / lexical_search / fuzzy_search are
 -- thin wrappers with the same columns.
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
@@ -59,23 +59,36 @@ begin
 end
 $$;
 
--- The query terms the lexical legs score: the distinct kb.lexical_terms of query that occur in the
--- knowledge bases kb_ids, with their document frequency there and their posting tiers, at most
+-- The query terms the lexical legs score: the distinct kb.lexical_terms of query (weight 1) and the terms
+-- of expansions ({term: weight}, the fuzzy leg's corrections, kb.fuzzy_expansions; a term in both keeps
+-- the higher weight) that occur in the knowledge bases kb_ids, with their document frequency there, their
+-- posting tiers and weight (the legs multiply a term's idf by it), at most
 -- kb.settings.lexical_max_query_terms of them: the rarest (highest idf; ties by term), so a long query
 -- costs what its most telling terms cost. (plpgsql: its body is not checked against an older schema.)
-create or replace function kb.lexical_query_terms(query text, kb_ids integer[])
-returns table (term text, df bigint, tiers bigint)
+create or replace function kb.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
+returns table (term text, df bigint, tiers bigint, weight double precision)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
     return query
-    select q.term, sum(s.df), bit_or(s.tiers)
-    from (select distinct t.term from unnest(kb.lexical_terms(query)) as t (term)) as q
-    inner join kb.term_stats as s on s.term = q.term and s.kb_id = any(kb_ids)
-    group by q.term
-    having sum(s.df) > 0
-    order by sum(s.df), q.term
+    select q.term, s.df, s.tiers, q.weight
+    from (
+        select x.term, max(x.weight) as weight
+        from (
+            select t.term, 1::double precision as weight from unnest(kb.lexical_terms(query)) as t (term)
+            union all
+            select e.key, e.value::double precision from jsonb_each_text(expansions) as e
+        ) as x
+        group by x.term
+    ) as q
+    -- one index lookup per term, keyed by kb_ids, whatever the row estimates
+    cross join lateral (
+        select sum(s.df)::bigint as df, bit_or(s.tiers) as tiers from kb.term_stats as s
+        where s.kb_id = any(kb_ids) and s.term = q.term
+    ) as s
+    where s.df > 0
+    order by s.df, q.term
     limit kb.setting_int('lexical_max_query_terms');
 end
 $$;
@@ -93,7 +106,7 @@ $$;
 -- leg design".
 create or replace function kb.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
-    posting_budget integer default null
+    posting_budget integer default null, expansions jsonb default null
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
@@ -134,10 +147,10 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select * from kb.lexical_query_terms(query, kb_ids)
+        select * from kb.lexical_query_terms(query, kb_ids, expansions)
     ),
     numbered as (
-        select w.term, w.df, w.tiers, ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
+        select w.term, w.df, w.tiers, w.weight * ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
             row_number() over (order by w.term)::integer as i
         from weighted as w
     ),
@@ -309,7 +322,7 @@ $$;
 -- the query terms' document frequencies.
 create or replace function kb.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
-    k1 double precision, b double precision, probe_budget integer
+    k1 double precision, b double precision, probe_budget integer, expansions jsonb default null
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
@@ -328,14 +341,14 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select w.term, w.df from kb.lexical_query_terms(query, kb_ids) as w
+        select w.term, w.df, w.weight from kb.lexical_query_terms(query, kb_ids, expansions) as w
     ),
     probed as (
         select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
         from weighted as w where w.df > 0
     )
     select array_agg(w.term order by w.term),
-        array_agg(ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) order by w.term),
+        array_agg(w.weight * ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) order by w.term),
         (select array_agg(p.term) from probed as p where p.before = 0 or p.before + p.df <= probe_budget)
     into terms, idfs, probe
     from weighted as w where w.df > 0;
@@ -423,9 +436,12 @@ as $$ select c.engine from kb.lexical_engine_choice() as c $$;
 -- The BM25 leg's top n (chunk_id, rank, score) by the engine kb.lexical_engine() picks, with that leg's
 -- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
 -- lexical_numpy_posting_budget). Every engine scores the same BM25 over the same visible statistics and
--- returns the exact top n whenever its budget holds the query's postings.
+-- returns the exact top n whenever its budget holds the query's postings. With expansions ({term:
+-- weight}, kb.fuzzy_expansions) it is the fuzzy leg: the query's terms and their corrections, each
+-- correction's idf times its weight.
 create or replace function kb.lexical_hits(
-    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
+    expansions jsonb default null
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
@@ -436,45 +452,19 @@ declare
     budget integer;
 begin
     if engine = 'numpy' then
-        return query select * from kb.lexical_leg_numpy(query, kb_ids, n, doc_filter, k1, b);
+        return query select * from kb.lexical_leg_numpy(query, kb_ids, n, doc_filter, k1, b, expansions);
     elsif engine = 'blocks' then
         budget := kb.setting_int('lexical_posting_budget');
         if budget < 1 then
             raise exception 'setting "lexical_posting_budget" must be at least 1, not %', budget
                 using errcode = 'invalid_parameter_value';
         end if;
-        return query select * from kb.lexical_leg(query, kb_ids, n, doc_filter, k1, b, budget);
+        return query select * from kb.lexical_leg(query, kb_ids, n, doc_filter, k1, b, budget, expansions);
     else
         budget := kb.setting_int('lexical_probe_budget');
-        return query select * from kb.lexical_leg_scan(query, kb_ids, n, doc_filter, k1, b, budget);
+        return query select * from kb.lexical_leg_scan(query, kb_ids, n, doc_filter, k1, b, budget, expansions);
     end if;
 end
-$$;
-
--- Fuzzy leg: pg_trgm word similarity of the query to chunk content (typos, partial identifiers) through
--- the trigram GIN index; only chunks above pg_trgm.word_similarity_threshold qualify. kb.search runs it
--- only for queries of at most kb.settings.fuzzy_max_query_chars (32) characters and fuzzy_max_query_words
--- (2) words: typos and identifiers are short, and sentence-like queries make the trigram index return a
--- large share of the table.
-create or replace function kb.fuzzy_leg(query text, kb_ids integer[], n integer, doc_filter jsonb)
-returns table (chunk_id bigint, rank integer, score double precision)
-language sql stable
-set search_path = pg_catalog, public, pg_temp
-set "pg_trgm.word_similarity_threshold" = 0.5
-as $$
-    select matched.id, (row_number() over (order by matched.sim desc, matched.id))::integer, matched.sim
-    from (
-        select c.id, word_similarity(query, c.content)::double precision as sim
-        from kb.chunks as c
-        where c.kb_id = any(kb_ids) and query <% c.content
-            and (doc_filter is null or exists (
-                select from kb.documents as d
-                where d.id = c.document_id and d.kb_id = any(kb_ids)
-                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
-            ))
-        order by sim desc, c.id
-        limit n
-    ) as matched
 $$;
 
 -- The search defaults, in one place: every NULL setting of kb.search (and so of hybrid_search and the
@@ -521,7 +511,9 @@ $$;
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
 -- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
--- metadata_condition). filter and metadata_condition restrict the documents inside every leg.
+-- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
+-- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); with none to make it
+-- is the BM25 leg's ranking, reused.
 -- vector_used is false when no query embedding could be had (lexical legs only).
 create or replace function kb.search(
     query text,
@@ -548,8 +540,7 @@ declare
     kb_ids integer [];
     target kb.embedding_models;
     embedding vector := query_embedding;
-    fuzzy_max_chars integer := kb.setting_int('fuzzy_max_query_chars');
-    fuzzy_max_words integer := kb.setting_int('fuzzy_max_query_words');
+    expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
     defaults record;
     doc_filter jsonb;
 begin
@@ -616,6 +607,10 @@ begin
         end if;
     end if;
 
+    if fuzzy_weight > 0 then
+        expansions := kb.fuzzy_expansions(query, kb_ids);
+    end if;
+
     return query
     with vector_hits as (
         select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
@@ -623,17 +618,19 @@ begin
     ),
     lexical_hits as (
         select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b)
-        where lexical_weight > 0
+        where lexical_weight > 0 or (fuzzy_weight > 0 and expansions is null)
     ),
     fuzzy_hits as (
-        select * from kb.fuzzy_leg(query, kb_ids, candidates, doc_filter)
-        where fuzzy_weight > 0 and length(query) <= fuzzy_max_chars
-            and cardinality(regexp_split_to_array(btrim(query), '\s+')) <= fuzzy_max_words
+        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions)
+        where fuzzy_weight > 0 and expansions is not null
+        union all
+        -- no term to correct: the fuzzy leg ranks as the BM25 leg does, which is computed once
+        select * from lexical_hits as l where fuzzy_weight > 0 and expansions is null
     ),
     hits as (
         select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
         union all
-        select 'lexical', lexical_weight, l.* from lexical_hits as l
+        select 'lexical', lexical_weight, l.* from lexical_hits as l where lexical_weight > 0
         union all
         select 'fuzzy', fuzzy_weight, f.* from fuzzy_hits as f
     ),
@@ -738,7 +735,7 @@ as $$
         filter, bm25_k1, bm25_b, 'rrf')
 $$;
 
--- Trigram leg alone (same columns; fuzzy_score is pg_trgm word_similarity).
+-- Fuzzy leg alone (same columns; fuzzy_score is the BM25 score of the query with its corrections).
 create or replace function kb.fuzzy_search(
     query text,
     top_k integer default 5,

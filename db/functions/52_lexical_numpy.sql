@@ -20,7 +20,8 @@ if "numpy_ok" not in GD:
 return GD["numpy_ok"]
 $$;
 
--- Okapi BM25 top n of query over the given (visible) knowledge bases, ties by chunk id: df, N and avgdl
+-- Okapi BM25 top n of query (with expansions: and its fuzzy corrections, each idf times its weight; see
+-- kb.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and avgdl
 -- from those knowledge bases only; every posting of the query's terms (blocks and recent postings) read in
 -- a few statements, decoded and scored with numpy, summed per chunk and cut to the n best: exact BM25 while
 -- the terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the most common terms are
@@ -28,7 +29,8 @@ $$;
 -- With doc_filter, candidates are tested best first until n pass it, at most lexical_posting_budget of
 -- them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than they saved at 100k chunks.
 create or replace function kb.lexical_leg_numpy(
-    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
+    expansions jsonb default null
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpython3u stable
@@ -41,8 +43,8 @@ if "plans" not in SD:
         # the SQL leg, for a query whose rarest term alone exceeds the numpy leg's budget
         "sql_leg": plpy.prepare(
             "select chunk_id, rank, score"
-            " from kb.lexical_leg($1, $2, $3, $4, $5, $6, kb.setting_int('lexical_posting_budget'))",
-            ["text", "integer[]", "integer", "jsonb", "float8", "float8"],
+            " from kb.lexical_leg($1, $2, $3, $4, $5, $6, kb.setting_int('lexical_posting_budget'), $7)",
+            ["text", "integer[]", "integer", "jsonb", "float8", "float8", "jsonb"],
         ),
         # N, total length, and the most candidates a document filter is tested on
         "size": plpy.prepare(
@@ -58,13 +60,13 @@ if "plans" not in SD:
         # kb_ids, whatever the row estimates (a join was planned as a hash join over every row)
         # kept: the rarest terms while their postings fit lexical_numpy_posting_budget
         "terms": plpy.prepare(
-            "select q.term, q.df::float8 as df, q.kept, s.recent_ids, s.recent_tfs, s.recent_dls"
-            " from (select t.term, t.df, sum(t.df) over (order by t.df, t.term)"
+            "select q.term, q.df::float8 as df, q.weight, q.kept, s.recent_ids, s.recent_tfs, s.recent_dls"
+            " from (select t.term, t.df, t.weight, sum(t.df) over (order by t.df, t.term)"
             " <= kb.setting_int('lexical_numpy_posting_budget') as kept"
-            " from kb.lexical_query_terms($1, $2) as t) as q"
+            " from kb.lexical_query_terms($1, $2, $3) as t) as q"
             " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
-            ["text", "integer[]"],
+            ["text", "integer[]", "jsonb"],
         ),
         # every block of the terms in one row: the blocks' fields as binary arrays (one aggregate node
         # feeds all of them in one order) and their payloads concatenated in that order
@@ -133,17 +135,18 @@ n_chunks = size["n_chunks"]
 c1 = k1 * (1 - b)
 c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 
-rows = plpy.execute(plans["terms"], [query, kb_ids])
+rows = plpy.execute(plans["terms"], [query, kb_ids, expansions])
 if not rows:
     return []
 df = {r["term"]: r["df"] for r in rows if r["kept"]}
+weight = {r["term"]: r["weight"] for r in rows}
 if not df:  # bounded work: not even the rarest term fits the budget
-    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b])
+    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, expansions])
 recent = [
     (r["term"], r["recent_ids"], r["recent_tfs"], r["recent_dls"]) for r in rows if r["kept"] and r["recent_ids"]
 ]
 terms = sorted(df)
-idf = np.array([np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
+idf = np.array([weight[t] * np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
 term_no = {t: i for i, t in enumerate(terms)}
 
 parts_ids, parts_w = [], []

@@ -137,7 +137,6 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     assert r.load.method == "bulk" and not r.load.reused
     assert set(r.load.index_builds) == {
         "chunks_terms_idx",
-        "chunks_trgm_idx",
         "embeddings_hnsw_model_1",
         "kb.postings",
     }
@@ -244,7 +243,7 @@ def test_bulk_load_matches_replace_document(db, datasets):
     assert {r[0] for r in db.execute(exact_vector_sql(model, kb_id), {"e": e}).fetchall()} == expected
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
-    assert {"chunks_terms_idx", "chunks_trgm_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
+    assert {"chunks_terms_idx", f"embeddings_hnsw_model_{model.id}"} <= indexes
 
 
 def bench_indexes(db) -> set[str]:
@@ -255,7 +254,7 @@ def bench_indexes(db) -> set[str]:
         for r in db.execute(
             "select c.relname from pg_class c join pg_index i on i.indexrelid = c.oid"
             " where c.relnamespace = 'kb'::regnamespace and c.relname = any(%s) and i.indisvalid",
-            [["chunks_terms_idx", "chunks_trgm_idx", hnsw]],
+            [["chunks_terms_idx", hnsw]],
         ).fetchall()
     }
 
@@ -282,7 +281,7 @@ def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, m
 @pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
 def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_path, signum, exit_code):
     """`pgkb bench` in a subprocess, sent SIGTERM (or SIGINT) once the bulk load has dropped the indexes and
-    committed some chunks: it stops its loading threads, rebuilds the term GIN, trigram GIN and HNSW
+    committed some chunks: it stops its loading threads, rebuilds the term GIN and HNSW
     indexes, and exits non-zero; nothing pgkb expects is missing afterwards."""
     before = bench_indexes(db)
     env = {**os.environ, "PGKB_DATABASE_URL": dsn(db), "PYTHONPATH": str(PYTHON_DIR)}

@@ -212,7 +212,13 @@ def assert_lexical_plan_uses_postings_index(plan: str) -> None:
 
 
 def fuzzy_plan(notices):
-    return plan_of(notices, "query <% c.content")
+    """The plan of kb.fuzzy_expansions (the fuzzy leg's lookups of corrections in the vocabulary)."""
+    return plan_of(notices, "with query_terms as")
+
+
+def assert_fuzzy_plan_reads_the_vocabulary_by_index(plan: str) -> None:
+    assert "Index Scan using term_stats_pkey on term_stats" in plan, plan
+    assert "Seq Scan" not in plan, plan
 
 
 def assert_vector_plan_uses_hnsw(plan: str) -> None:
@@ -252,20 +258,20 @@ def test_hybrid_search_legs_use_their_indexes_for_non_owner(explained, role):
     visible = {"kb-00"} if role == "alice" else {f"kb-{k:02d}" for k in range(1, 21)}
     assert rows and {r[0] for r in rows} <= visible
     assert sum(r[3] is not None for r in rows) == 3 * len(visible)  # every needle chunk, lexically
-    assert sum(r[4] is not None for r in rows) == 3 * len(visible)  # and by trigrams
+    assert sum(r[4] is not None for r in rows) == 3 * len(visible)  # and by the fuzzy leg (no correction)
     assert any(r[2] is not None for r in rows)
 
     assert_vector_plan_uses_an_index(vector_plan(notices), small_slice=role == "alice")
     assert_lexical_plan_uses_postings_index(lexical_plan(notices))
-    fuzzy = fuzzy_plan(notices)
-    assert "Bitmap Index Scan on chunks_trgm_idx" in fuzzy, fuzzy
-    assert "Seq Scan on chunks" not in fuzzy, fuzzy
+    assert_fuzzy_plan_reads_the_vocabulary_by_index(fuzzy_plan(notices))
 
 
 @pytest.mark.parametrize("fn", ["vector_search", "lexical_search", "fuzzy_search"])
 def test_single_leg_functions_use_their_index(explained, fn):
     conn, notices = explained("bob")
-    params = [NEEDLE] + ([query_vec()] if fn == "vector_search" else [])
+    # the fuzzy leg is asked for the needle misspelt: it finds it through a correction
+    params = [NEEDLE if fn != "fuzzy_search" else NEEDLE[:-2] + NEEDLE[-1:]]
+    params += [query_vec()] if fn == "vector_search" else []
     extra = ", query_embedding => %s" if fn == "vector_search" else ""
     rows = conn.execute(f"select kb from kb.{fn}(%s, top_k => 5{extra})", params).fetchall()
     assert len(rows) == 5 and {r[0] for r in rows} <= {f"kb-{k:02d}" for k in range(1, 21)}
@@ -274,7 +280,8 @@ def test_single_leg_functions_use_their_index(explained, fn):
     elif fn == "lexical_search":
         assert_lexical_plan_uses_postings_index(lexical_plan(notices))
     else:
-        assert "Bitmap Index Scan on chunks_trgm_idx" in fuzzy_plan(notices)
+        assert_fuzzy_plan_reads_the_vocabulary_by_index(fuzzy_plan(notices))
+        assert_lexical_plan_uses_postings_index(lexical_plan(notices))
 
 
 def test_vector_leg_uses_hnsw_for_the_owner_too(admin):

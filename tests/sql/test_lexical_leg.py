@@ -77,14 +77,47 @@ def corpus(db):
     n=st.integers(1, 100),
     both=st.booleans(),
     params=st.sampled_from([(1.2, 0.75), (1.2, 0.75), (0.0, 0.0), (2.0, 1.0), (0.5, 0.3)]),
+    # the fuzzy leg's corrections: terms (some also in the query, some absent) with weights
+    expansions=st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from([*WORDS, "absentword", *(CJK[i : i + 2] for i in range(len(CJK) - 1))]),
+            st.floats(0.5, 1.0),
+            max_size=6,
+        ),
+    ),
 )
-@pytest.mark.parametrize("leg", [LEG, NUMPY], ids=["sql", "numpy"])
-def test_blocks_legs_equal_exact_bm25(corpus, leg, words, cjk, n, both, params):
+@pytest.mark.parametrize("leg", ["lexical_leg", "lexical_leg_numpy"], ids=["sql", "numpy"])
+def test_blocks_legs_equal_exact_bm25(corpus, leg, words, cjk, n, both, params, expansions):
+    """Both posting-block engines return exact BM25's top n (the scan leg without a probe budget), with
+    and without weighted corrections (the fuzzy leg)."""
     query = " ".join(words) + (f" {CJK[cjk[0] : cjk[0] + cjk[1]]}" if cjk else "")
     ids = kb_ids(corpus, "kb-a", "kb-b") if both else kb_ids(corpus, "kb-a")
-    got = corpus.execute(leg, [query, ids, n, *params]).fetchall()
-    want = corpus.execute(SCAN, [query, ids, n, *params]).fetchall()
+    extra = json.dumps(expansions) if expansions is not None else None
+    got = corpus.execute(
+        f"select chunk_id, score from kb.{leg}(%s, %s, %s, null, %s, %s, expansions => %s)",
+        [query, ids, n, *params, extra],
+    ).fetchall()
+    want = corpus.execute(
+        f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET}, %s)",
+        [query, ids, n, *params, extra],
+    ).fetchall()
     assert_same_ranking(got, want)
+
+
+def test_a_corrections_weight_scales_its_terms_bm25(corpus):
+    """A correction of weight w adds w times the BM25 its term would add as a query term; a correction
+    that is also a query term keeps weight 1."""
+    ids = kb_ids(corpus, "kb-a")
+    scan = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, 1000, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
+    alone = dict(corpus.execute(scan, ["w7", ids, None]).fetchall())
+    both = dict(corpus.execute(scan, ["w3 w7", ids, None]).fetchall())
+    w3 = dict(corpus.execute(scan, ["w3", ids, None]).fetchall())
+    corrected = dict(corpus.execute(scan, ["w3", ids, json.dumps({"w7": 0.5})]).fetchall())
+    assert alone and set(corrected) == set(both)
+    for chunk, score in corrected.items():
+        assert score == pytest.approx(w3.get(chunk, 0) + 0.5 * alone.get(chunk, 0), rel=1e-9)
+    assert dict(corpus.execute(scan, ["w3 w7", ids, json.dumps({"w7": 0.5})]).fetchall()) == pytest.approx(both)
 
 
 def test_common_terms_lists_are_not_read(db):
@@ -443,7 +476,9 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
 def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
     """As alice, a BM25 search for a term only bob's private knowledge base holds and one for a term no
     one holds read the same: equal pg_stat_xact_* counters of every kb table and index, and equal
-    EXPLAIN (ANALYZE, BUFFERS) of the search, through every engine."""
+    EXPLAIN (ANALYZE, BUFFERS) of the search, through every engine. So do fuzzy and hybrid searches for a
+    misspelling of bob's term (one edit away) and for a word as long that corrects to nothing: the fuzzy
+    leg looks corrections up in alice's vocabulary only."""
     alice, bob = alice_bob_and_a_public_kb(db, connect_as, seed=14, docs=8)
     for d in range(70):  # enough for a block of its own in bob's lists
         bob.execute(
@@ -460,12 +495,12 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
         " where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i' order by c.relname"
     )
 
-    def observe(query: str) -> tuple:
+    def observe(query: str, search: str = "kb.lexical_search(%s, 10)") -> tuple:
         # pending counters of earlier transactions may not be flushed yet: this search's own share is
         # the difference inside its transaction
         with alice.transaction():
             before = (alice.execute(counters).fetchall(), alice.execute(index_counters).fetchall())
-            alice.execute("select * from kb.lexical_search(%s, 10)", [query]).fetchall()
+            alice.execute(f"select * from {search}", [query]).fetchall()
             after = (alice.execute(counters).fetchall(), alice.execute(index_counters).fetchall())
         seen = [
             [tuple(y - x for x, y in zip(b[1:], a[1:], strict=True)) for b, a in zip(bs, as_, strict=True)]
@@ -474,8 +509,7 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
         # buffer counts: the fewest of three runs (a run now and then also reads catalog pages again)
         plans = [
             alice.execute(
-                "explain (analyze, buffers, costs off, timing off, summary off)"
-                " select * from kb.lexical_search(%s, 10)",
+                f"explain (analyze, buffers, costs off, timing off, summary off) select * from {search}",
                 [query],
             ).fetchall()
             for _ in range(3)
@@ -487,6 +521,13 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
         observe("zqxbobsecret")  # warm caches and plans alike
         observe("zqxnoonehas")
         assert observe("zqxbobsecret") == observe("zqxnoonehas"), engine
+        for search in ("kb.fuzzy_search(%s, 10)", "kb.hybrid_search(%s, 10, vector_weight => 0)"):
+            observe("zqxbobsecrex", search)
+            observe("yqxbobsecrex", search)
+            assert observe("zqxbobsecrex", search) == observe("yqxbobsecrex", search), (engine, search)
+    # bob himself finds his chunks through the correction; alice finds nothing
+    fuzzy = "select count(*) from kb.fuzzy_search('zqxbobsecrex', 10)"
+    assert bob.execute(fuzzy).fetchone()[0] == 10 and alice.execute(fuzzy).fetchone()[0] == 0
 
 
 def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):

@@ -173,13 +173,14 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
 
 
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):
-    """The indexes a bulk load drops (term GIN, trigram GIN, the model's HNSW) gone and one left invalid:
-    `pgkb db status` names each and exits 4; `pgkb db migrate` re-creates or rebuilds them (issue 20)."""
+    """The indexes a bulk load drops (term GIN, the model's HNSW) and the vocabulary's bigram index gone and
+    one left invalid: `pgkb db status` names each and exits 4; `pgkb db migrate` re-creates or rebuilds
+    them (issue 20)."""
     from pgkb.cli import main
 
     hnsw = db.execute("select kb.hnsw_index_name(id) from kb.embedding_models where is_default").fetchone()[0]
     before = kb_indexes(db)
-    for name in ("chunks_terms_idx", "chunks_trgm_idx", hnsw):
+    for name in ("chunks_terms_idx", "term_stats_bigram_end_idx", hnsw):
         db.execute(f"drop index kb.{name}")
     db.execute(
         "update pg_index set indisvalid = false where indexrelid = 'kb.embeddings_model_kb_idx'::regclass"
@@ -191,14 +192,14 @@ def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_the
     out = capsys.readouterr().out
     for name, problem in (
         ("chunks_terms_idx", "missing"),
-        ("chunks_trgm_idx", "missing"),
+        ("term_stats_bigram_end_idx", "missing"),
         ("embeddings_model_kb_idx", "invalid"),
         (hnsw, "missing"),
     ):
         assert f"index kb.{name}: {problem} " in out, out
     assert main(["db", "migrate"]) == 0
     out = capsys.readouterr().out
-    assert "index kb.chunks_trgm_idx created (was missing)" in out
+    assert "index kb.term_stats_bigram_end_idx created (was missing)" in out
     assert "index kb.embeddings_model_kb_idx rebuilt (was invalid)" in out
     assert kb_indexes(db) == before
     assert main(["db", "status"]) == 0

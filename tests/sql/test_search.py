@@ -147,7 +147,7 @@ def test_single_leg_functions_return_same_columns(kbdb, embedder):
 
 
 def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
-    """The lexical and trigram legs are asked for only top_k rows: each shorter answer is the head of a
+    """The lexical and fuzzy legs are asked for only top_k rows: each shorter answer is the head of a
     longer one, same rows, ranks and leg scores (and so is the vector leg's, which fetches at least 40)."""
     vec = Vector(embedder.embed(["query: 登录态失效 缓存"])[0])
     for sql, params in [
@@ -156,7 +156,7 @@ def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
         ("select * from kb.fuzzy_search('tidb_mem_qouta_query', %s)", []),
     ]:
         full = search(kbdb, sql, 7, *params)
-        assert len(full) >= (1 if "fuzzy" in sql else 3), sql  # the trigram leg's threshold keeps few rows
+        assert len(full) >= 3, sql
         keys = ["chunk_id", "vector_rank", "lexical_rank", "fuzzy_rank", "vector_score", "lexical_score", "fuzzy_score"]
         for k in range(1, len(full)):
             head = search(kbdb, sql, k, *params)
@@ -328,16 +328,41 @@ def test_no_embedding_url_degrades_to_lexical(kbdb):
     assert rows[0]["doc_key"] == "security/audit.md" and rows[0]["vector_used"] is False
 
 
-def test_fuzzy_leg_only_runs_for_short_queries(kbdb):
-    def fuzzy_ranks(query):
-        return [r[0] for r in kbdb.execute("select fuzzy_rank from kb.hybrid_search(%s)", [query]).fetchall()]
+@pytest.mark.parametrize(
+    ("query", "expected_doc", "correction"),
+    [
+        ("tidb_mem_qouta_query", "db/tidb.md", "tidb_mem_quota_query"),  # two letters swapped
+        ("creatUser 审计", "security/audit.md", "createuser"),  # a letter left out
+        ("kubectl rolout", "ops/deploy.md", "rollout"),
+        ("rollbac", "ops/deploy.md", "rollbacks"),  # the start of a longer word
+        ("登陆态失效", "guide/login.md", "登录"),  # a Chinese near-miss (登陆 for 登录)
+        ("退宽", "policy/refund.md", "退款"),  # no term of the query is in the knowledge base
+    ],
+)
+def test_fuzzy_leg_corrects_misspelt_terms(kbdb, query, expected_doc, correction):
+    """The fuzzy leg corrects the query's terms that the knowledge base does not hold, from its vocabulary,
+    and ranks by BM25 of the query with the corrections."""
+    expansions = kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0]
+    assert correction in expansions and all(0.5 <= w < 1 for w in expansions.values()), expansions
+    rows = search(kbdb, "select * from kb.fuzzy_search(%s, 3)", query)
+    assert rows[0]["doc_key"] == expected_doc and rows[0]["fuzzy_rank"] == 1, rows
 
-    assert any(r is not None for r in fuzzy_ranks("tidb_mem_qouta_query SQL"))  # two words: runs
-    kbdb.execute("update kb.settings set value = '1' where key = 'fuzzy_max_query_words'")
-    assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query SQL"))
-    assert any(r is not None for r in fuzzy_ranks("tidb_mem_qouta_query"))
-    kbdb.execute("update kb.settings set value = '10' where key = 'fuzzy_max_query_chars'")
-    assert all(r is None for r in fuzzy_ranks("tidb_mem_qouta_query"))
+
+def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
+    """A query whose terms are all known (or have no correction) gets the BM25 leg's ranking and scores
+    from the fuzzy leg, computed once; the corrections are bounded by the two settings."""
+    for query in ("缓存击穿 token", "系统响应很慢怎么优化"):
+        assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0] is None
+        fuzzy = kbdb.execute("select chunk_id, fuzzy_score from kb.fuzzy_search(%s, 10)", [query]).fetchall()
+        lexical = kbdb.execute("select chunk_id, lexical_score from kb.lexical_search(%s, 10)", [query]).fetchall()
+        assert fuzzy == lexical
+    both = "tidb_mem_qouta_query creatUser"
+    assert len(kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0]) == 4
+    kbdb.execute("update kb.settings set value = '1' where key = 'fuzzy_max_terms'")  # the longest word only
+    got = kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0]
+    assert set(got) == {"tidb_mem_quota_query"}, got
+    kbdb.execute("update kb.settings set value = '0' where key = 'fuzzy_term_expansions'")
+    assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0] is None
 
 
 def test_null_settings_take_the_databases_defaults(kbdb, embedder):

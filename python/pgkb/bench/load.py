@@ -11,7 +11,7 @@
   postings (``kb.postings`` blocks and the recent postings in ``kb.term_stats``, the BM25 leg's lists) by
   ``kb.clear_postings`` and ``kb.build_postings_batch`` (100,000 chunks per call; what ``kb.build_postings``
   does, in committed steps with progress), timed. The
-  GIN term index, the GIN trigram index and the model's HNSW index are dropped before the load and
+  GIN term index and the model's HNSW index are dropped before the load and
   recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
   ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
   ``kb.embeddings`` tables: while they are down every knowledge base's searches scan sequentially. So the
@@ -61,7 +61,7 @@ __all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb"]
 LOAD_METHODS = ("bulk", "replace")
 LOAD_THREADS = 2  # loading connections
 BATCH_DOCUMENTS = 20  # documents per bulk transaction
-GIN_INDEXES = ("chunks_terms_idx", "chunks_trgm_idx")
+GIN_INDEXES = ("chunks_terms_idx",)
 STAGING_TABLE = "public.pgkb_bench_df"
 REWRITE_DOCUMENTS = 1000  # documents per COPY when embeddings are rewritten
 

@@ -25,7 +25,6 @@ SETTINGS = (
     "random_page_cost",
     "hnsw.ef_search",
     "hnsw.iterative_scan",
-    "pg_trgm.word_similarity_threshold",
     "plan_cache_mode",
 )
 
@@ -93,7 +92,10 @@ def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[st
         "kb.embeddings (heap + TOAST)": ("kb.embeddings", "pg_table_size('kb.embeddings')"),
         f"HNSW index {index}": (index, f"pg_relation_size('kb.{index}')"),
         "GIN term index chunks_terms_idx": ("chunks_terms_idx", "pg_relation_size('kb.chunks_terms_idx')"),
-        "GIN trigram index chunks_trgm_idx": ("chunks_trgm_idx", "pg_relation_size('kb.chunks_trgm_idx')"),
+        "fuzzy leg's bigram index term_stats_bigram_end_idx": (
+            "term_stats_bigram_end_idx",
+            "pg_relation_size('kb.term_stats_bigram_end_idx')",
+        ),
         "kb.term_stats (df, tiers and recent postings: table + TOAST + index)": (
             "kb.term_stats",
             "pg_total_relation_size('kb.term_stats')",

@@ -31,7 +31,7 @@ to that file; progress goes to stderr.
 Uniform random embeddings carry no meaning and are the worst case for HNSW recall, so with them this
 measures cost, not quality (anchored ones have real neighbourhoods, and the queries' vectors are then the
 real embeddings of the query strings); the lexical and fuzzy legs see
-real text and real query strings, so their work (postings, trigram matches) is realistic, except that
+real text and real query strings, so their work (postings, vocabulary lookups) is realistic, except that
 sentences repeat across chunks (the corpora hold only a few thousand passages).
 """
 

@@ -8,7 +8,7 @@ PDF pages (pypdf ``page.images``, with their 1-based page).
 
 What a chunk holds: the vision model's caption (when a vision endpoint is configured, pgkb.models.vision),
 the alt text, the figure caption (title attribute, ``<figcaption>``, a "图 1 …" / "Figure 1: …" line) and
-the image's path, under the heading path around the reference; so the vector, BM25 and trigram legs all
+the image's path, under the heading path around the reference; so the vector, BM25 and fuzzy legs all
 find it. Metadata: ``image`` (root-relative path, or ``doc.pdf#page-N-K``), ``page`` (PDFs),
 ``captioned``, ``caption_model``, ``alt``, ``image_sha256``, ``image_format``, ``width``, ``height``.
 

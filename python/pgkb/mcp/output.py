@@ -19,7 +19,7 @@ class SearchResultItem(BaseModel):
     fused_score: float = Field(description="fused score of the search legs (kb.hybrid_search score; higher is better)")
     vector_rank: int | None = Field(description="rank in the vector (semantic) leg; null: not found by it")
     lexical_rank: int | None = Field(description="rank in the BM25 leg")
-    fuzzy_rank: int | None = Field(description="rank in the trigram (typo) leg")
+    fuzzy_rank: int | None = Field(description="rank in the fuzzy (typo-correcting BM25) leg")
     rerank_score: float | None = Field(default=None, description="cross-encoder score (only when reranked)")
     content_trimmed: bool = False
 

@@ -7,8 +7,8 @@ failures recorded; embedded in batches of PGKB_EMBED_BATCH texts across document
 unchanged documents and deletes documents no longer in the dataset.
 
 Modes: ``vector`` (kb.vector_search), ``lexical`` (kb.lexical_search, --bm25-k1/--bm25-b), ``fuzzy``
-(kb.fuzzy_search; the database runs the trigram leg only for short queries --
-kb.settings.fuzzy_max_query_chars / fuzzy_max_query_words -- so other queries get no fuzzy results), ``hybrid``
+(kb.fuzzy_search: BM25 of the query with its terms' corrections from the vocabulary; the BM25 ranking
+when no term needs one), ``hybrid``
 (kb.hybrid_search with the weights, rrf_k, candidates and BM25 settings given) and ``hybrid+rerank`` (the
 fused top --rerank-depth reordered by the configured reranker, PGKB_RERANK_URL / PGKB_RERANK_MODEL; only
 offered when one is configured), all through the search client (pgkb.search). Each query is embedded once

@@ -1,0 +1,157 @@
+-- The fuzzy leg's term dictionary: corrections of the query terms that the searched knowledge bases do
+-- not hold, taken from their vocabulary (kb.term_stats), never from chunk text. kb.search scores the query
+-- with its corrections through the BM25 engine (kb.lexical_hits with expansions) as the fuzzy leg. Every
+-- lookup is keyed by the searched kb_ids (the primary key of kb.term_stats and term_stats_bigram_end_idx),
+-- so no other knowledge base's vocabulary is read.
+
+-- Corrections of query's terms absent from the knowledge bases kb_ids, as {term: weight}, or NULL when
+-- there is none. A word (ASCII, 3 to 32 characters, with a letter) is corrected to the vocabulary's words
+-- one edit away (a letter deleted, inserted, replaced, or two neighbours swapped: weight 1 - 1 / the
+-- longer length) and, from 4 characters, to words it begins up to twice its length (weight = its share of
+-- the longer word). In Chinese one character is replaced (weight 0.5 for each bigram it makes): inside a
+-- run when both its bigrams are absent, by a character that makes both known bigrams; at a run's end
+-- when its bigram is absent and the next one inward is known (or there is none), by one that makes a
+-- known bigram. At most kb.settings.fuzzy_max_terms words and characters (words first, the longest
+-- first) get fuzzy_term_expansions corrections each (the highest weight, then the most frequent), and
+-- each lookup reads at most 1000 vocabulary rows, so the work is bounded.
+create or replace function kb.fuzzy_expansions(query text, kb_ids integer[])
+returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+-- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table, would read
+-- every knowledge base's vocabulary
+set enable_seqscan = off
+as $$
+    with query_terms as (
+        select t.term, t.k, s.known is not null as known
+        from (
+            select t.term, min(t.k) as k
+            from unnest(kb.lexical_terms(query)) with ordinality as t (term, k)
+            where t.term ~ '^[a-z0-9_]{3,32}$' and t.term ~ '[a-z]'
+                or length(t.term) = 2 and octet_length(t.term) > 2
+            group by t.term
+        ) as t
+        left join lateral (
+            select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
+        ) as s on true
+    ),
+    -- Chinese bigrams in query order with their neighbours in the same run (NULL at a run's end)
+    bigrams as (
+        select b.term, b.known, b.k,
+            case when right(b.prev, 1) = left(b.term, 1) then b.prev_known end as prev_known,
+            case when left(b.next, 1) = right(b.term, 1) then b.next end as next,
+            case when left(b.next, 1) = right(b.term, 1) then b.next_known end as next_known
+        from (
+            select q.term, q.known, q.k, lag(q.term) over w as prev, lag(q.known) over w as prev_known,
+                lead(q.term) over w as next, lead(q.known) over w as next_known
+            from query_terms as q where q.term !~ '^[a-z0-9_]+$'
+            window w as (order by q.k)
+        ) as b
+    ),
+    -- what to correct: kind 'word' (source = the word), 'inner' (the middle character of source || next),
+    -- 'first' / 'last' (that character of source)
+    suspects as (
+        select x.* from (
+            select 'word' as kind, q.term as source, null::text as next, 0 as pos, -length(q.term) as sort_key
+            from query_terms as q where not q.known and q.term ~ '^[a-z0-9_]+$'
+            union all
+            select 'inner', b.term, b.next, 1, b.k::integer from bigrams as b
+            where not b.known and b.next is not null and not b.next_known
+            union all
+            select 'first', b.term, null, 2, b.k::integer from bigrams as b
+            where not b.known and b.prev_known is null and coalesce(b.next_known, true)
+            union all
+            select 'last', b.term, null, 3, b.k::integer from bigrams as b
+            where not b.known and b.next is null and coalesce(b.prev_known, true)
+        ) as x
+        order by x.pos, x.sort_key, x.source
+        limit kb.setting_int('fuzzy_max_terms')
+    ),
+    -- every string one edit away from an absent word, with the letters terms are made of
+    edits as (
+        select a.source, array_agg(v.variant) as variants
+        from suspects as a
+        cross join lateral (
+            select left(a.source, i - 1) || substr(a.source, i + 1)
+            from generate_series(1, length(a.source)) as i
+            union
+            select left(a.source, i - 1) || substr(a.source, i + 1, 1) || substr(a.source, i, 1)
+                || substr(a.source, i + 2)
+            from generate_series(1, length(a.source) - 1) as i
+            union
+            select left(a.source, i - 1) || l.c || substr(a.source, i + 1)
+            from generate_series(1, length(a.source)) as i,
+                regexp_split_to_table('abcdefghijklmnopqrstuvwxyz0123456789_', '') as l (c)
+            union
+            select left(a.source, i) || l.c || substr(a.source, i + 1)
+            from generate_series(0, length(a.source)) as i,
+                regexp_split_to_table('abcdefghijklmnopqrstuvwxyz0123456789_', '') as l (c)
+        ) as v (variant)
+        where a.kind = 'word' and v.variant <> a.source and length(v.variant) >= 3
+        group by a.source
+    ),
+    -- the known Chinese bigrams that begin / end with a suspect's neighbouring character
+    starting as (
+        select a.source, a.next, s.term, s.df
+        from suspects as a
+        cross join lateral (
+            select s.term, s.df from kb.term_stats as s
+            where s.kb_id = any(kb_ids) and s.term > left(a.source, 1) and s.term < left(a.source, 1) || chr(1114111)
+                and left(s.term, 1) = left(a.source, 1) and length(s.term) = 2 and octet_length(s.term) > 2
+            limit 1000
+        ) as s
+        where a.kind in ('inner', 'last')
+    ),
+    ending as (
+        select a.source, a.next, s.term, s.df
+        from suspects as a
+        cross join lateral (
+            select s.term, s.df from kb.term_stats as s
+            where s.kb_id = any(kb_ids) and right(s.term, 1) = right(coalesce(a.next, a.source), 1)
+                and length(s.term) = 2 and octet_length(s.term) > 2
+            limit 1000
+        ) as s
+        where a.kind in ('inner', 'first')
+    ),
+    -- candidates: (suspect, the terms a correction adds, weight, df for the order)
+    found as (
+        select e.source, array[s.term] as terms, 1 - 1 / greatest(length(e.source), length(s.term))::float8 as weight,
+            s.df::bigint as df
+        from edits as e
+        cross join lateral (
+            select s.term, s.df from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = any(e.variants)
+        ) as s
+        union all
+        select a.source, array[s.term], length(a.source) / length(s.term)::float8, s.df
+        from suspects as a
+        cross join lateral (
+            select s.term, s.df from kb.term_stats as s
+            where s.kb_id = any(kb_ids) and s.term > a.source and s.term < a.source || chr(1114111)
+                and left(s.term, length(a.source)) = a.source and length(s.term) <= 2 * length(a.source)
+            limit 256
+        ) as s
+        where a.kind = 'word' and length(a.source) >= 4
+        union all
+        select l.source, array[l.term, r.term], 0.5, l.df + r.df
+        from starting as l
+        inner join ending as r on r.source = l.source and left(r.term, 1) = right(l.term, 1)
+        where l.next is not null and right(l.term, 1) <> right(l.source, 1)
+        union all
+        select l.source, array[l.term], 0.5, l.df from starting as l where l.next is null
+        union all
+        select r.source, array[r.term], 0.5, r.df from ending as r where r.next is null
+    ),
+    ranked as (
+        select f.terms, f.weight,
+            row_number() over (partition by f.source order by f.weight desc, sum(f.df) desc, f.terms) as pos
+        from found as f
+        group by f.source, f.terms, f.weight
+    )
+    select jsonb_object_agg(x.term, x.weight)
+    from (
+        select t.term, max(r.weight) as weight
+        from ranked as r, unnest(r.terms) as t (term)
+        where r.pos <= kb.setting_int('fuzzy_term_expansions')
+        group by t.term
+    ) as x
+$$;
