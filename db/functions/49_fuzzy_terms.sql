@@ -5,15 +5,15 @@
 -- so no other knowledge base's vocabulary is read.
 
 -- Corrections of query's terms absent from the knowledge bases kb_ids, as {term: weight}, or NULL when
--- there is none. A word (ASCII, 3 to 32 characters, with a letter) is corrected to the vocabulary's words
+-- there is none. A word (ASCII, 4 to 32 characters, with a letter) is corrected to the vocabulary's words
 -- one edit away (a letter deleted, inserted, replaced, or two neighbours swapped: weight 1 - 1 / the
--- longer length) and, from 4 characters, to words it begins up to twice its length (weight = its share of
--- the longer word). In Chinese one character is replaced (weight 0.5 for each bigram it makes): inside a
--- run when both its bigrams are absent, by a character that makes both known bigrams; at a run's end
--- when its bigram is absent and the next one inward is known (or there is none), by one that makes a
--- known bigram. At most kb.settings.fuzzy_max_terms words and characters (words first, the longest
--- first) get fuzzy_term_expansions corrections each (the highest weight, then the most frequent), and
--- each lookup reads at most 1000 vocabulary rows, so the work is bounded.
+-- longer length) and to words it begins up to twice its length (weight: its share of the longer word).
+-- In Chinese one character is replaced (weight 0.5 for each bigram it makes): inside a run when both its
+-- bigrams are absent, by a character that makes both known bigrams; at a run's end when its bigram is
+-- absent and the next one inward is known (or there is none), by one that makes a known bigram. At most
+-- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
+-- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
+-- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded.
 create or replace function kb.fuzzy_expansions(query text, kb_ids integer[])
 returns jsonb
 language sql stable
@@ -21,13 +21,16 @@ set search_path = pg_catalog, pg_temp
 -- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table, would read
 -- every knowledge base's vocabulary
 set enable_seqscan = off
+-- the edits' row estimates (generate_series x letters) pass JIT's threshold: compiling costs ~130 ms, the
+-- statement a few
+set jit = off
 as $$
     with query_terms as (
         select t.term, t.k, s.known is not null as known
         from (
             select t.term, min(t.k) as k
             from unnest(kb.lexical_terms(query)) with ordinality as t (term, k)
-            where t.term ~ '^[a-z0-9_]{3,32}$' and t.term ~ '[a-z]'
+            where t.term ~ '^[a-z0-9_]{4,32}$' and t.term ~ '[a-z]'
                 or length(t.term) = 2 and octet_length(t.term) > 2
             group by t.term
         ) as t
@@ -96,8 +99,9 @@ as $$
         from suspects as a
         cross join lateral (
             select s.term, s.df from kb.term_stats as s
+            -- Chinese terms are bigrams or single characters: past the character itself, all are bigrams
             where s.kb_id = any(kb_ids) and s.term > left(a.source, 1) and s.term < left(a.source, 1) || chr(1114111)
-                and left(s.term, 1) = left(a.source, 1) and length(s.term) = 2 and octet_length(s.term) > 2
+                and left(s.term, 1) = left(a.source, 1)
             limit 1000
         ) as s
         where a.kind in ('inner', 'last')
@@ -130,9 +134,9 @@ as $$
                 and left(s.term, length(a.source)) = a.source and length(s.term) <= 2 * length(a.source)
             limit 256
         ) as s
-        where a.kind = 'word' and length(a.source) >= 4
+        where a.kind = 'word'
         union all
-        select l.source, array[l.term, r.term], 0.5, l.df + r.df
+        select l.source, array[l.term, r.term], 0.5, least(l.df, r.df)
         from starting as l
         inner join ending as r on r.source = l.source and left(r.term, 1) = right(l.term, 1)
         where l.next is not null and right(l.term, 1) <> right(l.source, 1)

@@ -59,37 +59,43 @@ begin
 end
 $$;
 
--- The query terms the lexical legs score: the distinct kb.lexical_terms of query (weight 1) and the terms
--- of expansions ({term: weight}, the fuzzy leg's corrections, kb.fuzzy_expansions; a term in both keeps
--- the higher weight) that occur in the knowledge bases kb_ids, with their document frequency there, their
--- posting tiers and weight (the legs multiply a term's idf by it), at most
--- kb.settings.lexical_max_query_terms of them: the rarest (highest idf; ties by term), so a long query
--- costs what its most telling terms cost. (plpgsql: its body is not checked against an older schema.)
+-- The query terms the lexical legs score: the distinct kb.lexical_terms of query (in_query, weight 1) and
+-- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb.fuzzy_expansions; a term in
+-- both is a query term of weight 1) that occur in the knowledge bases kb_ids, with their document
+-- frequency there, their posting tiers and weight (the legs multiply a term's idf by it). At most
+-- kb.settings.lexical_max_query_terms query terms: the rarest (highest idf; ties by term), so a long query
+-- costs what its most telling terms cost; the corrections are bounded by the fuzzy settings. Rarest first.
+-- (plpgsql: its body is not checked against an older schema.)
 create or replace function kb.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
-returns table (term text, df bigint, tiers bigint, weight double precision)
+returns table (term text, df bigint, tiers bigint, weight double precision, in_query boolean)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
     return query
-    select q.term, s.df, s.tiers, q.weight
+    select r.term, r.df, r.tiers, r.weight, r.in_query
     from (
-        select x.term, max(x.weight) as weight
+        select q.term, s.df, s.tiers, q.weight, q.in_query,
+            row_number() over (partition by q.in_query order by s.df, q.term) as pos
         from (
-            select t.term, 1::double precision as weight from unnest(kb.lexical_terms(query)) as t (term)
-            union all
-            select e.key, e.value::double precision from jsonb_each_text(expansions) as e
-        ) as x
-        group by x.term
-    ) as q
-    -- one index lookup per term, keyed by kb_ids, whatever the row estimates
-    cross join lateral (
-        select sum(s.df)::bigint as df, bit_or(s.tiers) as tiers from kb.term_stats as s
-        where s.kb_id = any(kb_ids) and s.term = q.term
-    ) as s
-    where s.df > 0
-    order by s.df, q.term
-    limit kb.setting_int('lexical_max_query_terms');
+            select x.term, max(x.weight) as weight, bool_or(x.in_query) as in_query
+            from (
+                select t.term, 1::double precision as weight, true as in_query
+                from unnest(kb.lexical_terms(query)) as t (term)
+                union all
+                select e.key, e.value::double precision, false from jsonb_each_text(expansions) as e
+            ) as x
+            group by x.term
+        ) as q
+        -- one index lookup per term, keyed by kb_ids, whatever the row estimates
+        cross join lateral (
+            select sum(s.df)::bigint as df, bit_or(s.tiers) as tiers from kb.term_stats as s
+            where s.kb_id = any(kb_ids) and s.term = q.term
+        ) as s
+        where s.df > 0
+    ) as r
+    where not r.in_query or r.pos <= kb.setting_int('lexical_max_query_terms')
+    order by r.df, r.term;
 end
 $$;
 
@@ -433,37 +439,52 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$ select c.engine from kb.lexical_engine_choice() as c $$;
 
--- The BM25 leg's top n (chunk_id, rank, score) by the engine kb.lexical_engine() picks, with that leg's
--- budget setting (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
--- lexical_numpy_posting_budget). Every engine scores the same BM25 over the same visible statistics and
--- returns the exact top n whenever its budget holds the query's postings. With expansions ({term:
--- weight}, kb.fuzzy_expansions) it is the fuzzy leg: the query's terms and their corrections, each
--- correction's idf times its weight.
+-- The BM25 legs' top n by the engine kb.lexical_engine() picks, with that engine's budget setting
+-- (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
+-- lexical_numpy_posting_budget): rows (leg, chunk_id, rank, score) of leg 'lexical' (the query's terms;
+-- when plain, or when expansions is NULL) and of leg 'fuzzy' (when expansions is not NULL: the query's
+-- terms and their corrections, {term: weight} from kb.fuzzy_expansions, each correction's idf times its
+-- weight). Every engine scores the same BM25 over the same visible statistics and returns the exact top n
+-- whenever its budget holds the query's postings; numpy ranks both legs from one read of the postings.
 create or replace function kb.lexical_hits(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
-    expansions jsonb default null
+    expansions jsonb default null, plain boolean default true
 )
-returns table (chunk_id bigint, rank integer, score double precision)
+returns table (leg text, chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     engine constant text := kb.lexical_engine();
     budget integer;
+    leg_name text;
 begin
     if engine = 'numpy' then
-        return query select * from kb.lexical_leg_numpy(query, kb_ids, n, doc_filter, k1, b, expansions);
-    elsif engine = 'blocks' then
+        return query select * from kb.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, plain);
+        return;
+    end if;
+    if engine = 'blocks' then
         budget := kb.setting_int('lexical_posting_budget');
         if budget < 1 then
             raise exception 'setting "lexical_posting_budget" must be at least 1, not %', budget
                 using errcode = 'invalid_parameter_value';
         end if;
-        return query select * from kb.lexical_leg(query, kb_ids, n, doc_filter, k1, b, budget, expansions);
     else
         budget := kb.setting_int('lexical_probe_budget');
-        return query select * from kb.lexical_leg_scan(query, kb_ids, n, doc_filter, k1, b, budget, expansions);
     end if;
+    foreach leg_name in array array_remove(array[
+        case when plain or expansions is null then 'lexical' end, case when expansions is not null then 'fuzzy' end
+    ], null) loop
+        if engine = 'blocks' then
+            return query select leg_name, x.* from kb.lexical_leg(
+                query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
+            ) as x;
+        else
+            return query select leg_name, x.* from kb.lexical_leg_scan(
+                query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
+            ) as x;
+        end if;
+    end loop;
 end
 $$;
 
@@ -616,23 +637,21 @@ begin
         select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
         where vector_weight > 0 and embedding is not null
     ),
-    lexical_hits as (
-        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b)
-        where lexical_weight > 0 or (fuzzy_weight > 0 and expansions is null)
-    ),
-    fuzzy_hits as (
-        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions)
-        where fuzzy_weight > 0 and expansions is not null
-        union all
-        -- no term to correct: the fuzzy leg ranks as the BM25 leg does, which is computed once
-        select * from lexical_hits as l where fuzzy_weight > 0 and expansions is null
+    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections (without, the fuzzy
+    -- leg ranks as the BM25 leg does, and reuses its rows)
+    bm25_hits as (
+        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
+            lexical_weight > 0 or expansions is null)
+        where lexical_weight > 0 or fuzzy_weight > 0
     ),
     hits as (
         select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
         union all
-        select 'lexical', lexical_weight, l.* from lexical_hits as l where lexical_weight > 0
+        select 'lexical', lexical_weight, l.chunk_id, l.rank, l.score from bm25_hits as l
+        where lexical_weight > 0 and l.leg = 'lexical'
         union all
-        select 'fuzzy', fuzzy_weight, f.* from fuzzy_hits as f
+        select 'fuzzy', fuzzy_weight, f.chunk_id, f.rank, f.score from bm25_hits as f
+        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null)
     ),
     leg_stats as (
         select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg

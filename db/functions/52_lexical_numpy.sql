@@ -20,19 +20,21 @@ if "numpy_ok" not in GD:
 return GD["numpy_ok"]
 $$;
 
--- Okapi BM25 top n of query (with expansions: and its fuzzy corrections, each idf times its weight; see
--- kb.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and avgdl
--- from those knowledge bases only; every posting of the query's terms (blocks and recent postings) read in
--- a few statements, decoded and scored with numpy, summed per chunk and cut to the n best: exact BM25 while
--- the terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the most common terms are
--- left out, and when not even the rarest fits, the SQL leg (kb.lexical_leg, within its own budget) answers.
--- With doc_filter, candidates are tested best first until n pass it, at most lexical_posting_budget of
--- them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than they saved at 100k chunks.
-create or replace function kb.lexical_leg_numpy(
+-- The BM25 legs' top n (kb.lexical_hits's rows: leg 'lexical' for the query's terms when plain or
+-- expansions is NULL, leg 'fuzzy' for the query's terms and its corrections when expansions is not NULL;
+-- see kb.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and
+-- avgdl from those knowledge bases only; every posting of the terms (blocks and recent postings) read once
+-- in a few statements, decoded and scored with numpy, summed per chunk for each leg and cut to the n best:
+-- exact BM25 while a leg's terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the
+-- most common terms are left out, and when not even the rarest fits, the SQL leg (kb.lexical_leg, within
+-- its own budget) answers. With doc_filter, candidates are tested best first until n pass it, at most
+-- lexical_posting_budget of them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than
+-- they saved at 100k chunks.
+create or replace function kb.lexical_legs_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
-    expansions jsonb default null
+    expansions jsonb, plain boolean
 )
-returns table (chunk_id bigint, rank integer, score double precision)
+returns table (leg text, chunk_id bigint, rank integer, score double precision)
 language plpython3u stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -58,12 +60,16 @@ if "plans" not in SD:
         # the visible knowledge bases, and per visible knowledge base their recent postings. Both reads
         # below are a lateral subquery with OFFSET 0: one index lookup per term, keyed by the visible
         # kb_ids, whatever the row estimates (a join was planned as a hash join over every row)
-        # kept: the rarest terms while their postings fit lexical_numpy_posting_budget
+        # kept_all / kept_plain: the rarest terms (of all / of the query's) while their postings fit
+        # lexical_numpy_posting_budget
         "terms": plpy.prepare(
-            "select q.term, q.df::float8 as df, q.weight, q.kept, s.recent_ids, s.recent_tfs, s.recent_dls"
-            " from (select t.term, t.df, t.weight, sum(t.df) over (order by t.df, t.term)"
-            " <= kb.setting_int('lexical_numpy_posting_budget') as kept"
-            " from kb.lexical_query_terms($1, $2, $3) as t) as q"
+            "select q.term, q.df::float8 as df, q.weight, q.in_query, q.kept_all, q.kept_plain,"
+            " s.recent_ids, s.recent_tfs, s.recent_dls"
+            " from (select t.term, t.df, t.weight, t.in_query,"
+            " sum(t.df) over w <= kb.setting_int('lexical_numpy_posting_budget') as kept_all,"
+            " t.in_query and coalesce(sum(t.df) filter (where t.in_query) over w, 0)"
+            " <= kb.setting_int('lexical_numpy_posting_budget') as kept_plain"
+            " from kb.lexical_query_terms($1, $2, $3) as t window w as (order by t.df, t.term)) as q"
             " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
             ["text", "integer[]", "jsonb"],
@@ -135,32 +141,43 @@ n_chunks = size["n_chunks"]
 c1 = k1 * (1 - b)
 c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 
+# the legs asked for, each with the column saying which terms it keeps
+legs = [("lexical", "kept_plain")] if plain or expansions is None else []
+if expansions is not None:
+    legs.append(("fuzzy", "kept_all"))
 rows = plpy.execute(plans["terms"], [query, kb_ids, expansions])
+out = []
+for name, kept in list(legs):
+    members = [r for r in rows if r["in_query"] or name == "fuzzy"]
+    if members and not any(r[kept] for r in members):  # bounded work: not even the rarest term fits the budget
+        sql_terms = expansions if name == "fuzzy" else None
+        out += [(name, r["chunk_id"], r["rank"], r["score"])
+                for r in plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, sql_terms])]
+        legs.remove((name, kept))
+rows = [r for r in rows if any(r[kept] for _, kept in legs)]
 if not rows:
-    return []
-df = {r["term"]: r["df"] for r in rows if r["kept"]}
-weight = {r["term"]: r["weight"] for r in rows}
-if not df:  # bounded work: not even the rarest term fits the budget
-    return plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, expansions])
-recent = [
-    (r["term"], r["recent_ids"], r["recent_tfs"], r["recent_dls"]) for r in rows if r["kept"] and r["recent_ids"]
-]
-terms = sorted(df)
-idf = np.array([weight[t] * np.log(1 + (n_chunks - df[t] + 0.5) / (df[t] + 0.5)) for t in terms])
+    return out
+terms = sorted({r["term"] for r in rows})  # a row per term and knowledge base
 term_no = {t: i for i, t in enumerate(terms)}
+by_term = {r["term"]: r for r in rows}
+idf = np.array([
+    by_term[t]["weight"] * np.log(1 + (n_chunks - by_term[t]["df"] + 0.5) / (by_term[t]["df"] + 0.5)) for t in terms
+])
+recent = [(r["term"], r["recent_ids"], r["recent_tfs"], r["recent_dls"]) for r in rows if r["recent_ids"]]
 
-parts_ids, parts_w = [], []
+parts_ids, parts_w, parts_t = [], [], []
 
 
-def add(ids, tfs, dls, idfs):
-    """Collect the BM25 addends of postings (tfs, dls and idfs: arrays or one value for all)."""
+def add(ids, tfs, dls, idfs, term_nos):
+    """Collect the BM25 addends of postings (tfs, dls and idfs: arrays or one value for all) and their terms."""
     parts_ids.append(ids)
     parts_w.append(idfs * (k1 + 1) * tfs / (tfs + c1 + c2 * dls))
+    parts_t.append(np.broadcast_to(term_nos, ids.shape))
 
 
 for t, ids, tfs, dls in recent:
     add(np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64), np.asarray(dls, dtype=np.float64),
-        idf[term_no[t]])
+        idf[term_no[t]], term_no[t])
 
 row = plpy.execute(plans["blocks"], [terms, kb_ids])[0]
 if row["n"] is not None:
@@ -190,7 +207,7 @@ if row["n"] is not None:
         else:
             tfs = np.repeat(TF_FIXED[tier[sel]], FULL)
         dls = (column(m, FULL * (ib + tb), db) + DL_MIN[tier[sel]][:, None]).ravel()
-        add(ids, tfs, dls, np.repeat(idf[term_of[sel]], FULL))
+        add(ids, tfs, dls, np.repeat(idf[term_of[sel]], FULL), np.repeat(term_of[sel], FULL))
     # the other blocks (a list's last one, small lists): a byte offset per posting and field
     part = np.flatnonzero(~full)
     if len(part):
@@ -204,23 +221,13 @@ if row["n"] is not None:
         if stored.any():
             tfs[stored] = uint_at(buf, (base + n_blk * ib + pos * tb)[stored], tb[stored])
         dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
-        add(ids, tfs, dls, idf[term_of[blk]])
+        add(ids, tfs, dls, idf[term_of[blk]], term_of[blk])
 
 if not parts_ids:  # df > 0 but no postings: a knowledge base between kb.clear_postings and its build
-    return []
-# sum per chunk: densely over the id range when it is not much wider than the postings
+    return out
 all_ids = np.concatenate(parts_ids)
 all_w = np.concatenate(parts_w)
-lo = int(all_ids.min())
-span = int(all_ids.max()) - lo + 1
-if span <= 4 * len(all_ids) + 65536:
-    acc = np.bincount(all_ids - lo, weights=all_w, minlength=span)
-    cand_ids = np.flatnonzero(acc)
-    cand_scores = acc[cand_ids]
-    cand_ids = cand_ids + lo
-else:
-    cand_ids, inverse = np.unique(all_ids, return_inverse=True)
-    cand_scores = np.bincount(inverse, weights=all_w)
+all_t = np.concatenate(parts_t)
 
 
 def best(ids, scores, k):
@@ -233,10 +240,24 @@ def best(ids, scores, k):
     return ids[order], scores[order]
 
 
-if doc_filter is None:
-    top_ids, top_scores = best(cand_ids, cand_scores, n)
-else:
-    # best first, in growing batches, until n candidates pass the filter or lexical_posting_budget were tested
+def top(ids, weights):
+    """The n best chunks of the postings (ids, BM25 addends): summed per chunk (densely over the id range
+    when it is not much wider than the postings), then, with doc_filter, tested best first in growing
+    batches until n pass it or lexical_posting_budget were tested."""
+    if not len(ids):
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    lo = int(ids.min())
+    span = int(ids.max()) - lo + 1
+    if span <= 4 * len(ids) + 65536:
+        acc = np.bincount(ids - lo, weights=weights, minlength=span)
+        cand_ids = np.flatnonzero(acc)
+        cand_scores = acc[cand_ids]
+        cand_ids = cand_ids + lo
+    else:
+        cand_ids, inverse = np.unique(ids, return_inverse=True)
+        cand_scores = np.bincount(inverse, weights=weights)
+    if doc_filter is None:
+        return best(cand_ids, cand_scores, n)
     got_ids, got_scores = [], []
     want = max(4 * n, 256)
     tested = 0
@@ -254,6 +275,27 @@ else:
         want *= 4
     top_ids = np.concatenate(got_ids)[:n] if got_ids else np.empty(0, dtype=np.int64)
     top_scores = np.concatenate(got_scores)[:n] if got_scores else np.empty(0)
+    return top_ids, top_scores
 
-return [(int(i), r + 1, float(s)) for r, (i, s) in enumerate(zip(top_ids, top_scores))]
+
+for name, kept in legs:
+    keep = np.array([bool(by_term[t][kept]) for t in terms])[all_t]
+    ids, scores = top(all_ids[keep], all_w[keep])
+    out += [(name, int(i), r + 1, float(s)) for r, (i, s) in enumerate(zip(ids, scores))]
+return out
+$$;
+
+
+-- The numpy BM25 leg alone (chunk_id, rank, score): the 'fuzzy' ranking of kb.lexical_legs_numpy when
+-- expansions is not NULL, else its 'lexical' one. The same ranking as kb.lexical_leg / lexical_leg_scan
+-- with the same arguments (tests compare them).
+create or replace function kb.lexical_leg_numpy(
+    query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
+    expansions jsonb default null
+)
+returns table (chunk_id bigint, rank integer, score double precision)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select x.chunk_id, x.rank, x.score from kb.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, false) as x
 $$;

@@ -569,3 +569,22 @@ def test_numpy_leg_after_clear_and_when_no_term_fits_its_budget(corpus):
     corpus.execute("update kb.settings set value = '2000000' where key = 'lexical_numpy_posting_budget'")
     corpus.execute("select kb.clear_postings(id) from kb.knowledge_bases where name in ('kb-a', 'kb-b')")
     assert corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == []
+
+
+@pytest.mark.parametrize("engine", ["numpy", "blocks", "scan"])
+def test_both_bm25_legs_from_one_call_equal_each_leg_alone(corpus, engine):
+    """kb.lexical_hits with corrections and plain: its 'lexical' rows are the query's BM25 ranking, its
+    'fuzzy' rows the ranking with the corrections, as each leg alone gives them (numpy ranks both from one
+    read of the postings)."""
+    corpus.execute("update kb.settings set value = %s where key = 'lexical_leg'", [engine])
+    ids = kb_ids(corpus, "kb-a", "kb-b")
+    both = "select leg, chunk_id, score from kb.lexical_hits(%s, %s, 20, null, 1.2, 0.75, %s, true)"
+    alone = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, 20, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
+    for query, extra in (("w0 w5 w9", {"w1": 0.6, "w30": 0.9}), ("absentword 缓存", {"w2": 0.5, "数据": 0.5})):
+        rows = corpus.execute(both, [query, ids, json.dumps(extra)]).fetchall()
+        assert {leg for leg, _, _ in rows} == {"lexical", "fuzzy"}
+        for leg, terms in (("lexical", None), ("fuzzy", json.dumps(extra))):
+            got = [(c, s) for g, c, s in rows if g == leg]
+            assert_same_ranking(got, corpus.execute(alone, [query, ids, terms]).fetchall())
+        only_fuzzy = corpus.execute(both.replace("true)", "false)"), [query, ids, json.dumps(extra)]).fetchall()
+        assert {leg for leg, _, _ in only_fuzzy} == {"fuzzy"}

@@ -156,7 +156,7 @@ def test_single_leg_top_k_is_the_head_of_a_longer_list(kbdb, embedder):
         ("select * from kb.fuzzy_search('tidb_mem_qouta_query', %s)", []),
     ]:
         full = search(kbdb, sql, 7, *params)
-        assert len(full) >= 3, sql
+        assert len(full) >= (1 if "fuzzy" in sql else 3), sql  # one fixture chunk holds tidb's terms
         keys = ["chunk_id", "vector_rank", "lexical_rank", "fuzzy_rank", "vector_score", "lexical_score", "fuzzy_score"]
         for k in range(1, len(full)):
             head = search(kbdb, sql, k, *params)
