@@ -533,8 +533,8 @@ $$;
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
 -- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
--- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); with none to make it
--- is the BM25 leg's ranking, reused.
+-- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
+-- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
 -- vector_used is false when no query embedding could be had (lexical legs only).
 create or replace function kb.search(
     query text,
@@ -637,8 +637,9 @@ begin
         select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
         where vector_weight > 0 and embedding is not null
     ),
-    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections (without, the fuzzy
-    -- leg ranks as the BM25 leg does, and reuses its rows)
+    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections. Without any the
+    -- fuzzy leg would rank as the BM25 leg does: alone (kb.fuzzy_search) it reuses those rows; beside a
+    -- BM25 leg it adds nothing, which would only count BM25 twice
     bm25_hits as (
         select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
             lexical_weight > 0 or expansions is null)
@@ -651,7 +652,7 @@ begin
         where lexical_weight > 0 and l.leg = 'lexical'
         union all
         select 'fuzzy', fuzzy_weight, f.chunk_id, f.rank, f.score from bm25_hits as f
-        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null)
+        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null and lexical_weight = 0)
     ),
     leg_stats as (
         select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg

@@ -87,7 +87,9 @@ def test_result_columns_and_dbsf_score(kbdb, embedder):
     vw, lw, fw, candidates = kbdb.execute(
         "select vector_weight, lexical_weight, fuzzy_weight, candidates from kb.search_defaults()"
     ).fetchone()
-    legs = leg_scores(kbdb, embedder, "退款", candidates)
+    query = "退款 creatUser"  # a term to correct: the fuzzy leg joins the fusion
+    rows = hybrid(kbdb, embedder, query)
+    legs = leg_scores(kbdb, embedder, query, candidates)
     assert all(legs.values()), "every leg must contribute for this check"
     weights = {"vector": vw, "lexical": lw, "fuzzy": fw}
 
@@ -350,12 +352,17 @@ def test_fuzzy_leg_corrects_misspelt_terms(kbdb, query, expected_doc, correction
 
 def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
     """A query whose terms are all known (or have no correction) gets the BM25 leg's ranking and scores
-    from the fuzzy leg, computed once; the corrections are bounded by the two settings."""
+    from the fuzzy leg alone, and no fuzzy leg in a hybrid search (it would count BM25 twice); the
+    corrections are bounded by the two settings."""
     for query in ("缓存击穿 token", "系统响应很慢怎么优化"):
         assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0] is None
         fuzzy = kbdb.execute("select chunk_id, fuzzy_score from kb.fuzzy_search(%s, 10)", [query]).fetchall()
         lexical = kbdb.execute("select chunk_id, lexical_score from kb.lexical_search(%s, 10)", [query]).fetchall()
         assert fuzzy == lexical
+        hybrid = kbdb.execute("select fuzzy_rank from kb.hybrid_search(%s, 10, vector_weight => 0)", [query])
+        assert all(r[0] is None for r in hybrid.fetchall())
+    corrected = kbdb.execute("select fuzzy_rank from kb.hybrid_search('creatUser', 3, vector_weight => 0)")
+    assert corrected.fetchone()[0] == 1
     both = "tidb_mem_qouta_query creatUser"
     assert len(kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0]) == 4
     kbdb.execute("update kb.settings set value = '1' where key = 'fuzzy_max_terms'")  # the longest word only
