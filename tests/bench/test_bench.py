@@ -268,7 +268,7 @@ def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, m
     pools, model = load_pools(datasets), default_model(db)
     with pytest.raises(RuntimeError, match=r"other knowledge bases \(team-docs\).*--allow-shared-database"):
         prepare_kb(db, dsn(db), "bench", 40, pools, model, "bulk")
-    assert bench_indexes(db) == before and len(before) == 3
+    assert bench_indexes(db) == before and len(before) == 2
     assert db.execute("select count(*) from kb.knowledge_bases where name = 'bench'").fetchone()[0] == 0
     monkeypatch.setenv("PGKB_DATABASE_URL", dsn(db))
     assert main(["bench", "--chunks", "40", "--datasets", str(datasets), "--mcp-calls", "0"]) == 2
@@ -305,7 +305,7 @@ def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert bench_indexes(db) == before and len(before) == 3, log.read_text()
+    assert bench_indexes(db) == before and len(before) == 2, log.read_text()
     assert code == exit_code, log.read_text()
     assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
     assert db.execute("select to_regclass('public.pgkb_bench_df')").fetchone()[0] is None
