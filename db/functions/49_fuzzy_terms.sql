@@ -9,8 +9,9 @@
 -- one edit away (a letter deleted, inserted, replaced, or two neighbours swapped: weight 1 - 1 / the
 -- longer length) and to words it begins up to twice its length (weight: its share of the longer word).
 -- In Chinese one character is replaced (weight 0.5 for each bigram it makes): inside a run when both its
--- bigrams are absent, by a character that makes both known bigrams; at a run's end when its bigram is
--- absent and the next one inward is known (or there is none), by one that makes a known bigram. At most
+-- bigrams are absent, by a character that makes both known bigrams; in a run of two characters (absent),
+-- either one, by a character that makes a known bigram. (At a longer run's end one known bigram is too
+-- weak a sign: everyday question words, 哪些 or 什么, got "corrected" in half the cmrc questions.) At most
 -- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
 -- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded.
@@ -61,11 +62,12 @@ as $$
             select 'inner', b.term, b.next, 1, b.k::integer from bigrams as b
             where not b.known and b.next is not null and not b.next_known
             union all
+            -- a run of two characters: either may be the wrong one
             select 'first', b.term, null, 2, b.k::integer from bigrams as b
-            where not b.known and b.prev_known is null and coalesce(b.next_known, true)
+            where not b.known and b.prev_known is null and b.next is null
             union all
             select 'last', b.term, null, 3, b.k::integer from bigrams as b
-            where not b.known and b.next is null and coalesce(b.prev_known, true)
+            where not b.known and b.prev_known is null and b.next is null
         ) as x
         order by x.pos, x.sort_key, x.source
         limit kb.setting_int('fuzzy_max_terms')

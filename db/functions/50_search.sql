@@ -499,7 +499,7 @@ returns table (
 language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-    select 1.0::float8, 0.6::float8, 0.5::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
+    select 1.0::float8, 0.6::float8, 0.25::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
 $$;
 
 -- Raise unless query and top_k are acceptable to every search function: a query that is not blank
@@ -688,7 +688,7 @@ $$;
 
 -- Hybrid search: vector + BM25 + fuzzy legs fused (see kb.search: distribution-based score fusion by
 -- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
--- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.5, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
+-- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.25, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
 -- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
 -- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).
