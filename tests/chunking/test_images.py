@@ -230,7 +230,9 @@ def test_markdown_images_and_image_files_are_captioned_and_searchable(db, folder
 
     top = search(db, embedder, "crimson chart")[0]
     assert (top[0], top[1], top[2]["image"]) == ("guide.md", "image", "img/revenue.png")
-    assert None not in top[4:7]  # every leg found it
+    assert None not in top[4:6]  # the vector and BM25 legs found it
+    rows = search(db, embedder, "crimsn chart")  # and the fuzzy leg, through a correction
+    assert [r[6] for r in rows if r[2].get("image") == "img/revenue.png"] == [1], rows
     assert search(db, embedder, "emerald")[0][2]["image"] == "photos/team.jpg"
 
 
