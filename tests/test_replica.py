@@ -99,21 +99,16 @@ class Pair:
         return target
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[Pair]:
-    base = Path(tempfile.mkdtemp(prefix="pgkb-replica-", dir="/tmp"))
+@contextlib.contextmanager
+def _running_primary(prefix: str) -> Iterator[tuple[EmbeddedCluster, Path]]:
+    """A started primary in a temporary folder of its own, and that folder; afterwards it and every replica
+    it got are stopped and their folders and sockets removed."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     base.chmod(0o755)
     primary = EmbeddedCluster(base / "primary", _free_port(), "pgkb")
     try:
         primary.start()
-        with psycopg.connect(primary.url(), autocommit=True) as conn:
-            migrate(conn, Settings.from_env().db_dir)
-            for role in ("alice", "bob"):
-                conn.execute(f"create role {role} login")
-                conn.execute("select kb.create_user(%s, %s)", [role, role])
-            conn.execute("select kb.create_knowledge_base('handbook', visibility => 'public')")
-        standby = add_replica(primary, "standby1", port=_free_port())
-        yield Pair(primary, standby, base)
+        yield primary, base
     finally:
         with contextlib.suppress(ClusterError):
             primary.stop()  # the lifecycle hook stops the replicas
@@ -124,6 +119,19 @@ def pair() -> Iterator[Pair]:
         shutil.rmtree(base, ignore_errors=True)
         for sock in sockets:
             shutil.rmtree(sock, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[Pair]:
+    with _running_primary("pgkb-replica-") as (primary, base):
+        with psycopg.connect(primary.url(), autocommit=True) as conn:
+            migrate(conn, Settings.from_env().db_dir)
+            for role in ("alice", "bob"):
+                conn.execute(f"create role {role} login")
+                conn.execute("select kb.create_user(%s, %s)", [role, role])
+            conn.execute("select kb.create_knowledge_base('handbook', visibility => 'public')")
+        standby = add_replica(primary, "standby1", port=_free_port())
+        yield Pair(primary, standby, base)
 
 
 @pytest.fixture
@@ -469,17 +477,8 @@ def test_bad_add_changes_nothing(pair):
 @pytest.fixture
 def lone_primary() -> Iterator[EmbeddedCluster]:
     """A running primary of its own that has never had a replica."""
-    base = Path(tempfile.mkdtemp(prefix="pgkb-replica-lone-", dir="/tmp"))
-    base.chmod(0o755)
-    primary = EmbeddedCluster(base / "primary", _free_port(), "pgkb")
-    try:
-        primary.start()
+    with _running_primary("pgkb-replica-lone-") as (primary, _):
         yield primary
-    finally:
-        with contextlib.suppress(ClusterError):
-            primary.stop()
-        shutil.rmtree(base, ignore_errors=True)
-        shutil.rmtree(primary.socket_dir, ignore_errors=True)
 
 
 def test_a_failed_first_add_leaves_nothing_behind(lone_primary, monkeypatch):
