@@ -11,7 +11,8 @@
 -- In Chinese one character is replaced (weight 0.5 for each bigram it makes): inside a run when both its
 -- bigrams are absent, by a character that makes both known bigrams; in a run of two characters (absent),
 -- either one, by a character that makes a known bigram. (At a longer run's end one known bigram is too
--- weak a sign: everyday question words, 哪些 or 什么, got "corrected" in half the cmrc questions.) At most
+-- weak a sign: everyday question words, 哪些 or 什么, got "corrected" in half the cmrc questions; and a
+-- question word ends a run.) At most
 -- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
 -- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded.
@@ -39,7 +40,9 @@ as $$
             select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
         ) as s on true
     ),
-    -- Chinese bigrams in query order with their neighbours in the same run (NULL at a run's end)
+    -- Chinese bigrams in query order with their neighbours in the same run (NULL at a run's end). A
+    -- question word (哪边, 何时, 什么, 多少) ends a run: documents rarely hold it, so the bigrams touching it
+    -- are absent, yet they are the question's form, no sign of a misspelling
     bigrams as (
         select b.term, b.known, b.k,
             case when right(b.prev, 1) = left(b.term, 1) then b.prev_known end as prev_known,
@@ -48,7 +51,7 @@ as $$
         from (
             select q.term, q.known, q.k, lag(q.term) over w as prev, lag(q.known) over w as prev_known,
                 lead(q.term) over w as next, lead(q.known) over w as next_known
-            from query_terms as q where q.term !~ '^[a-z0-9_]+$'
+            from query_terms as q where q.term !~ '^[a-z0-9_]+$' and q.term !~ '[哪何谁几怎什么吗呢啥咋少]'
             window w as (order by q.k)
         ) as b
     ),

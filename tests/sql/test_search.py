@@ -350,6 +350,17 @@ def test_fuzzy_leg_corrects_misspelt_terms(kbdb, query, expected_doc, correction
     assert rows[0]["doc_key"] == expected_doc and rows[0]["fuzzy_rank"] == 1, rows
 
 
+def test_question_words_are_not_corrected(kbdb):
+    """A question word (何时, 哪边, 多少) is in no document, so its bigrams are absent; it is the question's form,
+    not a misspelling: the character next to it is not replaced, and a real near-miss still is."""
+    text = "灯塔为何建在岛上？东边的灯塔和西边的灯塔都在海边。登录态失效时刷新令牌。"
+    chunks = json.dumps([{"content": text}])
+    kbdb.execute("select kb.replace_document('team-docs', 'lighthouse.md', '灯塔', %s)", [chunks])
+    for query in ("灯塔于何时建立", "灯塔在哪边", "灯塔有多少座"):
+        assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0] is None, query
+    assert "灯塔" in kbdb.execute("select kb.fuzzy_expansions('灯搭何时建立', kb.visible_kb_ids())").fetchone()[0]
+
+
 def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
     """A query whose terms are all known (or have no correction) gets the BM25 leg's ranking and scores
     from the fuzzy leg alone, and no fuzzy leg in a hybrid search (it would count BM25 twice); the
