@@ -386,7 +386,7 @@ build_pgvector_from_debian_source() {
     [[ -n "$got_ver" ]] || die "could not download any pgvector >= $MIN_PGVECTOR source package from Debian $PGVECTOR_SUITES at $archive${why:+ ($why)}"
     upstream="${got_ver#*:}"
     upstream="${upstream%-*}"
-    log "downloaded pgvector source $got_ver from Debian $got_suite at $archive"
+    log "downloaded pgvector source $got_ver ($got_suite) from $archive"
     if ! version_ge "$upstream" 0.8.4; then
         log "note: pgvector $upstream is older than the recommended 0.8.4 (HNSW vacuum fixes), the newest this mirror could serve; later runs keep it (it satisfies >= $MIN_PGVECTOR)"
     fi
