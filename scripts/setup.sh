@@ -12,6 +12,9 @@
 #      if apt offers a new enough one, otherwise built from Debian's pgvector
 #      *source package* taken from a newer suite (sid / trixie), or a pinned
 #      one fetched from Debian's pool by checksum (see PINNED_PGVECTOR_*).
+#      Both come from the Debian archive this machine's apt sources already use
+#      (its Debian mirror, or the organisation's mirror or proxy in front of one:
+#      scripts/debian-archive.sh), through apt with this machine's apt settings.
 #   4. with --dev (`make test`): chromium and chromium-driver, the headless browser the web page's test
 #      drives (tests/web).
 #
@@ -31,13 +34,17 @@
 #   PGKB_MIN_PGVECTOR    minimum acceptable pgvector version (default 0.8.0)
 #   PGKB_PGVECTOR_SUITES Debian suites to look in for the pgvector source
 #                        package (default "sid trixie"; the newest version wins)
+#   PGKB_DEBIAN_MIRROR   the Debian archive to take that source package from
+#                        (default: the one the apt sources use; set it where they
+#                        name none, e.g. on Ubuntu, or where it lacks those suites)
 set -euo pipefail
 
 readonly MIN_PG_MAJOR=15
 readonly MIN_PGVECTOR="${PGKB_MIN_PGVECTOR:-0.8.0}"
 readonly PGVECTOR_SUITES="${PGKB_PGVECTOR_SUITES:-sid trixie}"
-readonly DEBIAN_MIRROR="http://deb.debian.org/debian"
 readonly DEBIAN_KEYRING="/usr/share/keyrings/debian-archive-keyring.gpg"
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+readonly SCRIPT_DIR
 
 # A pgvector source package (>= 0.8.4, which has the HNSW vacuum fixes) that
 # Debian's pool still serves although no suite's Sources index lists it any
@@ -282,10 +289,31 @@ private_apt() {
         "$@"
 }
 
+# The Debian archive pgvector's source comes from: PGKB_DEBIAN_MIRROR, else the one this machine's apt
+# sources use (read after apt-get update, which has run by now).
+debian_archive() {
+    if [[ -n "${PGKB_DEBIAN_MIRROR:-}" ]]; then
+        printf '%s' "${PGKB_DEBIAN_MIRROR%/}"
+    elif ! bash "$SCRIPT_DIR/debian-archive.sh"; then
+        die "none of this machine's apt sources is a Debian archive (a Debian mirror, or a proxy of one), where pgvector's source package would come from: set PGKB_DEBIAN_MIRROR to a Debian mirror this machine may reach (http://…/debian), or install pgvector >= $MIN_PGVECTOR for PostgreSQL $PG_MAJOR yourself (e.g. postgresql-$PG_MAJOR-pgvector from apt.postgresql.org) and re-run"
+    fi
+}
+
+# The reason apt gave in log file $1 for a failed download or index, in a few words (e.g. "404 Not Found").
+download_problem() {
+    [[ -f "$1" ]] || return 0
+    local reason
+    reason="$(awk '/^Err:/ { getline; sub(/^ +/, ""); sub(/ *\[IP:.*/, ""); print; exit }' "$1" | tr -s ' ')"
+    [[ -n "$reason" ]] || reason="$(grep -m1 '^E: ' "$1" | cut -c4- || true)"
+    printf '%s' "${reason:-$(tail -n 1 "$1")}"
+}
+
 # Build and install pgvector from Debian's source package, newest of $PGVECTOR_SUITES.
 build_pgvector_from_debian_source() {
     workdir
     mkdir -p "$WORKDIR/apt/lists/partial" "$WORKDIR/build"
+    local archive
+    archive="$(debian_archive)" || exit 1
 
     # The private list is verified against Debian's archive keyring (standard
     # on Debian; Ubuntu has it as the debian-archive-keyring package).
@@ -295,11 +323,14 @@ build_pgvector_from_debian_source() {
     local suite
     : >"$WORKDIR/apt/sources.list"
     for suite in $PGVECTOR_SUITES; do
-        printf 'deb-src [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$DEBIAN_MIRROR" "$suite" >>"$WORKDIR/apt/sources.list"
+        printf 'deb-src [signed-by=%s] %s %s main\n' "$DEBIAN_KEYRING" "$archive" "$suite" >>"$WORKDIR/apt/sources.list"
     done
-    log "looking for the pgvector source package in Debian $PGVECTOR_SUITES"
-    # Runs unprivileged when we are not root: it only writes into $WORKDIR.
-    quiet private_apt apt-get -q update
+    log "looking for pgvector's source package in Debian $PGVECTOR_SUITES at $archive"
+    # Runs unprivileged when we are not root: it only writes into $WORKDIR. A suite the archive lacks is
+    # left out (the others may have pgvector).
+    if ! private_apt apt-get -q update >"$WORKDIR/update.log" 2>&1; then
+        log "  not every suite could be read there ($(download_problem "$WORKDIR/update.log")): going on with the others"
+    fi
 
     # Every pgvector source version the suites offer, as "VERSION SUITE" lines,
     # newest first (sort -V orders plain Debian versions like 0.8.7-1 correctly).
@@ -315,11 +346,11 @@ build_pgvector_from_debian_source() {
             printf '%s pool\n' "$PINNED_PGVECTOR_VERSION"
         } | sort -u -k1,1 -V -r
     )"
-    [[ -n "$candidates" ]] || die "no pgvector source package found in Debian $PGVECTOR_SUITES"
+    [[ -n "$candidates" ]] || die "no pgvector source package found in Debian $PGVECTOR_SUITES at $archive"
 
     # Download the newest one that actually downloads (a mirror may not have
     # the pool files of a very recent upload yet; fall back to the next one).
-    local ver src_suite got_ver="" got_suite="" upstream
+    local ver src_suite got_ver="" got_suite="" upstream why=""
     while read -r ver src_suite; do
         upstream="${ver#*:}"
         upstream="${upstream%-*}"
@@ -332,7 +363,7 @@ build_pgvector_from_debian_source() {
             # The pinned one, straight from the pool (apt-helper checks each SHA256).
             local entry dl_args=()
             for entry in "${PINNED_PGVECTOR_FILES[@]}"; do
-                dl_args+=("$DEBIAN_MIRROR/pool/main/p/pgvector/${entry% *}" "$WORKDIR/build/${entry% *}" "SHA256:${entry#* }")
+                dl_args+=("$archive/pool/main/p/pgvector/${entry% *}" "$WORKDIR/build/${entry% *}" "SHA256:${entry#* }")
             done
             if private_apt /usr/lib/apt/apt-helper download-file "${dl_args[@]}" >"$WORKDIR/download.log" 2>&1; then
                 got_ver="$ver"
@@ -344,12 +375,18 @@ build_pgvector_from_debian_source() {
             got_suite="$src_suite"
             break
         fi
-        log "could not download pgvector $ver ($src_suite) from the mirror: $(grep -m1 -E '^(E|Err):' "$WORKDIR/download.log" || tail -n 1 "$WORKDIR/download.log"); trying an older one"
+        why="$(download_problem "$WORKDIR/download.log")"
+        if [[ "$src_suite" == pool ]]; then
+            log "the pinned pgvector $ver did not download from $archive ($why); trying the next newest version"
+        else
+            log "pgvector $ver is listed in Debian $src_suite, but its files did not download from $archive ($why)."
+            log "  That is expected for a very recent upload (mirrors take a while to get its files): setup uses the next newest version instead."
+        fi
     done <<<"$candidates"
-    [[ -n "$got_ver" ]] || die "could not download any pgvector >= $MIN_PGVECTOR source package from Debian $PGVECTOR_SUITES"
+    [[ -n "$got_ver" ]] || die "could not download any pgvector >= $MIN_PGVECTOR source package from Debian $PGVECTOR_SUITES at $archive${why:+ ($why)}"
     upstream="${got_ver#*:}"
     upstream="${upstream%-*}"
-    log "downloaded pgvector source $got_ver from Debian $got_suite"
+    log "downloaded pgvector source $got_ver ($got_suite) from $archive"
     if ! version_ge "$upstream" 0.8.4; then
         log "note: pgvector $upstream is older than the recommended 0.8.4 (HNSW vacuum fixes), the newest this mirror could serve; later runs keep it (it satisfies >= $MIN_PGVECTOR)"
     fi
@@ -393,7 +430,7 @@ else
             apt_install "$pkg"
         fi
     else
-        log "distro has no $pkg >= $MIN_PGVECTOR (candidate: ${cand:-none}); building from Debian source"
+        log "apt offers no $pkg >= $MIN_PGVECTOR here (candidate: ${cand:-none}), so pgvector is built from Debian's source package (a few minutes)"
         build_pgvector_from_debian_source
     fi
     have="$(installed_pgvector)"

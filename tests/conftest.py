@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -74,6 +75,16 @@ def db(postgresql: psycopg.Connection) -> psycopg.Connection:
     postgresql.autocommit = True
     register_vector(postgresql)
     return postgresql
+
+
+@pytest.fixture
+def empty_database(db):
+    """A new, empty database on the test server (not from the migrated template); its URL."""
+    name = f"pgkb_unmigrated_{uuid.uuid4().hex[:8]}"
+    db.execute(f"create database {name}")
+    info = db.info
+    yield f"host={info.host} port={info.port} user={info.user} dbname={name}"
+    db.execute(f"drop database {name} with (force)")
 
 
 @pytest.fixture

@@ -22,16 +22,6 @@ from pgkb.migrate import pending_migrations
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def empty_database(db):
-    """A new, empty database on the test server (not from the migrated template); its URL."""
-    name = f"pgkb_unmigrated_{uuid.uuid4().hex[:8]}"
-    db.execute(f"create database {name}")
-    info = db.info
-    yield f"host={info.host} port={info.port} user={info.user} dbname={name}"
-    db.execute(f"drop database {name} with (force)")
-
-
 def kb_schema_exists(url: str) -> bool:
     with psycopg.connect(url) as conn:
         return conn.execute("select 1 from pg_namespace where nspname = 'kb'").fetchone() is not None

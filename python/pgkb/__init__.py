@@ -7,5 +7,3 @@ The product, one module or package per step: ``chunking/`` -> ``models/`` (embed
 ``launcher`` (`pgkb up` / `down`) and ``cli``. Tooling, apart from the product: ``quality/`` (`pgkb eval`,
 `pgkb sweep`) and ``bench/`` (`pgkb bench`).
 """
-
-__version__ = "0.1.0"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 
 import psycopg
 
@@ -15,8 +16,17 @@ from pgkb.migrate import MigrationError
 from pgkb.models.embedding import EmbeddingError
 
 
+def version() -> str:
+    """The installed distribution's version: pyproject.toml's, the one source of truth."""
+    try:
+        return metadata.version("pgkb")
+    except metadata.PackageNotFoundError:  # run from a checkout through PYTHONPATH, never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgkb", description="A knowledge base inside PostgreSQL.")
+    parser.add_argument("--version", action="version", version=f"pgkb {version()}")
     register_all(parser.add_subparsers(dest="command", required=True))
     return parser
 

@@ -5,7 +5,8 @@ PGKB_DATABASE_URL   an existing PostgreSQL (else pgkb runs its embedded cluster,
 PGKB_READ_DATABASE_URL  where reads go (search, MCP): a hot standby, or a libpq multi-host URL with
                     target_session_attrs=prefer-standby (default: the same database as the writers)
 PGKB_DATA_DIR, PGKB_PORT, PGKB_PG_BINDIR   the embedded cluster (see pgkb.cluster)
-PGKB_DB_DIR         where db/migrations and db/functions live (default: the repository's db/)
+PGKB_DB_DIR         where db/migrations and db/functions live (default: the SQL shipped with the package,
+                    pgkb/sql, which is the repository's db/ in a checkout: see packaged_db_dir)
 PGKB_EMBED_PROVIDER offline (default) | sentence-transformers | http
 PGKB_EMBED_MODEL    registry name of the model (default: the database's default model); for
                     sentence-transformers also the model name or path to load (e.g. BAAI/bge-m3)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 PROVIDERS = ("offline", "sentence-transformers", "http")
@@ -31,6 +33,12 @@ PROVIDERS = ("offline", "sentence-transformers", "http")
 
 class ConfigError(ValueError):
     """A configuration value is missing or invalid; the message says which variable to fix."""
+
+
+def packaged_db_dir() -> Path:
+    """db/ as the package ships it: pgkb/sql, a symlink to the repository's db/ in a checkout (an editable
+    install or PYTHONPATH) and a copy of its migrations/ and functions/ in a wheel (package data)."""
+    return Path(str(resources.files(__package__) / "sql"))
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class Settings:
             raise ConfigError("PGKB_VISION_TIMEOUT must be between 0 and 3600 seconds")
         return cls(
             database_url=env.get("PGKB_DATABASE_URL", "").strip() or None,
-            db_dir=Path(env.get("PGKB_DB_DIR") or Path(__file__).resolve().parents[2] / "db"),
+            db_dir=Path(env.get("PGKB_DB_DIR") or packaged_db_dir()),
             read_database_url=env.get("PGKB_READ_DATABASE_URL", "").strip() or None,
             embed_provider=provider,
             embed_model=env.get("PGKB_EMBED_MODEL", "").strip() or None,

@@ -121,6 +121,9 @@ Claude Code:
 
 
 def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) -> int:
+    docs = (docs or REPO / "examples" / "kb").resolve()
+    if not docs.is_dir():  # before anything starts; examples/kb is in a checkout, not in an installed wheel
+        raise FileNotFoundError(f"{docs} is not a directory: pass the folder to ingest with --docs")
     settings = Settings.from_env()
     url = database_url(settings, migrated=False, writable=True)  # migrated just below, with the report shown
     _say("database ready")
@@ -139,7 +142,6 @@ def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) ->
             lambda: _healthy(f"http://127.0.0.1:{embed_port}/health"),
             timeout=120,
         )
-        docs = (docs or REPO / "examples" / "kb").resolve()
         conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb])
         spec = model_spec(conn, settings.embed_model)
         embedder, captioner = load_embedder(settings, spec), load_captioner(settings)

@@ -55,9 +55,21 @@ def _checksum(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _sql_files(db_dir: Path, kind: str) -> list[Path]:
+    """The *.sql files of db_dir/kind (migrations or functions), sorted; MigrationError when there are none,
+    so a broken install or a wrong PGKB_DB_DIR stops every command instead of passing as "nothing to apply"."""
+    files = sorted((db_dir / kind).glob("*.sql"))
+    if not files:
+        raise MigrationError(
+            f"no SQL files in {db_dir / kind}: PGKB_DB_DIR points at the wrong folder, or this pgkb install "
+            "lacks its SQL (pgkb/sql in the package); nothing was changed"
+        )
+    return files
+
+
 def _migrations(db_dir: Path) -> list[tuple[str, Path]]:
     files = []
-    for path in sorted((db_dir / "migrations").glob("*.sql")):
+    for path in _sql_files(db_dir, "migrations"):
         match = _MIGRATION_NAME.fullmatch(path.name)
         if not match:
             raise MigrationError(f"bad migration file name {path.name}: expected NNN_lower_snake.sql")
@@ -127,7 +139,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                     )
 
             files = []
-            for path in sorted((db_dir / "functions").glob("*.sql")):
+            for path in _sql_files(db_dir, "functions"):
                 text = path.read_text(encoding="utf-8")
                 first = text.splitlines()[0] if text else ""
                 requires = _REQUIRES.fullmatch(first)

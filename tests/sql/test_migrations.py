@@ -223,3 +223,42 @@ def test_db_status_names_the_bm25_leg_that_serves(db, monkeypatch, capsys):
     db.execute("drop extension plpython3u cascade")
     assert main(["db", "status"]) == 0
     assert "BM25 leg: blocks in SQL (this server has no plpython3u)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("missing", ["the folder", "both", "migrations", "functions"])
+def test_migrate_without_sql_files_fails_loudly_and_changes_nothing(
+    empty_database, tmp_path: Path, monkeypatch, capsys, missing
+):
+    """A wrong PGKB_DB_DIR or an install without its SQL is an error, never "nothing to apply"."""
+    import psycopg
+    from pgkb.cli import main
+
+    db_dir = tmp_path / "db"
+    if missing != "the folder":
+        shutil.copytree(Settings.from_env().db_dir, db_dir)
+        for kind in ("migrations", "functions"):
+            if missing in (kind, "both"):
+                for path in (db_dir / kind).glob("*.sql"):
+                    path.unlink()
+    empty = "migrations" if missing != "functions" else "functions"
+    monkeypatch.setenv("PGKB_DATABASE_URL", empty_database)
+    monkeypatch.setenv("PGKB_DB_DIR", str(db_dir))
+    assert main(["db", "migrate"]) == 1
+    assert f"pgkb: error: no SQL files in {db_dir / empty}" in capsys.readouterr().err
+    with psycopg.connect(empty_database) as conn:
+        with pytest.raises(MigrationError, match="no SQL files"):
+            migrate(conn, db_dir)
+        assert conn.execute("select 1 from pg_namespace where nspname = 'kb'").fetchone() is None
+    if empty == "migrations":  # the check before every command reads the migrations only
+        assert main(["search", "退款"]) == 1
+        assert f"pgkb: error: no SQL files in {db_dir / empty}" in capsys.readouterr().err
+
+
+def test_default_sql_is_the_packaged_one(monkeypatch):
+    """Without PGKB_DB_DIR the SQL comes with the package (pgkb/sql: the repository's db/ in a checkout)."""
+    import pgkb
+
+    monkeypatch.delenv("PGKB_DB_DIR", raising=False)
+    db_dir = Settings.from_env().db_dir
+    assert db_dir == Path(pgkb.__file__).parent / "sql"
+    assert db_dir.resolve() == Path(__file__).resolve().parents[2] / "db"
