@@ -143,19 +143,81 @@ begin
 end
 $$;
 
--- The offline answer: the best sentences by kb.answer_term_weights overlap (never headings) of the best
--- chunk (2) and of up to two more chunks scoring at least half as well (1 each), each followed by [n];
--- a sentence ending in a colon brings the next 5 sentences (a list or table). Reads each hit's
--- kb.answer_source only.
--- Deterministic. Empty hits give the not-found sentence; no overlap at all gives hit 1's first sentence.
+-- The Markdown blocks of a text, in order: a fenced code block (``` or ~~~ through its closing fence, or
+-- to the end) is one block; otherwise a run of non-blank lines is one (a paragraph, a list, a table).
+-- kind: 'code', 'table' (every line starts with |) or 'text'. Linear: one pass over the lines.
+create or replace function kb.markdown_blocks(input text)
+returns table (ord integer, kind text, block text)
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    line text;
+    fence text;             -- the open fence's marker while inside a code block
+    lines text [] := '{}';
+begin
+    ord := 0;
+    foreach line in array string_to_array(input, E'\n') loop
+        if fence is not null then
+            lines := lines || line;
+            if btrim(line) ~ ('^' || fence || '[`~]*$') then
+                ord := ord + 1; kind := 'code'; block := array_to_string(lines, E'\n');
+                return next;
+                lines := '{}'; fence := null;
+            end if;
+        elsif line ~ '^\s{0,3}(```|~~~)' then
+            if cardinality(lines) > 0 then
+                ord := ord + 1; block := array_to_string(lines, E'\n');
+                kind := case when block ~ '^\s*\|' and block !~ E'\n\\s*[^|\\s]' then 'table' else 'text' end;
+                return next;
+            end if;
+            fence := substring(line from '^\s{0,3}(```|~~~)');
+            lines := array[line];
+        elsif btrim(line) = '' then
+            if cardinality(lines) > 0 then
+                ord := ord + 1; block := array_to_string(lines, E'\n');
+                kind := case when block ~ '^\s*\|' and block !~ E'\n\\s*[^|\\s]' then 'table' else 'text' end;
+                return next;
+            end if;
+            lines := '{}';
+        else
+            lines := lines || line;
+        end if;
+    end loop;
+    if cardinality(lines) > 0 then
+        ord := ord + 1; block := array_to_string(lines, E'\n');
+        kind := case when fence is not null then 'code'
+            when block ~ '^\s*\|' and block !~ E'\n\\s*[^|\\s]' then 'table' else 'text' end;
+        return next;
+    end if;
+end
+$$;
+
+-- The offline answer: hits shown as passages, verbatim Markdown. Consecutive hits of one document make
+-- one passage, under its deepest common heading in bold (the title when none) and each hit's deeper
+-- headings in bold; each hit's text is followed by its [n]. At most 1800 characters in all, cut at a block
+-- boundary with "…" (a block too long by itself is cut at a line, never mid-row, and a code block closed;
+-- one line too long at its last sentence end).
+-- kb.answer_sources chooses which chunks to give it. Empty hits give the not-found sentence.
 create or replace function kb.extractive_answer(question text, hits kb.search_result[])
 returns text
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    weights jsonb;
-    answer text;
+    budget constant integer := 1800;
+    out text [] := '{}';        -- the answer's blocks
+    used integer := 0;
+    hit kb.search_result;
+    prev kb.search_result;
+    n integer := 0;
+    common text [];
+    i integer;
+    b record;
+    taken integer;
+    piece text;
+    line text;
+    cut boolean := false;
 begin
     perform kb.check_search_input(question, 1);
     if coalesce(cardinality(hits), 0) > 100 then
@@ -165,63 +227,83 @@ begin
     if coalesce(cardinality(hits), 0) = 0 then
         return kb.not_found_text(question);
     end if;
-    weights := kb.answer_term_weights(question, hits);
-
-    with sentences as (
-        select h.ordinality::integer as n, s.ord, s.line, s.sentence,
-            kb.term_overlap(s.sentence, weights) as score
-        from unnest(hits) with ordinality as h
-        cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
-        where not s.heading
-    ),
-    chunk_best as (
-        select s.n, max(s.score) as best from sentences as s group by s.n having max(s.score) > 0
-    ),
-    chosen_chunks as (
-        -- the best chunk, and up to two more whose best sentence scores at least half as well
-        select c.n, c.best, row_number() over (order by c.best desc, c.n) as place
-        from chunk_best as c
-        where c.best >= 0.5 * (select max(x.best) from chunk_best as x)
-        order by c.best desc, c.n limit 3
-    ),
-    picked as (
-        select s.n, s.ord, s.line, s.sentence, c.place
-        from chosen_chunks as c
-        cross join lateral (
-            select x.* from sentences as x where x.n = c.n and x.score > 0
-            order by x.score desc, x.ord limit case when c.place = 1 then 2 else 1 end
-        ) as s
-    ),
-    expanded as (
-        -- a sentence that introduces a list or table ("...：") brings the next 5 sentences of the
-        -- following lines with it (up to a heading); last: the last sentence it took
-        select p.n, p.place, p.ord, p.sentence || coalesce(': ' || string_agg(x.sentence, '; ' order by x.ord), '')
-            as text, coalesce(max(x.ord), p.ord) as last
-        from picked as p
-        left join lateral (
-            select y.sentence, y.ord from sentences as y
-            where p.sentence ~ '[:：]$' and y.n = p.n and y.ord > p.ord and y.line > p.line
-                and y.ord < coalesce((
-                    select min(z.ord) from kb.answer_sentences(kb.answer_source(hits[p.n].content)) as z
-                    where z.heading and z.ord > p.ord
-                ), 2147483647)
-            order by y.ord limit 5
-        ) as x on true
-        group by p.n, p.place, p.ord, p.sentence
-    )
-    select string_agg(regexp_replace(e.text, '[:：]: ', '：') || format(' [%s]', e.n), E'\n' order by e.place, e.ord)
-    into answer
-    from expanded as e
-    where not exists (      -- a sentence another one's list already took
-        select from expanded as o where o.n = e.n and o.ord < e.ord and e.ord <= o.last
-    );
-
-    if answer is null then
-        select s.sentence || ' [1]' into answer
-        from unnest(hits[1:1]) as h cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
-        where not s.heading order by s.ord limit 1;
+    foreach hit in array hits loop
+        n := n + 1;
+        if prev.chunk_id is null or (prev.kb, prev.doc_key) is distinct from (hit.kb, hit.doc_key) then
+            -- a new passage: its heading is the deepest heading its consecutive hits share
+            common := coalesce(hit.heading_path, '{}');
+            for i in n + 1 .. cardinality(hits) loop
+                exit when (hits[i].kb, hits[i].doc_key) is distinct from (hit.kb, hit.doc_key);
+                while cardinality(common) > 0
+                    and common is distinct from (coalesce(hits[i].heading_path, '{}'))[1:cardinality(common)] loop
+                    common := common[1:cardinality(common) - 1];
+                end loop;
+            end loop;
+            piece := '**' || coalesce(common[cardinality(common)], nullif(hit.title, ''), hit.doc_key, '') || '**';
+            if used + length(piece) + 200 > budget then
+                cut := true;
+                exit;
+            end if;
+            out := out || piece;
+            used := used + length(piece);
+            prev := null;
+        end if;
+        -- the hit's headings below the passage's (those the previous hit of the passage did not show)
+        for i in cardinality(common) + 1 .. coalesce(cardinality(hit.heading_path), 0) loop
+            continue when prev.chunk_id is not null and prev.heading_path[1:i] is not distinct from hit.heading_path[1:i];
+            piece := '**' || hit.heading_path[i] || '**';
+            used := used + length(piece);
+            out := out || piece;
+        end loop;
+        taken := 0;
+        for b in select * from kb.markdown_blocks(kb.answer_source(hit.content)) as x order by x.ord loop
+            if used + length(b.block) + 2 <= budget then
+                out := out || b.block;
+                used := used + length(b.block) + 2;
+                taken := taken + 1;
+                continue;
+            end if;
+            cut := true;
+            if taken = 0 and budget - used >= 200 then
+                -- the first block alone is too long: as many whole lines as fit
+                piece := null;
+                foreach line in array string_to_array(b.block, E'\n') loop
+                    if used + coalesce(length(piece), 0) + length(line) + 8 > budget then
+                        if piece is null and line !~ '^\s*\|' then
+                            -- one long line of prose: up to its last sentence end that fits
+                            line := left(line, budget - used - 8);
+                            piece := coalesce(substring(line from '^(.{100,}[。！？；.!?;])'), line);
+                        end if;
+                        exit;
+                    end if;
+                    piece := coalesce(piece || E'\n', '') || line;
+                end loop;
+                if piece is not null then
+                    if b.kind = 'code' then
+                        piece := piece || E'\n' || substring(btrim(piece) from '^\s{0,3}(```|~~~)');
+                    end if;
+                    out := out || piece;
+                    used := used + length(piece);
+                    taken := 1;
+                end if;
+            end if;
+            exit;
+        end loop;
+        if taken > 0 then
+            -- the citation ends the hit's last prose line; after a table or code block it stands alone
+            if out[cardinality(out)] ~ E'(^|\n)\\s*(\\||```|~~~)[^\n]*$' then
+                out := out || format('[%s]', n);
+            else
+                out[cardinality(out)] := out[cardinality(out)] || format(' [%s]', n);
+            end if;
+        end if;
+        exit when cut;
+        prev := hit;
+    end loop;
+    if cut then
+        out := out || '…'::text;
     end if;
-    return coalesce(answer, kb.not_found_text(question));
+    return coalesce(nullif(array_to_string(out, E'\n\n'), ''), kb.not_found_text(question));
 end
 $$;
 

@@ -112,7 +112,7 @@ begin
             uncited := checked.uncited;
         end if;
     else
-        select * into checked from kb.cite(kb.extractive_answer(q, hits), hits);
+        select * into checked from kb.extractive_reply(q, hits);
         answer := checked.answer;
         answered := true;
         citations := checked.citations;

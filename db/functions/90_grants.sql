@@ -68,6 +68,8 @@ kb.answer_gate(jsonb, double precision),
 kb.answer_prompt(text, kb.search_result[]),
 kb.cite(text, kb.search_result[]),
 kb.extractive_answer(text, kb.search_result[]),
+kb.answer_sources(text, kb.search_result[]),
+kb.extractive_reply(text, kb.search_result[]),
 kb.not_found_text(text)
 to pgkb_user, pgkb_admin;
 

@@ -138,6 +138,8 @@ PUBLIC_API = {
     "answer_prompt",
     "cite",
     "extractive_answer",
+    "answer_sources",
+    "extractive_reply",
     "not_found_text",
 }
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
@@ -169,6 +171,7 @@ INTERNAL = [
     "answer_term_weights",
     "has_cjk",
     "check_citations",
+    "markdown_blocks",
     "writable_kb",
     "is_image_failure_of",
 ]

@@ -18,7 +18,7 @@ def register(sub) -> None:
     parser.add_argument("--top-k", type=int, default=5, help="sources retrieved (1..100, default 5)")
     parser.add_argument(
         "--mode", choices=MODES, default=None,
-        help="llm: the chat endpoint (kb.settings chat_url); extractive: sentences of the sources, offline; "
+        help="llm: the chat endpoint (kb.settings chat_url); extractive: passages of the sources, offline; "
         "default auto (llm when an endpoint is configured)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print kb.ask's row as one JSON object")
@@ -79,7 +79,7 @@ def run(args, settings) -> int:
             print(source_line(citation))
     notes = []
     if row["mode"] == "extractive":
-        notes.append("extractive answer (sentences of the sources; no chat endpoint used)")
+        notes.append("extractive answer (passages of the sources; no chat endpoint used)")
     if row["uncited"]:
         notes.append("the answer cites no source")
     if (row["evidence"] or {}).get("llm_error"):

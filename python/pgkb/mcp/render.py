@@ -146,7 +146,7 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
     notes = list(notes)
     evidence = row.get("evidence") or {}
     if row["mode"] == "extractive":
-        notes.append("extractive answer: sentences of the sources, no chat model (none configured or it failed)")
+        notes.append("extractive answer: passages of the sources verbatim, no chat model (none configured or it failed)")
     if evidence.get("llm_error"):
         notes.append(f"the chat endpoint failed: {_shown(evidence['llm_error'], 300)}")
     if row["dropped_citations"]:

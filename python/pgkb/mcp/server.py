@@ -120,7 +120,8 @@ def build_server(backend: Backend):
         Returns answer, found, mode and citations ({n, title, heading_path, page, uri, quote, ...}).
         found = false means the knowledge base holds no answer: the answer is then "not found" (知识库中未找到
         相关信息 for Chinese questions), never a guess. mode: llm (the server's chat model), extractive (the
-        best sentences of the sources, when no chat model is configured) or not_found."""
+        passages of the sources that hold the answer, verbatim Markdown, when no chat model is configured) or
+        not_found."""
         try:
             check_text("question", question, MAX_QUERY_ARGUMENT_CHARS)
             check_int("top_k", top_k, 1, MCP_MAX_TOP_K)

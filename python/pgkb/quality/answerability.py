@@ -53,7 +53,7 @@ class Asked:
     hidden_evidence: dict  # kb.answer_evidence of the top_k hits left once the relevant documents are dropped
     retrieved: bool  # a relevant document is among the top_k hits
     hidden_hits: int  # hits left for the hidden case (< top_k: the depth ran out)
-    answer: str = ""  # kb.extractive_answer of the top_k hits, through kb.cite
+    answer: str = ""  # kb.extractive_reply of the top_k hits
     citations: list = field(default_factory=list)  # kb.cite's citations of it
     dropped: int = 0  # citation numbers kb.cite removed (naming no source)
     contents: list = field(default_factory=list)  # the top_k hits' contents (source n = contents[n - 1])
@@ -92,7 +92,7 @@ select kb.answer_evidence(%(q)s, asis.hits), kb.answer_evidence(%(q)s, hidden.hi
     cited.answer, cited.citations, cited.dropped,
     array(select (x).content from unnest(asis.hits) as x)
 from asis, hidden,
-    lateral kb.cite(kb.extractive_answer(%(q)s, asis.hits), asis.hits) as cited
+    lateral kb.extractive_reply(%(q)s, asis.hits) as cited
 """
 
 
