@@ -360,29 +360,28 @@ $kb_rows$;
 drop policy if exists embedding_models_visible on kb.embedding_models;
 create policy embedding_models_visible on kb.embedding_models for select using (true);
 
--- Why a role must not serve end users, with the statement that fixes it; problem NULL when it is fit to:
--- a role that is a superuser, has BYPASSRLS, administers pgkb or owns schema kb sees more than the users
--- it acts for. kb.service_role_problem asks it for the session's login role, kb.doctor for every member of
--- pgkb_service.
-create or replace function kb.role_problem(role_name name, out problem text, out fix text)
+-- Why a role must not serve end users, with the statement that fixes it; all NULL when it is fit to. reason:
+-- 'superuser', 'admin' (in pgkb_admin), 'owner' (of schema kb), 'mapped' (to a pgkb administrator) -- the
+-- roles that administer pgkb -- or 'bypassrls'; each sees more than the users it acts for.
+-- kb.service_role_problem asks it for the session's login role, kb.doctor for every member of pgkb_service.
+create or replace function kb.role_problem(role_name name, out reason text, out problem text, out fix text)
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select format(x.problem, r.rolname), format(x.fix, r.rolname)
+    select k.reason, format(x.problem, r.rolname), format(x.fix, r.rolname)
     from pg_roles as r
     cross join lateral (
         select case
             when r.rolsuper then 'superuser'
-            when r.rolbypassrls then 'bypassrls'
             when pg_has_role(r.rolname, 'pgkb_admin', 'MEMBER') then 'admin'
             when pg_has_role(r.rolname, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'), 'MEMBER')
                 then 'owner'
             when exists (select from kb.users as u where u.db_role = r.rolname and u.is_admin) then 'mapped'
-        end as kind
+            when r.rolbypassrls then 'bypassrls'
+        end as reason
     ) as k
     left join (values
         ('superuser', 'role %I is a superuser', 'alter role %I nosuperuser'),
-        ('bypassrls', 'role %I has BYPASSRLS', 'alter role %I nobypassrls'),
         ('admin', 'role %I is a member of pgkb_admin', 'revoke pgkb_admin from %I (or from the role it has it through)'),
         (
             'owner', 'role %I owns schema kb',
@@ -392,8 +391,9 @@ as $$
         (
             'mapped', 'role %I maps to a pgkb administrator',
             'update kb.users set is_admin = false where db_role = %L'
-        )
-    ) as x (kind, problem, fix) on x.kind = k.kind
+        ),
+        ('bypassrls', 'role %I has BYPASSRLS', 'alter role %I nobypassrls')
+    ) as x (reason, problem, fix) on x.reason = k.reason
     where r.rolname = role_name
 $$;
 

@@ -1,8 +1,8 @@
 -- `pgkb db doctor`, the database's half: what a healthy pgkb database looks like, checked from the catalogs
 -- and kb's tables. kb.doctor() runs every area below and returns one row per problem, with the command or
--- statement that fixes it, and one 'ok' (or 'skipped') row per area without one. The client adds what only
--- it can see (db/ on disk, the embedder it is configured with). Administrators only: it names roles,
--- grants and the embedding endpoint. Status: 'ok', 'problem' or 'skipped' (cannot be checked here).
+-- statement that fixes it, and 'ok' rows for what is fine ('skipped': cannot be checked here). The client
+-- adds what only it can see (db/ on disk, the embedder it is configured with). Administrators only: it
+-- names roles, grants and the embedding endpoint.
 
 -- The real members of a role, directly or through other roles (pg_has_role would also count every
 -- superuser as a member of everything); none for an unknown role.
@@ -273,7 +273,8 @@ $$;
 
 -- Privileges: end users (pgkb_user, pgkb_service and the roles in them that administer nothing, see
 -- kb.role_problem) reach no kb table, view or sequence but SELECT on kb.embedding_models and
--- kb.schema_migrations (90_grants.sql), through any grant; no kb function is executable by PUBLIC.
+-- kb.schema_migrations (90_grants.sql), through any grant they hold or may SET ROLE to; no kb function is
+-- executable by PUBLIC.
 create or replace function kb.doctor_privileges()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
@@ -282,7 +283,7 @@ as $$
     with end_users as (
         select r.oid from pg_roles as r
         where (r.rolname in ('pgkb_user', 'pgkb_service') or r.oid in (select kb.role_members('pgkb_user')))
-            and (kb.role_problem(r.rolname)).problem is null
+            and coalesce((kb.role_problem(r.rolname)).reason, 'bypassrls') = 'bypassrls'
     ),
     grants as (
         select c.relname, null::name as attname, a.grantee, a.privilege_type
@@ -299,7 +300,7 @@ as $$
             string_agg(g.privilege_type, ', ' order by g.privilege_type) as privileges
         from grants as g
         left join pg_roles as r on r.oid = g.grantee
-        where (g.grantee = 0 or exists (select from end_users as e where pg_has_role(e.oid, g.grantee, 'USAGE')))
+        where (g.grantee = 0 or exists (select from end_users as e where pg_has_role(e.oid, g.grantee, 'MEMBER')))
             and not (g.privilege_type = 'SELECT' and g.relname in ('embedding_models', 'schema_migrations'))
         group by g.relname, g.attname, r.rolname
     ),

@@ -160,15 +160,20 @@ def test_row_security_turned_off_or_forced_is_named_with_the_statement(healthy, 
 
 def test_end_user_grants_on_internal_tables_are_named_and_revoked(healthy, capsys):
     """SELECT on kb.chunks to a user's login role, a column of kb.documents to pgkb_user, a write on
-    kb.settings to PUBLIC, a privilege reached through a role an end user is in, and a kb function left
-    executable by PUBLIC: each named with its REVOKE. SELECT on the model registry stays allowed."""
+    kb.settings to PUBLIC, a privilege reached through a role an end user is in, one granted to a user that
+    bypasses row security, and a kb function left executable by PUBLIC: each named with its REVOKE. SELECT on
+    the model registry stays allowed, and so do grants to administrators."""
     db = healthy
     db.execute("select kb.create_user('alice', 'alice')")
-    db.execute("drop role if exists doctor_readers")
-    db.execute("create role doctor_readers")
+    for role, attributes in (("doctor_readers", ""), ("doctor_bypassing_user", "login bypassrls")):
+        db.execute(f"drop role if exists {role}")
+        db.execute(f"create role {role} {attributes}")
     try:
         db.execute("grant doctor_readers to alice")
+        db.execute("grant pgkb_user to doctor_bypassing_user")
         db.execute("grant select on kb.chunks to alice")
+        db.execute("grant select on kb.users to doctor_bypassing_user")
+        db.execute("grant select on kb.chunks to pgkb_admin")
         db.execute("grant select (title) on kb.documents to pgkb_user")
         db.execute("grant update on kb.settings to public")
         db.execute("grant select, delete on kb.postings to doctor_readers")
@@ -181,6 +186,7 @@ def test_end_user_grants_on_internal_tables_are_named_and_revoked(healthy, capsy
             "revoke select (title) on kb.documents from pgkb_user",
             "revoke update on kb.settings from public",
             "revoke delete, select on kb.postings from doctor_readers",
+            "revoke select on kb.users from doctor_bypassing_user",
             "revoke execute on function kb.left_open() from public",
         }
         assert "SELECT on kb.chunks is granted to alice, so end users have it" in " ".join(c["detail"] for c in found)
@@ -188,8 +194,9 @@ def test_end_user_grants_on_internal_tables_are_named_and_revoked(healthy, capsy
         db.execute("drop function kb.left_open()")
         assert_healthy(capsys)
     finally:
-        db.execute("drop owned by doctor_readers")
-        db.execute("drop role doctor_readers")
+        for role in ("doctor_readers", "doctor_bypassing_user"):
+            db.execute(f"drop owned by {role}")
+            db.execute(f"drop role {role}")
 
 
 def test_a_privileged_member_of_pgkb_service_is_named(healthy, capsys):
