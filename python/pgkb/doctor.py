@@ -138,7 +138,7 @@ def _embedder_finding(conn: psycopg.Connection, settings: Settings) -> Finding:
         vectors = load_embedder(settings, spec).embed(prefixed(spec, ["pgkb doctor"], query=True))
         if vectors.shape != (1, spec.dimension) or not np.isfinite(vectors).all():
             raise EmbeddingError(f"it returned an array of shape {vectors.shape}, not one {spec.dimension}-d vector")
-    except (EmbeddingError, ImportError, OSError) as e:
+    except Exception as e:  # whatever stops it loading or embedding is the finding
         return Finding(
             "embedder",
             "problem",
