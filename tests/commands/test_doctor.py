@@ -123,6 +123,11 @@ def test_dropped_and_invalid_indexes_are_named_and_migrate_heals_them(healthy, c
         db.execute(f"drop index kb.{name}")
     for name in ("embeddings_model_kb_idx", "chunks_pkey"):
         db.execute(f"update pg_index set indisvalid = false where indexrelid = 'kb.{name}'::regclass")
+    capsys.readouterr()
+    assert main(["db", "doctor"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("PROBLEM  indexes: kb.chunks_terms_idx is missing: searches that need it scan sequentially")
+    assert lines[at + 1] == "         fix: pgkb db migrate" and lines[-1] == "pgkb: 6 problems found"
     code, report = doctor(capsys)
     assert code == 1 and not report["healthy"]
     found = {c["detail"].split(" ")[0]: c for c in problems(report, "indexes")}
