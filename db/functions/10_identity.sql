@@ -343,9 +343,10 @@ declare
     tbl text;
 begin
     foreach tbl in array array[
-        'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures'
+        'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
+        'image_captions'
     ] loop
-        continue when to_regclass('kb.' || tbl) is null;    -- postings: a schema before migration 016
+        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'
@@ -359,22 +360,49 @@ $kb_rows$;
 drop policy if exists embedding_models_visible on kb.embedding_models;
 create policy embedding_models_visible on kb.embedding_models for select using (true);
 
--- Why the session's login role must not serve end users, or NULL when it is fit to: a role that is a
--- superuser, has BYPASSRLS, administers pgkb or owns schema kb sees more than the users it acts for.
+-- Why a role must not serve end users, with the statement that fixes it; all NULL when it is fit to. reason:
+-- 'superuser', 'admin' (in pgkb_admin), 'owner' (of schema kb), 'mapped' (to a pgkb administrator) -- the
+-- roles that administer pgkb -- or 'bypassrls'; each sees more than the users it acts for.
+-- kb.service_role_problem asks it for the session's login role, kb.doctor for every member of pgkb_service.
+create or replace function kb.role_problem(role_name name, out reason text, out problem text, out fix text)
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select k.reason, format(x.problem, r.rolname), format(x.fix, r.rolname)
+    from pg_roles as r
+    cross join lateral (
+        select case
+            when r.rolsuper then 'superuser'
+            when pg_has_role(r.rolname, 'pgkb_admin', 'MEMBER') then 'admin'
+            when pg_has_role(r.rolname, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'), 'MEMBER')
+                then 'owner'
+            when exists (select from kb.users as u where u.db_role = r.rolname and u.is_admin) then 'mapped'
+            when r.rolbypassrls then 'bypassrls'
+        end as reason
+    ) as k
+    left join (values
+        ('superuser', 'role %I is a superuser', 'alter role %I nosuperuser'),
+        ('admin', 'role %I is a member of pgkb_admin', 'revoke pgkb_admin from %I (or from the role it has it through)'),
+        (
+            'owner', 'role %I owns schema kb',
+            'revoke pgkb_service from %I, and let the service log in as a role of its own '
+            || '(create role pgkb_mcp login; grant pgkb_service to pgkb_mcp)'
+        ),
+        (
+            'mapped', 'role %I maps to a pgkb administrator',
+            'update kb.users set is_admin = false where db_role = %L'
+        ),
+        ('bypassrls', 'role %I has BYPASSRLS', 'alter role %I nobypassrls')
+    ) as x (reason, problem, fix) on x.reason = k.reason
+    where r.rolname = role_name
+$$;
+
+-- Why the session's login role must not serve end users, or NULL when it is fit to (kb.role_problem).
 -- Evaluated on session_user, whatever pgkb.acting_user says. pgkb mcp refuses to start on a non-NULL answer.
 create or replace function kb.service_role_problem()
 returns text
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select case
-        when r.rolsuper then format('role %I is a superuser', r.rolname)
-        when r.rolbypassrls then format('role %I has BYPASSRLS', r.rolname)
-        when pg_has_role(r.rolname, 'pgkb_admin', 'MEMBER') then format('role %I is a member of pgkb_admin', r.rolname)
-        when pg_has_role(r.rolname, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'), 'MEMBER')
-            then format('role %I owns schema kb', r.rolname)
-        when exists (select from kb.users as u where u.db_role = r.rolname and u.is_admin)
-            then format('role %I maps to a pgkb administrator', r.rolname)
-    end
-    from pg_roles as r where r.rolname = session_user
+    select (kb.role_problem(session_user)).problem
 $$;

@@ -10,6 +10,11 @@ Then the indexes pgkb expects (kb.expected_indexes: the migrations' and one HNSW
 checked, and a missing one is re-created, an invalid one rebuilt (kb.restore_indexes), in a transaction of
 their own: an interrupted bulk load (`pgkb bench`) or a failed REINDEX cannot leave searches on sequential
 scans past the next `pgkb db migrate`. :func:`index_problems` tells which are missing (`pgkb db status`).
+
+db/functions are re-applied when their files changed and also when a function or view they define is
+missing from the database (dropped by hand, or with the plpython3u extension), so `pgkb db migrate`
+repairs that too. :func:`ledger_state` tells, without changing anything, how the database's record of
+migrations and functions compares with the files (`pgkb db doctor`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ LOCK_KEY = 0x70676B62  # "pgkb"
 LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")  # fullmatch: "$" would let a trailing newline through
 _REQUIRES = re.compile(r"--\s*requires:\s*([a-z0-9_]+)\s*")
+_DEFINES = re.compile(r"create\s+or\s+replace\s+(?:function|view)\s+kb\.([a-z0-9_]+)", re.IGNORECASE)
 
 
 class MigrationError(RuntimeError):
@@ -49,6 +55,22 @@ class MigrateReport:
         out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
         out += [f"index kb.{name} {action}" for name, action in self.indexes]
         return out
+
+
+@dataclass
+class LedgerState:
+    """How kb.schema_migrations compares with db/: the migrations not recorded as applied (``pending``:
+    file name and checksum; ``unrecorded`` those of them older than a recorded one: a deleted record, or a
+    file added out of order), those recorded with another checksum than the file's (``changed``), versions
+    recorded with no file (``unknown``: a newer pgkb migrated this database); whether db/functions differ
+    from what was applied, and the functions and views they define that are missing."""
+
+    pending: list[tuple[str, str]] = field(default_factory=list)
+    unrecorded: list[tuple[str, str]] = field(default_factory=list)
+    changed: list[tuple[str, str]] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    functions_changed: bool = False
+    missing_functions: list[str] = field(default_factory=list)
 
 
 def _checksum(text: str) -> str:
@@ -138,18 +160,9 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                         "migration instead of editing an applied one"
                     )
 
-            files = []
-            for path in _sql_files(db_dir, "functions"):
-                text = path.read_text(encoding="utf-8")
-                first = text.splitlines()[0] if text else ""
-                requires = _REQUIRES.fullmatch(first)
-                reason = _unavailable_reason(conn, requires.group(1)) if requires else None
-                if reason:
-                    report.skipped.append((path.name, reason))
-                else:
-                    files.append((path, text))
-            functions_checksum = _checksum("".join(p.name + t for p, t in files))
-            functions_changed = applied.get("functions") != functions_checksum
+            files, report.skipped = _function_files(conn, db_dir)
+            functions_checksum = _functions_checksum(files)
+            functions_changed = applied.get("functions") != functions_checksum or bool(_missing_functions(conn, files))
             if pending or functions_changed:
                 _lock_tables(conn, lock_wait_s)
                 for version, path, text, checksum in pending:
@@ -173,6 +186,64 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report
+
+
+def _function_files(conn: psycopg.Connection, db_dir: Path) -> tuple[list[tuple[Path, str]], list[tuple[str, str]]]:
+    """The db/functions files to apply here, with their text, and (file, reason) for those skipped because
+    the extension their ``-- requires:`` line names cannot be installed."""
+    files, skipped = [], []
+    for path in _sql_files(db_dir, "functions"):
+        text = path.read_text(encoding="utf-8")
+        first = text.splitlines()[0] if text else ""
+        requires = _REQUIRES.fullmatch(first)
+        reason = _unavailable_reason(conn, requires.group(1)) if requires else None
+        if reason:
+            skipped.append((path.name, reason))
+        else:
+            files.append((path, text))
+    return files, skipped
+
+
+def _functions_checksum(files: list[tuple[Path, str]]) -> str:
+    return _checksum("".join(p.name + t for p, t in files))
+
+
+def _missing_functions(conn: psycopg.Connection, files: list[tuple[Path, str]]) -> list[str]:
+    """The functions and views of schema kb these files define (``create or replace function|view kb.name``)
+    that the database lacks, as ``kb.name``, sorted."""
+    defined = {name.lower() for _, text in files for name in _DEFINES.findall(text)}
+    present = {
+        r[0]
+        for r in conn.execute(
+            "select p.proname from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace where n.nspname = 'kb'"
+            " union select c.relname from pg_class as c join pg_namespace as n on n.oid = c.relnamespace"
+            " where n.nspname = 'kb' and c.relkind = 'v'"
+        ).fetchall()
+    }
+    return [f"kb.{name}" for name in sorted(defined - present)]
+
+
+def ledger_state(conn: psycopg.Connection, db_dir: Path) -> LedgerState:
+    """Compare kb.schema_migrations and the schema with db/ (see :class:`LedgerState`); reads only. The
+    connected role must be able to read kb.schema_migrations."""
+    state = LedgerState()
+    files = _migrations(db_dir)
+    recorded = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
+    functions_checksum = recorded.pop("functions", None)
+    for version, path in files:
+        checksum = _checksum(path.read_text(encoding="utf-8"))
+        if version not in recorded:
+            state.pending.append((path.name, checksum))
+        elif recorded[version] != checksum:
+            state.changed.append((path.name, checksum))
+    versions = {v for v, _ in files}
+    state.unknown = sorted(set(recorded) - versions)
+    latest = max(set(recorded) & versions, default="")
+    state.unrecorded = [(name, checksum) for name, checksum in state.pending if name[:3] < latest]
+    function_files, _ = _function_files(conn, db_dir)
+    state.functions_changed = functions_checksum != _functions_checksum(function_files)
+    state.missing_functions = _missing_functions(conn, function_files)
+    return state
 
 
 def index_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:

@@ -174,6 +174,20 @@ INTERNAL = [
     "markdown_blocks",
     "writable_kb",
     "is_image_failure_of",
+    "role_problem",
+    "role_members",
+    "setting_rules",
+    "setting_problem",
+    "doctor",
+    "doctor_extensions",
+    "doctor_numpy",
+    "doctor_indexes",
+    "doctor_row_security",
+    "doctor_privileges",
+    "doctor_service_roles",
+    "doctor_settings",
+    "doctor_query_embedding",
+    "doctor_embeddings",
 ]
 
 
@@ -455,6 +469,8 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "select kb.check_chunks('[]', null)",
         "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",
         "select kb.writable_kb('public-kb')",
+        "select * from kb.doctor()",
+        "select * from kb.role_problem('svc')",
     ],
     ids=[
         "vector_leg",
@@ -466,6 +482,8 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "check_chunks",
         "embed_query",
         "writable_kb",
+        "doctor",
+        "role_problem",
     ],
 )
 def test_internal_functions_are_not_executable(world, as_, principal, call):

@@ -1,6 +1,6 @@
-"""`pgkb db start|stop|status|url|migrate`: the embedded cluster, migrations and the indexes pgkb expects
-(status reports a missing or invalid one, migrate re-creates it); `pgkb db replica …`: its read replicas
-(pgkb.commands.replica)."""
+"""`pgkb db start|stop|status|url|migrate|doctor`: the embedded cluster, migrations and the indexes pgkb
+expects (status reports a missing or invalid one, migrate re-creates it), the database's health with a fix
+for each problem (doctor, pgkb.doctor); `pgkb db replica …`: its read replicas (pgkb.commands.replica)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ ACTIONS = {
     "url": "print the connection URL (starts and migrates the embedded cluster if needed)",
     "migrate": "apply db/migrations and db/functions and re-create missing indexes (to PGKB_DATABASE_URL or the "
     "embedded cluster)",
+    "doctor": "check the database's health (indexes, extensions, numpy, row security, privileges, migrations, "
+    "settings, embeddings) and the configured embedder; print each problem with its fix. Exit 0 healthy, "
+    "1 problems, 2 no usable connection",
 }
 
 
@@ -23,7 +26,10 @@ def register(sub) -> None:
     parser = sub.add_parser("db", help="manage the database (embedded cluster, replicas, migrations)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join([*ACTIONS, "replica"]) + "}")
     for name, text in ACTIONS.items():
-        actions.add_parser(name, help=text, description=text).set_defaults(func=run)
+        action = actions.add_parser(name, help=text, description=text)
+        action.set_defaults(func=run)
+        if name == "doctor":
+            action.add_argument("--json", action="store_true", help="print the findings as JSON")
     replica.register(actions)
 
 
@@ -31,6 +37,8 @@ def run(args, settings) -> int:
     from pgkb.cluster import embedded_cluster_from_env
     from pgkb.db import connect, database_url
 
+    if args.action == "doctor":
+        return _doctor(settings, args.json)
     if args.action == "migrate":
         from pgkb.migrate import migrate
 
@@ -100,3 +108,32 @@ def _report_indexes(url: str) -> int:
     if not problems:
         print("indexes: every index pgkb expects is present and valid")
     return 4 if problems else 0
+
+
+def _doctor(settings, as_json: bool) -> int:
+    """Print the findings of pgkb.doctor (as JSON with ``as_json``); 0 when there is no problem, 1 when there
+    is one, 2 when the database cannot be reached or the role may not run the doctor."""
+    import json
+
+    import psycopg
+
+    from pgkb.cluster import ClusterError
+    from pgkb.db import connect, database_url
+    from pgkb.doctor import NotAdministratorError, examine
+
+    try:
+        with connect(database_url(settings, migrated=False), vector=False) as conn:
+            findings = examine(conn, settings)
+    except (psycopg.OperationalError, ClusterError, NotAdministratorError) as e:
+        print(f"pgkb: db doctor: {str(e).strip() or type(e).__name__}", file=sys.stderr)
+        return 2
+    problems = sum(f.status == "problem" for f in findings)
+    if as_json:
+        print(json.dumps({"healthy": not problems, "problems": problems, "checks": [f.as_dict() for f in findings]}))
+        return 1 if problems else 0
+    for f in findings:
+        print(f"{'PROBLEM' if f.status == 'problem' else f.status:<8} {f.check}: {f.detail}")
+        if f.fix:
+            print(f"{'':<8} fix: {f.fix}")
+    print(f"pgkb: {problems} problem{'s' if problems != 1 else ''} found" if problems else "pgkb: healthy")
+    return 1 if problems else 0
