@@ -482,6 +482,30 @@ def test_database_down_is_a_readable_error_and_comes_back(world):
         backend.close()
 
 
+def test_bearer_user_env_tokens_first_then_database_keys(world, connect_as):
+    """pgkb.serving.auth.bearer_user: a PGKB_MCP_TOKENS token needs no database; an API key is the
+    database's answer (a malformed one is never sent); with the database down a key is a ServiceError
+    (503), never a silent refusal or acceptance."""
+    from pgkb.serving.auth import bearer_user
+
+    key_id, key = api_key(connect_as("alice"))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"host=127.0.0.1 port={s.getsockname()[1]} dbname=nope user=nobody"
+    backend = make_backend(dead, tokens={"dev-token": "bob"})
+    try:
+        assert bearer_user(backend, "dev-token") == "bob"
+        assert bearer_user(backend, None) is None
+        assert bearer_user(backend, "not-a-key") is None and bearer_user(backend, key.upper()) is None
+        with pytest.raises(ServiceError, match="database is unavailable"):
+            bearer_user(backend, key)
+        backend.config.database_url = svc_dsn(world)
+        assert bearer_user(backend, key) == "alice"
+        assert bearer_user(backend, f"pgkb_{key_id}_{'0' * 64}") is None
+    finally:
+        backend.close()
+
+
 def test_calls_waiting_for_a_busy_pool_share_one_probe(world, monkeypatch):
     """Calls that wait POOL_QUICK_WAIT_SECONDS for a pooled connection check with a direct connection that
     the database is up: one probe answers for all that wait together. They used to open one each, in turn;
