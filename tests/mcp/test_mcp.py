@@ -24,7 +24,15 @@ import fixture_docs
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from pgkb.serving.arguments import ServiceError
-from server_process import free_port, running, server_env, svc_dsn, world  # noqa: F401 (world is a fixture)
+from server_process import (  # noqa: F401 (world is a fixture)
+    api_key,
+    free_port,
+    running,
+    seconds_until,
+    server_env,
+    svc_dsn,
+    world,
+)
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
@@ -274,6 +282,77 @@ def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
     assert statuses and set(statuses) == {401}
 
 
+def test_http_api_key_lifecycle(world, connect_as, tmp_path):
+    """An API key from the database next to a PGKB_MCP_TOKENS token (bob's, for development): both act as
+    their users; wrong keys are refused; a revoked key is refused within 1 s with no restart; the key is in no
+    log (--verbose stderr, the query log)."""
+    alice = connect_as("alice")
+    key_id, key = api_key(alice, "ide")
+    query_log = tmp_path / "queries.jsonl"
+    env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS="bob-token:bob", PGKB_QUERY_LOG=str(query_log))}
+    env.pop("PGKB_USER", None)
+    port = free_port()
+    with running(["mcp", "--transport", "http", "--port", str(port), "--verbose"], env, port) as server:
+        base = f"http://127.0.0.1:{port}"
+
+        async def main():
+            for token, expected in ((key, {"zebramarker"}), ("bob-token", {"bobmarker"})):
+                async with http_client(base, token) as client:
+                    found = await client.call_tool("search_knowledge", {"query": "zebramarker bobmarker", "top_k": 10})
+                    assert not found.is_error, text_of(found)
+                    assert markers(found) == expected, token
+
+        run(main)
+        url = base + "/mcp"
+        for bad in (f"pgkb_{key_id}_{'0' * 64}", key[:-1], key.upper(), "pgkb_"):
+            assert raw_post(url, {"Authorization": f"Bearer {bad}"}) == 401, bad
+        assert raw_post(url, {}) == 401  # PGKB_MCP_TOKENS is set: anonymous callers are refused
+        alice.execute("select kb.revoke_api_key(%s)", [key_id])
+        assert seconds_until(lambda: raw_post(url, {"Authorization": f"Bearer {key}"}) == 401) < 1.0
+        assert raw_post(url, {"Authorization": "Bearer bob-token"}) != 401
+    for text in (server.stderr_text, query_log.read_text()):
+        assert key[22:] not in text
+    assert '"user": "alice"' in query_log.read_text()
+
+
+def test_http_off_loopback_needs_a_key_and_refuses_expired_ones(world, connect_as):
+    """Bound to another address than loopback with no PGKB_MCP_TOKENS, every request needs an API key
+    (anonymous callers used to act as PGKB_USER); an expired key is refused within 1 s of its expiry."""
+    env = {**os.environ, **server_env(world, PGKB_USER="alice")}
+    env.pop("PGKB_MCP_TOKENS", None)
+    port = free_port()
+    with running(["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)], env, port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        short_id, short = api_key(connect_as("alice"), "short", "2 seconds")
+        assert raw_post(url, {}) == 401
+        assert raw_post(url, {"Authorization": "Bearer alice-token"}) == 401
+        assert raw_post(url, {"Authorization": f"Bearer {short}"}) != 401
+        expires_in = "select extract(epoch from expires_at - clock_timestamp()) from kb.api_keys where key_id = %s"
+        time.sleep(max(0.0, float(world.execute(expires_in, [short_id]).fetchone()[0])))
+        assert seconds_until(lambda: raw_post(url, {"Authorization": f"Bearer {short}"}) == 401) < 1.0
+
+
+def test_http_loopback_without_tokens_serves_anonymous_callers_as_pgkb_user(world, connect_as):
+    """One developer's machine (`pgkb up`): loopback, no PGKB_MCP_TOKENS; a request without a token acts as
+    PGKB_USER, one with a token needs a valid one."""
+    _, key = api_key(connect_as("bob"), "ide")
+    env = {**os.environ, **server_env(world, PGKB_USER="alice")}
+    env.pop("PGKB_MCP_TOKENS", None)
+    port = free_port()
+    with running(["mcp", "--transport", "http", "--port", str(port)], env, port):
+        base = f"http://127.0.0.1:{port}"
+        assert raw_post(base + "/mcp", {"Authorization": "Bearer wrong"}) == 401
+
+        async def main():
+            for token, expected in ((None, {"zebramarker"}), (key, {"bobmarker"})):
+                async with http_client(base, token) as client:
+                    found = await client.call_tool("search_knowledge", {"query": "zebramarker bobmarker", "top_k": 10})
+                    assert not found.is_error, text_of(found)
+                    assert markers(found) == expected, token
+
+        run(main)
+
+
 # -------------------------------------------------------------------------------------------- unit-level
 
 
@@ -399,6 +478,30 @@ def test_database_down_is_a_readable_error_and_comes_back(world):
         assert time.monotonic() - started < 5 and backend._pool is None
         backend.config.database_url = svc_dsn(world)
         assert [kb["name"] for kb in backend.knowledge_bases(None)] == ["team-docs"]
+    finally:
+        backend.close()
+
+
+def test_bearer_user_env_tokens_first_then_database_keys(world, connect_as):
+    """pgkb.serving.auth.bearer_user: a PGKB_MCP_TOKENS token needs no database; an API key is the
+    database's answer (a malformed one is never sent); with the database down a key is a ServiceError
+    (503), never a silent refusal or acceptance."""
+    from pgkb.serving.auth import bearer_user
+
+    key_id, key = api_key(connect_as("alice"))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"host=127.0.0.1 port={s.getsockname()[1]} dbname=nope user=nobody"
+    backend = make_backend(dead, tokens={"dev-token": "bob"})
+    try:
+        assert bearer_user(backend, "dev-token") == "bob"
+        assert bearer_user(backend, None) is None
+        assert bearer_user(backend, "not-a-key") is None and bearer_user(backend, key.upper()) is None
+        with pytest.raises(ServiceError, match="database is unavailable"):
+            bearer_user(backend, key)
+        backend.config.database_url = svc_dsn(world)
+        assert bearer_user(backend, key) == "alice"
+        assert bearer_user(backend, f"pgkb_{key_id}_{'0' * 64}") is None
     finally:
         backend.close()
 

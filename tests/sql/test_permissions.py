@@ -84,6 +84,7 @@ TABLES = [
     "schema_migrations",
     "ingest_failures",
     "image_captions",
+    "api_keys",
 ]
 
 # Everything pgkb users may call (kb/db/functions/90_grants.sql); all other kb functions are internal.
@@ -105,6 +106,9 @@ PUBLIC_API = {
     "create_team",
     "add_team_member",
     "create_knowledge_base",
+    "create_api_key",
+    "list_api_keys",
+    "revoke_api_key",
     "resolve_model",
     "hnsw_index_name",
     "register_embedding_model",
@@ -142,6 +146,8 @@ PUBLIC_API = {
     "extractive_reply",
     "not_found_text",
 }
+# what the service role (pgkb_service: the servers) may call besides the public API
+SERVICE_API = {"verify_api_key"}
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
 INTERNAL = [
@@ -188,6 +194,7 @@ INTERNAL = [
     "doctor_settings",
     "doctor_query_embedding",
     "doctor_embeddings",
+    "api_key_user_id",
 ]
 
 
@@ -501,7 +508,7 @@ def test_only_the_public_api_is_executable(world, role):
             [role],
         )
     }
-    assert executable == PUBLIC_API
+    assert executable == PUBLIC_API | (SERVICE_API if role == "svc" else set())
     assert not executable & set(INTERNAL)
 
 
@@ -587,6 +594,7 @@ UPDATABLE_COLUMN = {
     "schema_migrations": "name",
     "ingest_failures": "error",
     "image_captions": "caption",
+    "api_keys": "name",
 }
 
 

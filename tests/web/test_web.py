@@ -4,18 +4,21 @@ page's JSON API and its input checks, the Origin / Host guard, and the page itse
 Chromium (selenium + Debian's chromium-driver).
 
 World (server_process's): team-docs (public, the fixture docs), alice-notes (private to alice, zebramarker),
-bob-notes (private to bob, bobmarker), empty-kb (alice); tokens alice-token and bob-token."""
+bob-notes (private to bob, bobmarker), empty-kb (alice); tokens alice-token and bob-token (PGKB_MCP_TOKENS), and
+API keys from the database (kb.create_api_key) in the API-key tests."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
-from server_process import free_port, running, server_env, world  # noqa: F401 (world is a fixture)
+from server_process import api_key, free_port, running, seconds_until, server_env, world  # noqa: F401 (world is a fixture)
 
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -421,14 +424,72 @@ def test_page_in_a_real_browser(web, world):
         browser.quit()
 
 
-def test_serve_refuses_to_start_without_tokens(db):
-    import subprocess
-    import sys
+# ----------------------------------------------------------------------------------------------- API keys
 
-    env = {**os.environ, **server_env(db)}
+
+def test_api_key_lifecycle_without_env_tokens(world, connect_as, tmp_path):
+    """`pgkb serve` with API keys from the database alone (no PGKB_MCP_TOKENS): alice makes a key and uses it
+    on the page's API and Dify's; wrong and malformed keys are refused; revoked and expired keys are refused
+    within 1 s with no restart; the key is in no log -- the server's (--verbose), the query log, PostgreSQL's
+    (every statement of the service role logged)."""
+    alice = connect_as("alice")
+    key_id, key = api_key(alice, "laptop")
+    auth = {"Authorization": f"Bearer {key}"}
+    query_log = tmp_path / "queries.jsonl"
+    server_log = Path(world.execute("show data_directory").fetchone()[0]) / "server.log"
+    log_from = server_log.stat().st_size
+    dbname = world.info.dbname
+    world.execute(f"alter role svc in database {dbname} set log_statement = 'all'")
+    env = {**os.environ, **server_env(world, PGKB_MCP_EMBED_TIMEOUT_MS="0", PGKB_QUERY_LOG=str(query_log))}
     env.pop("PGKB_MCP_TOKENS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "pgkb.cli", "serve", "--port", str(free_port())],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2 and "set PGKB_MCP_TOKENS" in done.stderr, done.stderr
+    env.pop("PGKB_USER", None)
+    port = free_port()
+    try:
+        with running(["serve", "--port", str(port), "--verbose"], env, port) as server:
+            url = f"http://127.0.0.1:{port}"
+            status, out, _ = call(url + "/api/kbs", headers=auth)
+            assert status == 200 and out["user"] == "alice"
+            assert {k["name"] for k in out["knowledge_bases"]} == {"team-docs", "alice-notes", "empty-kb"}
+            status, out, _ = call(url + "/api/search", {"query": "zebramarker", "kb": "alice-notes"}, auth)
+            assert status == 200 and "zebramarker" in out["results"][0]["title"]
+            setting = {"top_k": 5, "score_threshold": 0}
+            status, out, _ = call(
+                url + "/retrieval", retrieval(knowledge_id="alice-notes", retrieval_setting=setting), auth
+            )
+            assert status == 200 and out["records"]
+            used = "select last_used_at is not null from kb.api_keys where key_id = %s"
+            assert world.execute(used, [key_id]).fetchone()[0]
+
+            refused_by_dify = (403, {"error_code": 1002, "error_msg": "Authorization failed"})
+            for bad in (
+                "pgkb_",
+                key.upper(),
+                key + "0",
+                key[:-1],
+                f"pgkb_{key_id}_{'0' * 64}",  # alice's key id with another secret
+                f"pgkb_{'0' * 16}_{key[22:]}",  # her secret under another id
+                "x" * 8000,
+            ):
+                headers = {"Authorization": f"Bearer {bad}"}
+                assert call(url + "/api/kbs", headers=headers)[0] == 401, bad
+                assert call(url + "/retrieval", retrieval(), headers)[:2] == refused_by_dify, bad
+
+            alice.execute("select kb.revoke_api_key(%s)", [key_id])
+            assert seconds_until(lambda: call(url + "/api/kbs", headers=auth)[0] == 401) < 1.0
+            assert call(url + "/retrieval", retrieval(), auth)[:2] == refused_by_dify
+
+            short_id, short = api_key(alice, "short", "2 seconds")
+            short_auth = {"Authorization": f"Bearer {short}"}
+            assert call(url + "/api/kbs", headers=short_auth)[0] == 200
+            expires_in = "select extract(epoch from expires_at - clock_timestamp()) from kb.api_keys where key_id = %s"
+            time.sleep(max(0.0, float(world.execute(expires_in, [short_id]).fetchone()[0])))
+            assert seconds_until(lambda: call(url + "/api/kbs", headers=short_auth)[0] == 401) < 1.0
+    finally:
+        world.execute(f"alter role svc in database {dbname} reset log_statement")
+    with server_log.open("rb") as f:
+        f.seek(log_from)
+        database_log = f.read().decode(errors="replace")
+    assert "kb.verify_api_key" in database_log  # the service role's statements were logged
+    assert '"user": "alice"' in query_log.read_text()
+    for text in (server.stderr_text, query_log.read_text(), database_log):
+        assert key[22:] not in text and short[22:] not in text

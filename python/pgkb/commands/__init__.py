@@ -18,6 +18,7 @@ NAMES = (
     "ask",
     "mcp",
     "serve",
+    "key",
     "embed_server",
     "eval",
     "sweep",

@@ -8,7 +8,7 @@ def register(sub) -> None:
     from pgkb.web.app import DEFAULT_PORT
 
     parser = sub.add_parser(
-        "serve", help="search page and Dify external knowledge API over HTTP (127.0.0.1:8767; PGKB_MCP_TOKENS)"
+        "serve", help="search page and Dify external knowledge API over HTTP (127.0.0.1:8767; pgkb key create)"
     )
     add_server_options(parser, DEFAULT_PORT)
     parser.set_defaults(func=run)

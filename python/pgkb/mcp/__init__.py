@@ -23,9 +23,10 @@ Identity: every call runs as a pgkb user -- ``set_config('pgkb.acting_user', use
 transaction -- so the database decides what is visible. The server connects with PGKB_DATABASE_URL, a role
 that is a member of pgkb_service (unset: the embedded cluster as ``pgkb_mcp``, see pgkb.service_role), and
 refuses to serve as a role that bypasses visibility (superuser, BYPASSRLS, pgkb administrator).
-stdio: the user is PGKB_USER (unset: no user, public knowledge bases only). HTTP:
-PGKB_MCP_TOKENS="token1:alice,token2:bob" maps bearer tokens to users (every request needs a valid token
-then); without tokens, PGKB_USER again.
+stdio: the user is PGKB_USER (unset: no user, public knowledge bases only). HTTP: a bearer token names the
+user -- an API key kept in the database (`pgkb key create`) or, for development, a PGKB_MCP_TOKENS entry
+("token1:alice,token2:bob"); a request that sends one needs a valid one. Without a token a request is refused
+(401), except on a loopback bind with no PGKB_MCP_TOKENS, where it acts as PGKB_USER again.
 
 Transports: stdio (default; the SDK keeps stdout for the protocol, logs go to stderr) and
 ``--transport http`` (``--host`` 127.0.0.1, ``--port`` 8766): streamable HTTP at ``/mcp``, which the SDK
@@ -60,5 +61,5 @@ Run as ``pgkb mcp``. Importing the package does not import the SDK (``server.bui
 `pgkb` stays quick to start. Modules: ``output`` (structured output models), ``render`` (text renderings),
 ``stdio`` and ``http_guard`` (transports), ``server`` (tools, resources, the command). What `pgkb serve`
 shares with it lives in pgkb.serving: ``config`` (environment, limits), ``arguments`` (argument checks,
-caller errors), ``auth`` (tokens, Origin / Host checks), ``backend`` (database and embedder).
+caller errors), ``auth`` (tokens and API keys, Origin / Host checks), ``backend`` (database and embedder).
 """

@@ -1,27 +1,29 @@
 """Streamable HTTP: the ASGI guard in front of the SDK's app (Origin and Host checks against DNS
-rebinding, bearer tokens mapped to pgkb users)."""
+rebinding, bearer tokens -- API keys or PGKB_MCP_TOKENS -- mapped to pgkb users)."""
 
 from __future__ import annotations
 
 import json
 import logging
 
-from pgkb.serving.auth import bearer, request_refusal, user_for_token
-from pgkb.serving.config import (
-    LOOPBACK,
-    ServiceConfig,
-)
+from pgkb.serving.arguments import ServiceError
+from pgkb.serving.auth import bearer, bearer_user, request_refusal
+from pgkb.serving.config import LOOPBACK
 
 log = logging.getLogger("pgkb.mcp")
 
 
 class HttpGuard:
     """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, bearer tokens;
-    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP."""
+    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP.
+    A request that sends a bearer token needs a valid one (pgkb.serving.auth.bearer_user; 401 otherwise,
+    503 when the database cannot tell); one without needs none only where anonymous callers act as
+    PGKB_USER: a loopback bind with no PGKB_MCP_TOKENS (one developer's machine, `pgkb up`)."""
 
-    def __init__(self, app, *, tokens: dict[str, str], allowed_origins: tuple[str, ...], loopback: bool, sse_app=None):
-        self.app, self.sse_app = app, sse_app
-        self.tokens, self.allowed_origins, self.loopback = tokens, allowed_origins, loopback
+    def __init__(self, app, *, backend, loopback: bool, sse_app=None):
+        self.app, self.sse_app, self.backend, self.loopback = app, sse_app, backend, loopback
+        self.allowed_origins = backend.config.allowed_origins
+        self.anonymous = loopback and not backend.config.tokens
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -35,9 +37,18 @@ class HttpGuard:
             log.warning("refused a request: %s", refusal[1])
             await _reply(send, *refusal)
             return
-        if self.tokens and user_for_token(self.tokens, bearer(headers.get("authorization"))) is None:
-            await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
-            return
+        token = bearer(headers.get("authorization"))
+        if token is not None or not self.anonymous:
+            import anyio
+
+            try:
+                user = await anyio.to_thread.run_sync(bearer_user, self.backend, token)
+            except ServiceError as e:
+                await _reply(send, 503, str(e))
+                return
+            if user is None:
+                await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
+                return
         path = scope.get("path", "")
         if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
             await self.sse_app(scope, receive, send)
@@ -53,12 +64,10 @@ async def _reply(send, status: int, message: str, extra: dict[str, str] | None =
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server, config: ServiceConfig, host: str):
+def http_app(server, backend, host: str):
     from mcp.server.transport_security import TransportSecuritySettings
 
     off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
     app = server.streamable_http_app(transport_security=off, host=host)
     sse = server.sse_app(transport_security=off, host=host)
-    return HttpGuard(
-        app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK, sse_app=sse
-    )
+    return HttpGuard(app, backend=backend, loopback=host in LOOPBACK, sse_app=sse)

@@ -24,12 +24,11 @@ from pgkb.serving.arguments import (
     check_int,
     check_text,
 )
-from pgkb.serving.auth import bearer, user_for_token
+from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.backend import Backend, open_backend
 from pgkb.serving.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    LOOPBACK,
     MAX_CHUNK_INDEX,
     MAX_DOC_ID_CHARS,
     MAX_KB_NAME_CHARS,
@@ -73,8 +72,9 @@ def build_server(backend: Backend):
         if ctx is not None:
             with contextlib.suppress(ValueError, AttributeError):
                 headers = ctx.headers
-        if config.tokens and headers is not None:
-            user = user_for_token(config.tokens, bearer(headers.get("authorization")))
+        token = bearer(headers.get("authorization")) if headers is not None else None
+        if headers is not None and (token is not None or config.tokens):  # HTTP, and a token given or required
+            user = bearer_user(backend, token)
             if user is None:
                 raise ServiceError("unauthorized: send Authorization: Bearer <token>")
             return user
@@ -256,9 +256,6 @@ def serve(
     backend = open_backend(settings, command="mcp", verbose=verbose, rerank=rerank)
     if backend is None:
         return 2
-    config = backend.config
-    if transport == "http" and not config.tokens and host not in LOOPBACK:
-        log.warning("serving %s without PGKB_MCP_TOKENS: every caller acts as %s", host, config.default_user)
     server = build_server(backend)
     try:
         if transport == "stdio":
@@ -268,7 +265,7 @@ def serve(
             return 0
         import uvicorn
 
-        app = http_app(server, config, host)
+        app = http_app(server, backend, host)
         log.info("serving MCP on http://%s:%d/mcp", host, port)
         uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")).run()
         return 0

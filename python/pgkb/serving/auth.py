@@ -1,9 +1,12 @@
-"""Who is calling and from where: bearer tokens mapped to pgkb users (PGKB_MCP_TOKENS), and the Origin and
-Host checks against cross-site requests and DNS rebinding that every HTTP endpoint applies."""
+"""Who is calling and from where: the pgkb user of a bearer token (``bearer_user``: a PGKB_MCP_TOKENS token,
+else an API key kept in the database), and the Origin and Host checks against cross-site requests and DNS
+rebinding that every HTTP endpoint applies."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
 from urllib.parse import urlsplit
 
 from pgkb.serving.config import LOOPBACK
@@ -52,3 +55,29 @@ def user_for_token(tokens: dict[str, str], token: str | None) -> str | None:
         if token is not None and hmac.compare_digest(token.encode(), known.encode()):
             found = user
     return found
+
+
+API_KEY = re.compile(r"pgkb_([0-9a-f]{16})_([0-9a-f]{64})")  # what kb.create_api_key hands out
+
+
+def api_key_parts(token: str) -> tuple[str, bytes] | None:
+    """(key_id, SHA-256 of the secret) of a token shaped like a pgkb API key, else None: all the database is
+    told, so the secret itself never reaches it (nor its logs)."""
+    match = API_KEY.fullmatch(token)
+    if match is None:
+        return None
+    return match.group(1), hashlib.sha256(match.group(2).encode()).digest()
+
+
+def bearer_user(backend, token: str | None) -> str | None:
+    """The pgkb user a bearer token acts as, or None -- the one answer to "who is this" for the page, Dify's
+    API and the MCP server: a PGKB_MCP_TOKENS token first (for development), then an API key kept in the
+    database (``backend.api_key_user``: kb.verify_api_key; revoked and expired keys are None). Blocks on the
+    database: call it from a worker thread. ServiceError when the database cannot answer."""
+    if token is None:
+        return None
+    user = user_for_token(backend.config.tokens, token)
+    if user is not None:
+        return user
+    parts = api_key_parts(token)
+    return backend.api_key_user(*parts) if parts is not None else None

@@ -1,6 +1,6 @@
 """Database access for the servers (MCP tools, `pgkb serve`): the connection pool, the acting user and
-statement timeout per call, the query embedder with its deadline, and the reads (search, kb.get_document,
-kb.list_knowledge_bases)."""
+statement timeout per call, API key checks (kb.verify_api_key), the query embedder with its deadline, and
+the reads (search, kb.get_document, kb.list_knowledge_bases)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from pgkb.serving.arguments import (
     _first_line,
 )
 from pgkb.serving.config import (
+    API_KEY_CACHE_SECONDS,
+    API_KEY_CACHE_SIZE,
     CONNECT_TIMEOUT_SECONDS,
     EMBED_WORKERS,
     EMBEDDER_RETRY_SECONDS,
@@ -112,6 +114,8 @@ class Backend:
         self._probed_at = float("-inf")  # when the last probe that found the database up started (monotonic)
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
+        self._key_lock = threading.Lock()
+        self._key_verdicts: dict[tuple[str, bytes], tuple[float, str | None]] = {}  # -> (valid until, user)
 
     def _probe(self) -> None:
         """ServiceError unless a direct connection to the database succeeds (it is closed again) as a role
@@ -228,6 +232,27 @@ class Backend:
                 "select set_config('statement_timeout', %s, true)", [str(self.config.options.statement_timeout_ms)]
             )
             yield
+
+    def api_key_user(self, key_id: str, secret_sha256: bytes) -> str | None:
+        """The pgkb user of the database API key ``key_id`` whose secret hashes to ``secret_sha256``, or None
+        for an unknown, wrong, revoked or expired one (kb.verify_api_key, which also records its last use).
+        A verdict is reused for API_KEY_CACHE_SECONDS. ServiceError when the database cannot answer."""
+        asked_at = time.monotonic()
+        with self._key_lock:
+            valid_until, user = self._key_verdicts.get((key_id, secret_sha256), (asked_at, None))
+        if valid_until > asked_at:
+            return user
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
+            self.acting(conn, None),
+        ):
+            user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+        with self._key_lock:
+            if len(self._key_verdicts) >= API_KEY_CACHE_SIZE:
+                self._key_verdicts.clear()
+            self._key_verdicts[(key_id, secret_sha256)] = (asked_at + API_KEY_CACHE_SECONDS, user)
+        return user
 
     def embedder(self, conn: psycopg.Connection):
         with self._lock:

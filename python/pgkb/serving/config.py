@@ -37,11 +37,16 @@ SHOWN_CHARS = 200  # a value echoed in a message shows at most this many charact
 MAX_MESSAGE_CHARS = 2000  # an error message as a whole
 DEFAULT_EMBED_TIMEOUT_MS = 5000  # PGKB_MCP_EMBED_TIMEOUT_MS: longest a query embedding may take (0: no limit)
 EMBED_WORKERS = 2  # query embeddings running at once (an abandoned one finishes in the background)
+# a database API key's verdict (its user, or refused) is reused this long: a revoked or expired key is refused
+# within it, and the MCP guard and the tool it lets through ask the database once, not twice
+API_KEY_CACHE_SECONDS = 0.5
+API_KEY_CACHE_SIZE = 10_000  # verdicts kept at most (the cache is emptied when full)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def parse_tokens(raw: str) -> dict[str, str]:
-    """``"token1:alice,token2:bob"`` -> {token: user}; ConfigError for malformed entries."""
+    """``"token1:alice,token2:bob"`` -> {token: user}; ConfigError for malformed entries. These tokens are
+    for development (no expiry, revoked by a restart); people use API keys kept in the database."""
     tokens: dict[str, str] = {}
     for entry in (e.strip() for e in raw.split(",")):
         if not entry:

@@ -10,10 +10,11 @@
   nothing fetched from elsewhere) over the JSON endpoints (``api``): ``GET /api/kbs``, ``POST /api/search``,
   ``POST /api/document``, ``POST /api/ask`` (501 while the database has no kb.ask).
 
-Keys and tokens are PGKB_MCP_TOKENS ("token1:alice,token2:bob"), the same mapping as `pgkb mcp`; every call
-acts as the token's pgkb user, so the database's visibility rules decide what anyone sees. The server refuses
-to start without tokens. Requests carrying an ``Origin`` other than the page itself, a loopback origin or one
-listed in PGKB_MCP_ALLOWED_ORIGINS are refused (403); bound to a loopback address, the ``Host`` header must
-name a loopback address (421). Bodies are at most MAX_BODY_BYTES (413 beyond). Database access (pool,
-acting user, concurrency slots, embedder) is pgkb.serving's, shared with `pgkb mcp`.
+Keys and tokens are API keys kept in the database (`pgkb key create`, kb.create_api_key) or, for development,
+PGKB_MCP_TOKENS ("token1:alice,token2:bob") -- the same as `pgkb mcp` accepts (pgkb.serving.auth.bearer_user);
+every call acts as the key's pgkb user, so the database's visibility rules decide what anyone sees. Requests
+carrying an ``Origin`` other than the page itself, a loopback origin or one listed in PGKB_MCP_ALLOWED_ORIGINS
+are refused (403); bound to a loopback address, the ``Host`` header must name a loopback address (421). Bodies
+are at most MAX_BODY_BYTES (413 beyond). Database access (pool, acting user, concurrency slots, embedder) is
+pgkb.serving's, shared with `pgkb mcp`.
 """

@@ -1,8 +1,8 @@
-"""The page's JSON endpoints. Every call needs ``Authorization: Bearer <token>`` (PGKB_MCP_TOKENS; 401
-without a known one) and acts as the token's pgkb user. Errors are ``{"error": "<message>"}``: 400 for bad
-input (empty, oversized or malformed JSON, invalid Unicode, wrong types, top_k out of range), 404 for a
-knowledge base or document the user cannot see (the same as one that does not exist), 501 for /api/ask while
-the database has no kb.ask, 503 when the database is unavailable or busy.
+"""The page's JSON endpoints. Every call needs ``Authorization: Bearer <token>`` (an API key, or a
+PGKB_MCP_TOKENS token; 401 without a valid one) and acts as the token's pgkb user. Errors are
+``{"error": "<message>"}``: 400 for bad input (empty, oversized or malformed JSON, invalid Unicode, wrong types,
+top_k out of range), 404 for a knowledge base or document the user cannot see (the same as one that does not
+exist), 501 for /api/ask while the database has no kb.ask, 503 when the database is unavailable or busy.
 
 - ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...}]}``
 - ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5)}`` -> ``{"query", "kb", "results":
@@ -20,7 +20,7 @@ import datetime
 import decimal
 
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
-from pgkb.serving.auth import bearer, user_for_token
+from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
 from pgkb.web.http import RequestError, json_response, read_json
 
@@ -79,15 +79,13 @@ def routes(backend):
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
-    tokens = backend.config.tokens
-
     def endpoint(handler, *, body: bool):
         async def call(request):
-            user = user_for_token(tokens, bearer(request.headers.get("authorization")))
-            if user is None:
-                challenge = {"www-authenticate": "Bearer"}
-                return json_response(401, {"error": "sign in: a valid token is required"}, challenge)
             try:
+                user = await run_in_threadpool(bearer_user, backend, bearer(request.headers.get("authorization")))
+                if user is None:
+                    challenge = {"www-authenticate": "Bearer"}
+                    return json_response(401, {"error": "sign in: a valid token is required"}, challenge)
                 payload = await read_json(request) if body else {}
                 return json_response(200, await run_in_threadpool(handler, user, payload))
             except RequestError as e:

@@ -4,7 +4,6 @@ command's server loop."""
 from __future__ import annotations
 
 import logging
-import sys
 from importlib import resources
 
 from pgkb.serving.auth import request_refusal
@@ -69,19 +68,13 @@ def build_app(backend: Backend, host: str = "127.0.0.1"):
 
 
 def serve(settings, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, verbose: bool = False, rerank: bool = True):
-    """Serve until stopped (`pgkb serve`). Configuration errors, missing tokens and a role that bypasses
-    visibility print to stderr and return 2."""
+    """Serve until stopped (`pgkb serve`). Every caller signs in with an API key from the database (or a
+    PGKB_MCP_TOKENS token). Configuration errors and a role that bypasses visibility print to stderr and
+    return 2."""
     backend = open_backend(settings, command="serve", verbose=verbose, rerank=rerank)
     if backend is None:
         return 2
     config = backend.config
-    if not config.tokens:
-        print(
-            'pgkb: serve: set PGKB_MCP_TOKENS ("token1:alice,token2:bob"): every caller of the page and of Dify\'s'
-            " API signs in with a token that names the pgkb user it acts as",
-            file=sys.stderr,
-        )
-        return 2
     import uvicorn
 
     try:

@@ -1,8 +1,8 @@
 """Dify's External Knowledge API: ``POST /retrieval``.
 
 Request ``{"knowledge_id", "query", "retrieval_setting": {"top_k", "score_threshold"}, "metadata_condition"?}``
-with ``Authorization: Bearer <key>``; the key is a PGKB_MCP_TOKENS token, so the records are what its pgkb
-user may see, and knowledge_id is a knowledge base name. Response ``{"records": [{"content", "score",
+with ``Authorization: Bearer <key>``; the key is an API key or a PGKB_MCP_TOKENS token, so the records are what
+its pgkb user may see, and knowledge_id is a knowledge base name. Response ``{"records": [{"content", "score",
 "title", "metadata"}]}``: kb.retrieve's hits in pgkb's order, score in 0..1 (see db/functions/58_retrieve.sql:
 the hit's absolute relevance -- query-term coverage or calibrated cosine similarity, whichever is higher --
 lowered where needed so scores never rise down the list), records below score_threshold left out (so they are
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, check_text
-from pgkb.serving.auth import bearer, user_for_token
+from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.config import MAX_KB_NAME_CHARS, MAX_QUERY_ARGUMENT_CHARS
 from pgkb.web.http import RequestError, json_response, read_json
 
@@ -90,13 +90,14 @@ def routes(backend):
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
-    tokens = backend.config.tokens
-
     async def retrieval(request):
         token = bearer(request.headers.get("authorization"))
         if token is None:
             return error(403, 1001, "Invalid Authorization header format. Expected 'Bearer <api-key>' format.")
-        user = user_for_token(tokens, token)
+        try:
+            user = await run_in_threadpool(bearer_user, backend, token)
+        except ServiceError as e:
+            return error(503, 503, str(e))
         if user is None:
             return error(403, 1002, "Authorization failed")
         try:
