@@ -1,5 +1,6 @@
 """Streamable HTTP: the ASGI guard in front of the SDK's app (Origin and Host checks against DNS
-rebinding, bearer tokens mapped to pgkb users)."""
+rebinding, bearer tokens mapped to pgkb users), with /healthz, /readyz and /metrics (pgkb.serving.monitoring)
+behind the Origin and Host checks but not the tokens; every request counted."""
 
 from __future__ import annotations
 
@@ -7,20 +8,25 @@ import json
 import logging
 
 from pgkb.serving.auth import bearer, request_refusal, user_for_token
-from pgkb.serving.config import (
-    LOOPBACK,
-    ServiceConfig,
-)
+from pgkb.serving.backend import Backend
+from pgkb.serving.config import LOOPBACK
+from pgkb.serving.metrics import route_label
+from pgkb.serving.monitoring import PATHS as MONITORING_PATHS
+from pgkb.serving.monitoring import Metered, Monitoring
 
 log = logging.getLogger("pgkb.mcp")
 
 
 class HttpGuard:
-    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, bearer tokens;
-    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP."""
+    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, then
+    ``monitoring`` for its paths, bearer tokens; routes /sse and /messages/ to the deprecated HTTP+SSE
+    transport, everything else to streamable HTTP."""
 
-    def __init__(self, app, *, tokens: dict[str, str], allowed_origins: tuple[str, ...], loopback: bool, sse_app=None):
-        self.app, self.sse_app = app, sse_app
+    def __init__(
+        self, app, *, tokens: dict[str, str], allowed_origins: tuple[str, ...], loopback: bool, monitoring,
+        sse_app=None,
+    ):  # fmt: skip
+        self.app, self.sse_app, self.monitoring = app, sse_app, monitoring
         self.tokens, self.allowed_origins, self.loopback = tokens, allowed_origins, loopback
 
     async def __call__(self, scope, receive, send) -> None:
@@ -35,10 +41,13 @@ class HttpGuard:
             log.warning("refused a request: %s", refusal[1])
             await _reply(send, *refusal)
             return
+        path = scope.get("path", "")
+        if path in MONITORING_PATHS:
+            await self.monitoring(scope, receive, send)
+            return
         if self.tokens and user_for_token(self.tokens, bearer(headers.get("authorization"))) is None:
             await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
             return
-        path = scope.get("path", "")
         if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
             await self.sse_app(scope, receive, send)
             return
@@ -53,12 +62,17 @@ async def _reply(send, status: int, message: str, extra: dict[str, str] | None =
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server, config: ServiceConfig, host: str):
+def http_app(server, backend: Backend, host: str):
     from mcp.server.transport_security import TransportSecuritySettings
 
+    config = backend.config
     off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
     app = server.streamable_http_app(transport_security=off, host=host)
     sse = server.sse_app(transport_security=off, host=host)
-    return HttpGuard(
-        app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK, sse_app=sse
-    )
+    monitoring = Monitoring(backend.metrics, backend.readiness, config.metrics_access, config.tokens)
+    guard = HttpGuard(
+        app, tokens=config.tokens, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK,
+        monitoring=monitoring, sse_app=sse,
+    )  # fmt: skip
+    routes = ("/mcp", "/sse", *MONITORING_PATHS)
+    return Metered(guard, backend.metrics, lambda path: route_label(path, routes, ("/messages/",)))

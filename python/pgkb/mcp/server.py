@@ -268,7 +268,7 @@ def serve(
             return 0
         import uvicorn
 
-        app = http_app(server, config, host)
+        app = http_app(server, backend, host)
         log.info("serving MCP on http://%s:%d/mcp", host, port)
         uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning")).run()
         return 0
