@@ -9,6 +9,8 @@
 - ``GET /`` -- the search page for employees (``static/``: plain HTML, CSS and JavaScript, no build step and
   nothing fetched from elsewhere) over the JSON endpoints (``api``): ``GET /api/kbs``, ``POST /api/search``,
   ``POST /api/document``, ``POST /api/ask`` (501 while the database has no kb.ask).
+- ``GET /healthz``, ``GET /readyz``, ``GET /metrics`` -- pgkb.serving.monitoring (no token; /metrics for
+  loopback clients unless PGKB_METRICS_ACCESS says otherwise).
 
 Keys and tokens are PGKB_MCP_TOKENS ("token1:alice,token2:bob"), the same mapping as `pgkb mcp`; every call
 acts as the token's pgkb user, so the database's visibility rules decide what anyone sees. The server refuses
