@@ -17,8 +17,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from pgkb import __version__
-from pgkb.cli import main
+from pgkb.cli import main, version
 from pgkb.embed_server import (
     BATCH_CHARS,
     MAX_BODY_BYTES,
@@ -626,7 +625,7 @@ def test_metrics_count_requests_stages_and_the_queue(embedder):
         sample(after, "pgkb_embed_requests_in_progress") == 0
         and sample(after, "pgkb_embed_requests_oldest_seconds") == 0
     )
-    assert sample(after, "pgkb_server_info", server="embed-server", version=__version__) == 1
+    assert sample(after, "pgkb_server_info", server="embed-server", version=version()) == 1
     assert not [key for key in after if "qzxwvmarker" in repr(key) or "nothing" in repr(key)]
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import anyio
 import psycopg
 import pytest
-from pgkb import __version__
+from pgkb.cli import version
 from server_process import free_port, local_address, running, sample, scrape, server_env, svc_dsn, world  # noqa: F401
 
 TOKENS = "alice-token:alice,bob-token:bob"
@@ -107,7 +107,7 @@ def test_serve_counts_requests_and_stages_and_reports_the_pool_and_backlog(serve
     assert sample(after, "pgkb_stage_duration_seconds_sum", operation="search", stage="sql") > 0
     assert sample(after, "pgkb_degraded_answers_total", operation="search") == 0
 
-    assert sample(after, "pgkb_server_info", server="serve", version=__version__) == 1
+    assert sample(after, "pgkb_server_info", server="serve", version=version()) == 1
     assert sample(after, "pgkb_calls_limit") == 16 and sample(after, "pgkb_calls_in_progress") == 0
     assert sample(after, "pgkb_db_pool_max_connections") == 8
     in_use, idle = (sample(after, "pgkb_db_pool_connections", state=s) for s in ("in_use", "idle"))
@@ -240,7 +240,7 @@ def test_mcp_counts_tool_calls_and_keeps_monitoring_out_of_the_tokens(mcp):
     assert delta(before, after, "pgkb_http_requests_total", route="/mcp", status="401") == 1
     for stage in ("embed", "sql"):
         assert delta(before, after, "pgkb_stage_duration_seconds_count", operation="search", stage=stage) == 1
-    assert sample(after, "pgkb_server_info", server="mcp", version=__version__) == 1
+    assert sample(after, "pgkb_server_info", server="mcp", version=version()) == 1
     assert not [key for key in after if SECRET in repr(key) or "alice" in repr(key)]
     assert answer(mcp + "/healthz") == (200, {"status": "ok"})
     assert answer(mcp + "/readyz") == (200, {"status": "ready"})

@@ -17,8 +17,6 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
-from pgkb import __version__
-
 OTHER_ROUTE = "other"
 # seconds: a lexical search takes milliseconds, a model call or a chat answer seconds
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -48,13 +46,15 @@ class ServerMetrics:
     turned away as busy, plus gauges read at scrape time (``add_gauges``) and the process's own."""
 
     def __init__(self, server: str) -> None:
+        from pgkb.cli import version  # the installed distribution's (pgkb.cli imports the commands lazily)
+
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         info = Gauge(
             "pgkb_server_info", "Which pgkb server this is (always 1)", ["server", "version"], registry=self.registry
         )
-        info.labels(server, __version__).set(1)
+        info.labels(server, version()).set(1)
         self.requests = Counter(
             "pgkb_http_requests",
             "HTTP requests answered, by route and status",
