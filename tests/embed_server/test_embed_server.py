@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from pgkb.cli import main
+from pgkb.cli import main, version
 from pgkb.embed_server import (
     BATCH_CHARS,
     MAX_BODY_BYTES,
@@ -31,6 +31,7 @@ from pgkb.embed_server import (
 from pgkb.models.embedding import OFFLINE_MODEL, HttpEmbedder
 from pgkb.models.rerank import CrossEncoderReranker
 from pgvector import Vector
+from server_process import answered, local_address, sample, scrape
 
 TOKEN = "s3cret-token"
 
@@ -560,10 +561,10 @@ def test_database_embeds_queries_through_the_server(kb_with_vectors, server, emb
     caplog.set_level(logging.INFO, logger="pgkb.embed_server")
     db = kb_with_vectors
     db.execute("update kb.settings set value = %s where key = 'embedding_url'", [server.embeddings_url])
-    before = server.server.service.requests[("/v1/embeddings", 200)]
+    before = answered(server)
     query = "系统响应很慢怎么优化"  # shares no term with the passages: only the vector leg can find it
     found = rows(db, "select * from kb.hybrid_search(%s, kb => 'e2e')", query)
-    assert server.server.service.requests[("/v1/embeddings", 200)] == before + 1
+    assert answered(server) == before + 1
     assert found and all(r["vector_used"] is True for r in found)
     assert found[0]["doc_key"] == "perf/tuning.md" and found[0]["vector_rank"] == 1
     # the same ranking as with a client-side query embedding
@@ -589,3 +590,71 @@ def test_database_sends_the_token_and_degrades_on_401(kb_with_vectors, token_ser
     db.execute("update kb.settings set value = %s where key = 'embedding_api_key'", [TOKEN])
     found = rows(db, "select * from kb.hybrid_search('系统响应很慢怎么优化', kb => 'e2e')")
     assert found[0]["vector_used"] is True and found[0]["doc_key"] == "perf/tuning.md"
+
+
+# ---------------------------------------------------------------------------------------------- monitoring
+
+
+def test_metrics_count_requests_stages_and_the_queue(embedder):
+    """/metrics moves with the requests: answers by route and status, the embed stage, the requests using
+    or waiting for the model (the server's queue) with the oldest one's age, and the busy rejections."""
+    gate = Gate(embedder)
+    secret = "query: qzxwvmarker 退款"
+    with start_in_thread(gate, max_pending=1) as running, ThreadPoolExecutor(1) as pool:
+        idle = scrape(running.url)
+        assert sample(idle, "pgkb_embed_requests_in_progress") == 0 and sample(idle, "pgkb_embed_requests_limit") == 1
+        first = pool.submit(call, running.url, "/v1/embeddings", {"input": [secret]})
+        assert gate.entered.wait(30)
+        time.sleep(0.3)
+        waiting = scrape(running.url)  # /metrics is served while the model is busy
+        assert sample(waiting, "pgkb_embed_requests_in_progress") == 1
+        assert 0.3 <= sample(waiting, "pgkb_embed_requests_oldest_seconds") < 30
+        assert_error(call(running.url, "/v1/embeddings", {"input": ["query: 登录"]}), 503, "server_busy")
+        gate.open.set()
+        assert first.result()[0] == 200
+        assert call(running.url, "/v9/nothing", method="GET")[0] == 404
+        after = scrape(running.url)
+    # a scrape is counted once its exposition is made: the last one shows the two before it
+    counted = {("/v1/embeddings", "200"): 1, ("/v1/embeddings", "503"): 1, ("other", "404"): 1, ("/metrics", "200"): 2}
+    for (route, status), n in counted.items():
+        assert sample(after, "pgkb_http_requests_total", route=route, status=status) == n, (route, status)
+    assert sample(after, "pgkb_busy_rejections_total", limit="max_pending") == 1
+    assert sample(after, "pgkb_stage_duration_seconds_count", operation="embeddings", stage="embed") == 1
+    assert sample(after, "pgkb_stage_duration_seconds_sum", operation="embeddings", stage="embed") >= 0.3
+    assert (
+        sample(after, "pgkb_embed_requests_in_progress") == 0
+        and sample(after, "pgkb_embed_requests_oldest_seconds") == 0
+    )
+    assert sample(after, "pgkb_server_info", server="embed-server", version=version()) == 1
+    assert not [key for key in after if "qzxwvmarker" in repr(key) or "nothing" in repr(key)]
+
+
+def test_health_readiness_and_who_reads_metrics(embedder):
+    with start_in_thread(embedder, token=TOKEN, metrics_access="token") as running:
+        url = running.url
+        for path, body in (("/healthz", {"status": "ok"}), ("/readyz", {"status": "ready", "model": OFFLINE_MODEL})):
+            assert call(url, path, method="GET")[:2] == (200, body)  # no token: they are for probes
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            result = call(url, "/metrics", method="GET", headers=headers)
+            assert_error(result, 401, "invalid_api_key", "bearer token is required for /metrics")
+            assert result[2]["WWW-Authenticate"] == 'Bearer realm="pgkb"'
+        assert sample(scrape(url, {"Authorization": "Bearer " + TOKEN}), "pgkb_http_requests_total", route="/metrics",
+                      status="401") == 3  # fmt: skip
+        port = urlsplit(url).port
+        for path in ("/metrics", "/healthz", "/readyz"):  # the servers' Origin / Host checks
+            assert_error(call(url, path, method="GET", headers={"Host": f"rebound.example:{port}"}), 421)
+            assert_error(call(url, path, method="GET", headers={"Origin": "https://evil.example.com"}), 403)
+    address = local_address()
+    if address is None:
+        return  # no non-loopback address to ask from: pgkb.serving.monitoring's decision is tested with the others
+    with start_in_thread(embedder, host="0.0.0.0") as running:  # loopback clients only, by default
+        port = urlsplit(running.url).port
+        assert_error(call(f"http://{address}:{port}", "/metrics", method="GET"), 403, "forbidden", "loopback clients")
+        assert call(f"http://{address}:{port}", "/healthz", method="GET")[0] == 200
+        assert scrape(f"http://127.0.0.1:{port}")
+
+
+def test_cli_refuses_a_bad_metrics_access_setting(monkeypatch, capsys):
+    monkeypatch.setenv("PGKB_METRICS_ACCESS", "anyone")
+    assert main(["embed-server", "--port", str(_free_port())]) == 1
+    assert "PGKB_METRICS_ACCESS must be one of loopback, token, open" in capsys.readouterr().err

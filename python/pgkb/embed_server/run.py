@@ -25,6 +25,7 @@ from pgkb.embed_server.models import (
 )
 from pgkb.models.embedding import Embedder, EmbeddingError, OfflineEmbedder
 from pgkb.models.rerank import CrossEncoderReranker
+from pgkb.serving.config import metrics_access
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "TOKEN_ENV", "RunningServer", "make_server", "serve", "start_in_thread"]
 
@@ -78,8 +79,10 @@ def start_in_thread(
     served_names: Sequence[str] = (),
     max_pending: int = DEFAULT_MAX_PENDING,
     max_per_client: int = DEFAULT_MAX_PER_CLIENT,
+    metrics_access: str = "loopback",
 ) -> RunningServer:
-    """Serve in a daemon thread (port 0: a free port); for tests and embedding in other programs."""
+    """Serve in a daemon thread (port 0: a free port); for tests and embedding in other programs.
+    ``metrics_access``: who may read /metrics (PGKB_METRICS_ACCESS's values)."""
     service = Service(
         embedder or OfflineEmbedder(),
         reranker=reranker,
@@ -88,6 +91,7 @@ def start_in_thread(
         served_names=tuple(served_names),
         max_pending=max_pending,
         max_per_client=max_per_client,
+        metrics_access=metrics_access,
     )
     server = make_server(service, host, port)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
@@ -109,7 +113,8 @@ def serve(
     max_per_client: int = DEFAULT_MAX_PER_CLIENT,
 ) -> int:
     """Load the models, then serve until SIGTERM/SIGINT; in-flight requests finish before it returns 0.
-    Raises ConfigError / EmbeddingError for a bad configuration and OSError when the port is taken."""
+    Raises ConfigError / EmbeddingError for a bad configuration (PGKB_METRICS_ACCESS too) and OSError when
+    the port is taken."""
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings.from_env()
@@ -120,6 +125,7 @@ def serve(
         raise ConfigError("--batch-size must be between 1 and 1024")
     if max_pending < 1 or max_per_client < 1:
         raise ConfigError("--max-pending and --max-per-client must be at least 1")
+    access = metrics_access()
 
     started = time.perf_counter()
     embedder = load_server_embedder(settings, provider, model, batch)
@@ -143,6 +149,7 @@ def serve(
         tuple(served_names),
         max_pending=max_pending,
         max_per_client=max_per_client,
+        metrics_access=access,
     )
     server = make_server(service, host, port)
     if not token and host not in ("127.0.0.1", "localhost", "::1"):

@@ -35,7 +35,8 @@ the stateless 2026-07-28 per-request envelope), plus the deprecated HTTP+SSE tra
 ``/messages/`` for old clients. HTTP requests with an ``Origin`` other than localhost / 127.0.0.1 / [::1]
 or the server's own are refused (403) unless listed in PGKB_MCP_ALLOWED_ORIGINS (comma-separated, ``*`` for
 any); when bound to a loopback address the ``Host`` header must be a loopback name too (DNS-rebinding
-protection).
+protection). ``/healthz``, ``/readyz`` and ``/metrics`` (pgkb.serving.monitoring) pass those checks but need
+no token (/metrics: PGKB_METRICS_ACCESS).
 
 Connections: a pool (psycopg_pool) of at most PGKB_MCP_POOL_SIZE connections (default 8, at least 1 kept
 open), opened lazily on the first call -- the server starts and lists its tools while the database is down,

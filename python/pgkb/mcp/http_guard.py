@@ -1,5 +1,7 @@
 """Streamable HTTP: the ASGI guard in front of the SDK's app (Origin and Host checks against DNS
-rebinding, bearer tokens -- API keys or PGKB_MCP_TOKENS -- mapped to pgkb users)."""
+rebinding, bearer tokens -- API keys or PGKB_MCP_TOKENS -- mapped to pgkb users), with /healthz, /readyz and
+/metrics (pgkb.serving.monitoring) behind the Origin and Host checks but not the tokens; every request
+counted."""
 
 from __future__ import annotations
 
@@ -7,21 +9,27 @@ import json
 import logging
 
 from pgkb.serving.arguments import ServiceError
-from pgkb.serving.auth import bearer, bearer_user, request_refusal
+from pgkb.serving.auth import accepts_token, bearer, bearer_user, request_refusal
+from pgkb.serving.backend import Backend
 from pgkb.serving.config import LOOPBACK
+from pgkb.serving.metrics import route_label
+from pgkb.serving.monitoring import PATHS as MONITORING_PATHS
+from pgkb.serving.monitoring import Metered, Monitoring
 
 log = logging.getLogger("pgkb.mcp")
 
 
 class HttpGuard:
-    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, bearer tokens;
-    routes /sse and /messages/ to the deprecated HTTP+SSE transport, everything else to streamable HTTP.
-    A request that sends a bearer token needs a valid one (pgkb.serving.auth.bearer_user; 401 otherwise,
-    503 when the database cannot tell); one without needs none only where anonymous callers act as
-    PGKB_USER: a loopback bind with no PGKB_MCP_TOKENS (one developer's machine, `pgkb up`)."""
+    """ASGI middleware in front of the MCP apps: Origin check, Host check on loopback binds, then
+    ``monitoring`` for its paths, bearer tokens; routes /sse and /messages/ to the deprecated HTTP+SSE
+    transport, everything else to streamable HTTP. A request that sends a bearer token needs a valid one
+    (pgkb.serving.auth.bearer_user; 401 otherwise, 503 when the database cannot tell); one without needs
+    none only where anonymous callers act as PGKB_USER: a loopback bind with no PGKB_MCP_TOKENS (one
+    developer's machine, `pgkb up`)."""
 
-    def __init__(self, app, *, backend, loopback: bool, sse_app=None):
+    def __init__(self, app, *, backend, loopback: bool, monitoring, sse_app=None):
         self.app, self.sse_app, self.backend, self.loopback = app, sse_app, backend, loopback
+        self.monitoring = monitoring
         self.allowed_origins = backend.config.allowed_origins
         self.anonymous = loopback and not backend.config.tokens
 
@@ -37,6 +45,10 @@ class HttpGuard:
             log.warning("refused a request: %s", refusal[1])
             await _reply(send, *refusal)
             return
+        path = scope.get("path", "")
+        if path in MONITORING_PATHS:
+            await self.monitoring(scope, receive, send)
+            return
         token = bearer(headers.get("authorization"))
         if token is not None or not self.anonymous:
             import anyio
@@ -49,7 +61,6 @@ class HttpGuard:
             if user is None:
                 await _reply(send, 401, "a valid bearer token is required", {"www-authenticate": "Bearer"})
                 return
-        path = scope.get("path", "")
         if self.sse_app is not None and (path == "/sse" or path.startswith("/messages")):
             await self.sse_app(scope, receive, send)
             return
@@ -64,10 +75,14 @@ async def _reply(send, status: int, message: str, extra: dict[str, str] | None =
     await send({"type": "http.response.body", "body": body})
 
 
-def http_app(server, backend, host: str):
+def http_app(server, backend: Backend, host: str):
     from mcp.server.transport_security import TransportSecuritySettings
 
+    config = backend.config
     off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # HttpGuard does these checks
     app = server.streamable_http_app(transport_security=off, host=host)
     sse = server.sse_app(transport_security=off, host=host)
-    return HttpGuard(app, backend=backend, loopback=host in LOOPBACK, sse_app=sse)
+    monitoring = Monitoring(backend.metrics, backend.readiness, config.metrics_access, accepts_token(backend))
+    guard = HttpGuard(app, backend=backend, loopback=host in LOOPBACK, monitoring=monitoring, sse_app=sse)
+    routes = ("/mcp", "/sse", *MONITORING_PATHS)
+    return Metered(guard, backend.metrics, lambda path: route_label(path, routes, ("/messages/",)))

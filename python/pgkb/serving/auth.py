@@ -81,3 +81,17 @@ def bearer_user(backend, token: str | None) -> str | None:
         return user
     parts = api_key_parts(token)
     return backend.api_key_user(*parts) if parts is not None else None
+
+
+def accepts_token(backend):
+    """``token -> bool``: whether the server's routes accept a bearer token (bearer_user), for /metrics in
+    token mode; a database that cannot answer accepts none. Blocks: call from a worker thread."""
+    from pgkb.serving.arguments import ServiceError
+
+    def accepts(token: str | None) -> bool:
+        try:
+            return bearer_user(backend, token) is not None
+        except ServiceError:
+            return False
+
+    return accepts

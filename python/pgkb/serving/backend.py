@@ -1,6 +1,7 @@
 """Database access for the servers (MCP tools, `pgkb serve`): the connection pool, the acting user and
-statement timeout per call, API key checks (kb.verify_api_key), the query embedder with its deadline, and
-the reads (search, kb.get_document, kb.list_knowledge_bases)."""
+statement timeout per call, API key checks (kb.verify_api_key), the query embedder with its deadline, the
+reads (search, kb.get_document, kb.list_knowledge_bases), and what /readyz and /metrics ask of them (each stage
+of a call is timed in the server's pgkb.serving.metrics)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from datetime import datetime, timezone
 
 import psycopg
 
+from pgkb.migrate import pending_migrations
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
-from pgkb.search import SearchResponse, check_input, embed_query, search
+from pgkb.search import QUERY_EMBEDDING_FAILED, SearchResponse, check_input, embed_query, search
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
     BadInput,
@@ -31,12 +33,15 @@ from pgkb.serving.config import (
     EMBED_WORKERS,
     EMBEDDER_RETRY_SECONDS,
     MCP_MAX_TOP_K,
+    METRICS_WAIT_SECONDS,
     POOL_MIN_SIZE,
     POOL_QUICK_WAIT_SECONDS,
     POOL_WAIT_SECONDS,
+    READY_CONNECT_SECONDS,
     SLOT_WAIT_SECONDS,
     ServiceConfig,
 )
+from pgkb.serving.metrics import ServerMetrics, backend_gauges, backlog_gauges
 
 log = logging.getLogger("pgkb.serving")
 
@@ -101,7 +106,7 @@ class Backend:
     pool opened on the first call (``close()`` closes it); each is checked before use, so a restarted
     database costs nothing but the calls in flight."""
 
-    def __init__(self, config: ServiceConfig, *, reranker=None, embedder=None) -> None:
+    def __init__(self, config: ServiceConfig, *, reranker=None, embedder=None, server: str = "mcp") -> None:
         self.config = config
         self.reranker = reranker
         self._embedder = embedder
@@ -116,6 +121,10 @@ class Backend:
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
         self._key_lock = threading.Lock()
         self._key_verdicts: dict[tuple[str, bytes], tuple[float, str | None]] = {}  # -> (valid until, user)
+        self._calls = 0  # of them, in progress now (for /metrics)
+        self._calls_lock = threading.Lock()
+        self.metrics = ServerMetrics(server)
+        self.metrics.add_gauges(self._gauges)
 
     def _probe(self) -> None:
         """ServiceError unless a direct connection to the database succeeds (it is closed again) as a role
@@ -138,6 +147,52 @@ class Backend:
                 refuse_privileged(conn)
         except psycopg.Error as e:
             log.warning("cannot check the database role now: %s", _first_line(e))
+
+    def readiness(self) -> str | None:
+        """Why the server cannot serve now, as /readyz says it (a fixed phrase; the details are logged), or
+        None: a direct connection must succeed within READY_CONNECT_SECONDS and find every db/migrations
+        file applied (what a server checks when it starts)."""
+        try:
+            with psycopg.connect(self.config.database_url, connect_timeout=READY_CONNECT_SECONDS) as conn:
+                pending = pending_migrations(conn, self.config.settings.db_dir)
+        except psycopg.Error as e:
+            log.warning("not ready: the knowledge base database is unavailable (%s)", _first_line(e))
+            return "database unavailable"
+        if pending:
+            log.warning("not ready: the database lacks %s (run `pgkb db migrate`)", ", ".join(pending))
+            return "database not migrated"
+        return None
+
+    def embedding_backlog(self) -> list[tuple[str, int, int, float | None]]:
+        """kb.embedding_backlog(): (model, chunks queued, chunks parked, age of the oldest queued one in
+        seconds) per model. Through the pool but outside the call slots, waiting at most
+        METRICS_WAIT_SECONDS for a connection: a scrape neither turns a call away nor queues behind them."""
+        from psycopg_pool import PoolTimeout
+
+        timeout = self.config.options.statement_timeout_ms
+        try:
+            with (
+                self.pool().connection(timeout=METRICS_WAIT_SECONDS) as conn,
+                _db_errors(timeout, "embedding_backlog"),
+                self.acting(conn, None),
+            ):
+                return conn.execute(
+                    "select model, queued, parked, oldest_queued_seconds from kb.embedding_backlog()"
+                ).fetchall()
+        except PoolTimeout as e:
+            raise ServiceError(f"no free database connection within {METRICS_WAIT_SECONDS:g} s") from e
+
+    def _gauges(self) -> list:
+        """What /metrics reads from the backend when scraped: calls in progress, the pool and the embedding
+        backlog (left out, and logged, while the database cannot tell it)."""
+        pool = self._pool
+        stats = pool.get_stats() if pool is not None else {}
+        gauges = backend_gauges(self._calls, self.config.max_concurrent, stats, self.config.pool_size)
+        try:
+            gauges += backlog_gauges(self.embedding_backlog())
+        except ServiceError as e:
+            log.warning("/metrics without the embedding backlog: %s", e)
+        return gauges
 
     def pool(self):
         """The connection pool, opened on first use. While the database is down no pool is opened and the
@@ -178,14 +233,19 @@ class Backend:
         POOL_WAIT_SECONDS."""
 
         if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
+            self.metrics.busy.labels("max_concurrent").inc()
             raise ServiceError(
                 f"the server is busy ({self.config.max_concurrent} calls in progress, PGKB_MCP_MAX_CONCURRENT); "
                 "try again in a moment"
             )
+        with self._calls_lock:
+            self._calls += 1
         try:
             with self._pooled() as conn:
                 yield conn
         finally:
+            with self._calls_lock:
+                self._calls -= 1
             self._slots.release()
 
     @contextlib.contextmanager
@@ -291,6 +351,11 @@ class Backend:
                 max_top_k=MCP_MAX_TOP_K,
             )
         t = response.timings_ms
+        for stage, timing in (("embed", "embed"), ("sql", "search"), ("rerank", "rerank")):
+            if timing in t:
+                self.metrics.stage("search", stage, t[timing] / 1000)
+        if any(r.startswith(QUERY_EMBEDDING_FAILED) for r in response.degraded_reasons):
+            self.metrics.degraded.labels("search").inc()
         log.info(
             "search user=%s kb=%s top_k=%d: %d results, embed %.0f ms, search %.0f ms%s%s",
             user,
@@ -313,6 +378,7 @@ class Backend:
         with (
             self.connection() as conn,
             _db_errors(self.config.options.statement_timeout_ms, "get_document"),
+            self.metrics.timed("document", "sql"),
             self.acting(conn, user),
         ):
             kb_name, doc_key, title, source_url, chunk_count, updated, chunks = conn.execute(
@@ -354,6 +420,9 @@ class Backend:
             except AskError as e:
                 unknown = isinstance(e.__context__, psycopg.errors.NoDataFound)
                 raise (NotFound if unknown else BadInput)(str(e)) from e
+        for stage, timing in (("sql", "retrieve_ms"), ("answer", "generate_ms")):
+            if row[timing] is not None:
+                self.metrics.stage("ask", stage, float(row[timing]) / 1000)
         log.info(
             "ask user=%s kb=%s top_k=%d: %s, %d citations, %.0f ms", user, kb, top_k, row["mode"],
             len(row["citations"] or []), row["total_ms"] or 0,
@@ -374,13 +443,15 @@ class Backend:
                 raise ServiceError(str(e)) from e
             spec, embedder = self.embedder(conn)
             degraded, embedding = "", None
-            try:
-                from pgvector import Vector
+            with self.metrics.timed("answer_prompt", "embed"):
+                try:
+                    from pgvector import Vector
 
-                embedding = Vector([float(x) for x in embedder.embed(prefixed(spec, [question], query=True))[0]])
-            except EmbeddingError as e:
-                degraded = f"query embedding failed ({e}); lexical search only"
-            with self.acting(conn, user):
+                    embedding = Vector([float(x) for x in embedder.embed(prefixed(spec, [question], query=True))[0]])
+                except EmbeddingError as e:
+                    degraded = f"{QUERY_EMBEDDING_FAILED} ({e}); lexical search only"
+                    self.metrics.degraded.labels("answer_prompt").inc()
+            with self.acting(conn, user), self.metrics.timed("answer_prompt", "sql"):
                 messages, sources = conn.execute(
                     "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s,"
                     " query_embedding => %(e)s, model => %(m)s, vector_weight => %(w)s) as h) as hits)"
@@ -398,6 +469,7 @@ class Backend:
         with (
             self.connection() as conn,
             _db_errors(self.config.options.statement_timeout_ms, "list_knowledge_bases"),
+            self.metrics.timed("list_knowledge_bases", "sql"),
             self.acting(conn, user),
         ):
             rows = conn.execute(
@@ -436,9 +508,14 @@ class Backend:
             except ValueError as e:
                 raise BadInput(str(e)) from e
             spec, embedder = self.embedder(conn)
-            embedding, model, failure = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec)
+            with self.metrics.timed("retrieve", "embed"):
+                embedding, model, failure = embed_query(
+                    conn, self.config.settings, query, embedder=embedder, spec=spec
+                )  # fmt: skip
+            if failure is not None:
+                self.metrics.degraded.labels("retrieve").inc()
             condition = None if metadata_condition is None else json.dumps(metadata_condition)
-            with self.acting(conn, user):
+            with self.acting(conn, user), self.metrics.timed("retrieve", "sql"):
                 cursor = conn.execute(
                     "select * from kb.retrieve(%s, %s, %s, %s, %s, %s::jsonb, %s)",
                     [query, top_k, kb, embedding, model, condition, score_threshold],
@@ -451,7 +528,11 @@ class Backend:
     def snippets(self, query: str, contents: list[str], width: int, marks: tuple[str, str]) -> list[str]:
         """kb.snippet for each content: a window around the query's first term, terms wrapped in ``marks``
         (the database's term model decides what is highlighted)."""
-        with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "snippet"):
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "snippet"),
+            self.metrics.timed("snippet", "sql"),
+        ):
             rows = conn.execute(
                 "select kb.snippet(c.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as c (content, n)"
                 " order by c.n",
@@ -514,7 +595,7 @@ def open_backend(settings, *, command: str, verbose: bool, rerank: bool) -> Back
     try:
         config = ServiceConfig.from_env(settings, verbose=verbose)
         reranker = load_reranker() if rerank else None
-        backend = Backend(config, reranker=reranker)
+        backend = Backend(config, reranker=reranker, server=command)
         backend.check_role()
     except (ConfigError, RerankError, EmbeddingError, PrivilegedRoleError) as e:
         print(f"pgkb: {command}: {e}", file=sys.stderr)

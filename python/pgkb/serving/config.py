@@ -1,5 +1,5 @@
 """Configuration of the servers (`pgkb mcp`, `pgkb serve`) from the environment (PGKB_USER, PGKB_MCP_TOKENS,
-PGKB_MCP_POOL_SIZE, …) and the limits every part of them shares."""
+PGKB_MCP_POOL_SIZE, …; PGKB_METRICS_ACCESS for the embed server too) and the limits every part of them shares."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ POOL_MIN_SIZE = 1  # connections the pool keeps open (fewer when PGKB_MCP_POOL_S
 CONNECT_TIMEOUT_SECONDS = 10
 POOL_QUICK_WAIT_SECONDS = 2.0  # waited for a pooled connection before checking whether the database is up
 POOL_WAIT_SECONDS = 30.0  # most a call waits for a free pooled connection (all busy) in total
+READY_CONNECT_SECONDS = 3  # /readyz: the database must accept a connection this fast (libpq's minimum is 2)
+METRICS_WAIT_SECONDS = 1.0  # /metrics: most it waits for a pooled connection to read the embedding backlog
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 MAX_DOC_ID_CHARS = 1000  # kb.documents.doc_key's limit
 MAX_KB_NAME_CHARS = 100  # a knowledge base name's limit
@@ -42,6 +44,8 @@ EMBED_WORKERS = 2  # query embeddings running at once (an abandoned one finishes
 API_KEY_CACHE_SECONDS = 0.5
 API_KEY_CACHE_SIZE = 10_000  # verdicts kept at most (the cache is emptied when full)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+METRICS_ACCESS_ENV = "PGKB_METRICS_ACCESS"
+METRICS_ACCESS = ("loopback", "token", "open")  # who may read /metrics: see pgkb.serving.monitoring
 
 
 def parse_tokens(raw: str) -> dict[str, str]:
@@ -71,6 +75,7 @@ class ServiceConfig:
     pool_size: int = DEFAULT_POOL_SIZE
     embed_timeout_ms: int = DEFAULT_EMBED_TIMEOUT_MS
     max_concurrent: int = 2 * DEFAULT_POOL_SIZE
+    metrics_access: str = "loopback"
 
     @classmethod
     def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> ServiceConfig:
@@ -91,7 +96,16 @@ class ServiceConfig:
             pool_size=pool_size,
             embed_timeout_ms=embed_timeout_ms,
             max_concurrent=max_concurrent,
+            metrics_access=metrics_access(env),
         )
+
+
+def metrics_access(env=None) -> str:
+    """PGKB_METRICS_ACCESS (default loopback); ConfigError for a value not in METRICS_ACCESS."""
+    raw = (os.environ if env is None else env).get(METRICS_ACCESS_ENV, "").strip().lower() or "loopback"
+    if raw not in METRICS_ACCESS:
+        raise ConfigError(f"{METRICS_ACCESS_ENV} must be one of {', '.join(METRICS_ACCESS)}, got {raw[:40]!r}")
+    return raw
 
 
 def _whole_number(env, name: str, default: int, minimum: int) -> int:

@@ -9,6 +9,8 @@
 - ``GET /`` -- the search page for employees (``static/``: plain HTML, CSS and JavaScript, no build step and
   nothing fetched from elsewhere) over the JSON endpoints (``api``): ``GET /api/kbs``, ``POST /api/search``,
   ``POST /api/document``, ``POST /api/ask`` (501 while the database has no kb.ask).
+- ``GET /healthz``, ``GET /readyz``, ``GET /metrics`` -- pgkb.serving.monitoring (no token; /metrics for
+  loopback clients unless PGKB_METRICS_ACCESS says otherwise).
 
 Keys and tokens are API keys kept in the database (`pgkb key create`, kb.create_api_key) or, for development,
 PGKB_MCP_TOKENS ("token1:alice,token2:bob") -- the same as `pgkb mcp` accepts (pgkb.serving.auth.bearer_user);

@@ -1,14 +1,17 @@
-"""The ASGI application of `pgkb serve`: routing, static files, the Origin / Host guard, and the
-command's server loop."""
+"""The ASGI application of `pgkb serve`: routing, static files, the Origin / Host guard, /healthz, /readyz
+and /metrics (pgkb.serving.monitoring; every request counted), and the command's server loop."""
 
 from __future__ import annotations
 
 import logging
 from importlib import resources
 
-from pgkb.serving.auth import request_refusal
+from pgkb.serving.auth import accepts_token, request_refusal
 from pgkb.serving.backend import Backend, open_backend
 from pgkb.serving.config import LOOPBACK
+from pgkb.serving.metrics import route_label
+from pgkb.serving.monitoring import PATHS as MONITORING_PATHS
+from pgkb.serving.monitoring import Metered, Monitoring
 from pgkb.web import api, dify
 from pgkb.web.http import SECURITY_HEADERS, json_response
 
@@ -48,7 +51,8 @@ def static_file(name: str) -> bytes:
 
 
 def build_app(backend: Backend, host: str = "127.0.0.1"):
-    """The ASGI app: Dify's /retrieval, the page and its JSON API, behind the Guard."""
+    """The ASGI app: Dify's /retrieval, the page and its JSON API, the health and metrics endpoints, behind
+    the Guard; every request is counted in the backend's metrics."""
     from starlette.applications import Starlette
     from starlette.responses import Response
     from starlette.routing import Route
@@ -62,9 +66,13 @@ def build_app(backend: Backend, host: str = "127.0.0.1"):
 
     routes = [Route(path, page, methods=["GET", "HEAD"]) for path in STATIC_FILES]
     routes += dify.routes(backend) + api.routes(backend)
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
     config = backend.config
-    return Guard(app, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK)
+    monitoring = Monitoring(backend.metrics, backend.readiness, config.metrics_access, accepts_token(backend))
+    routes += [Route(path, monitoring) for path in MONITORING_PATHS]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    guarded = Guard(app, allowed_origins=config.allowed_origins, loopback=host in LOOPBACK)
+    paths = frozenset(route.path for route in routes)
+    return Metered(guarded, backend.metrics, lambda path: route_label(path, paths))
 
 
 def serve(settings, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, verbose: bool = False, rerank: bool = True):
