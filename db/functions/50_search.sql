@@ -81,7 +81,7 @@ begin
             select x.term, max(x.weight) as weight, bool_or(x.in_query) as in_query
             from (
                 select t.term, 1::double precision as weight, true as in_query
-                from unnest(kb.lexical_terms(query)) as t (term)
+                from unnest(kb.query_terms(query)) as t (term)
                 union all
                 select e.key, e.value::double precision, false from jsonb_each_text(expansions) as e
             ) as x

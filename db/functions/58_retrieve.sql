@@ -38,7 +38,7 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     cos_floor := floor_raw::double precision;
-    query_terms := array(select distinct t.term from unnest(kb.lexical_terms(query)) as t (term));
+    query_terms := array(select distinct t.term from unnest(kb.query_terms(query)) as t (term));
     if query_embedding is not null then
         target := kb.resolve_model(model);
     end if;

@@ -48,7 +48,7 @@ begin
         from kb.knowledge_bases as k, kbs where k.id = any(kbs.ids)
     ),
     query_terms as (
-        select distinct t.term from unnest(kb.lexical_terms(question)) as t (term)
+        select distinct t.term from unnest(kb.query_terms(question)) as t (term)
     ),
     weighted as (
         select q.term, coalesce(sum(st.df), 0) as df,

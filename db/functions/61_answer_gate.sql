@@ -51,3 +51,21 @@ begin
     return kb.answer_score(evidence) >= min_score;
 end
 $$;
+
+-- True when evidence that passes kb.answer_gate would answer offline on the strength of meaning alone: the
+-- first source's idf coverage of the question (evidence.top_coverage) is below the setting
+-- answer_min_coverage. kb.ask then gives the closest passages as such (mode 'closest'), not as an answer.
+create or replace function kb.answer_is_closest(evidence jsonb)
+returns boolean
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    least_coverage double precision := kb.setting('answer_min_coverage')::double precision;
+begin
+    if evidence is null or jsonb_typeof(evidence) <> 'object' then
+        raise exception 'evidence must be a JSON object (see kb.answer_evidence)' using errcode = 'invalid_parameter_value';
+    end if;
+    return coalesce((evidence ->> 'top_coverage')::double precision, 0) < least_coverage;
+end
+$$;

@@ -23,6 +23,16 @@ as $$
         else 'Not found in the knowledge base.' end
 $$;
 
+-- The line that opens a 'closest' answer (closest passages, not an answer) in the question's language.
+create or replace function kb.closest_text(question text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when kb.has_cjk(coalesce(question, '')) then '没有确切答案；以下是最接近的段落：'
+        else 'No exact answer; these are the closest passages:' end
+$$;
+
 -- The part of a hit's content that answers read: its first 2000 characters (the chat model sees no more
 -- of a source, kb.answer_prompt), so the work of an answer is bounded whatever a chunk's length.
 create or replace function kb.answer_source(content text)
@@ -84,7 +94,7 @@ as $$
         cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
     ),
     total as (select count(*)::double precision as n from sentences),
-    query_terms as (select distinct t.term from unnest(kb.lexical_terms(question)) as t (term)),
+    query_terms as (select distinct t.term from unnest(kb.query_terms(question)) as t (term)),
     holding as (
         select t.term, count(distinct s.sentence) as s
         from sentences as s cross join unnest(s.terms) as t (term)

@@ -4,8 +4,8 @@
 -- hits array learns nothing), and the steps section when the question asks how to do something.
 
 -- The chunks to answer question from, in answer order, as kb.search_result rows: for up to two anchors
--- (hits in order whose kb.term_overlap with the question is at least half the best one's; a second only
--- from another section and with other text) the anchor's section -- the run of chunks around it with the
+-- (the first visible hit; then the next whose kb.term_overlap with the question is at least half the best
+-- hit's, from another section and with other text) the anchor's section -- the run of chunks around it with the
 -- same heading path, at most 8 on each side -- or, for a how-to question (怎么办, 如何, how do I, steps),
 -- the first section of its document whose heading names steps (步骤, 处理, steps, procedure …), with its
 -- subsections (at most 12 chunks). Raises on a bad question or more than 100 hits.
@@ -42,7 +42,9 @@ begin
             join kb.chunks as c on c.id = hits[h.ord].chunk_id and c.kb_id = any(visible)
         )
         select a.* from candidates as a
-        where a.overlap >= 0.5 * (select max(b.overlap) from candidates as b)
+        -- the first: the best hit, whatever its words (the vector leg may have found it across languages)
+        where a.ord = (select min(b.ord) from candidates as b)
+            or a.overlap >= 0.5 * (select max(b.overlap) from candidates as b)
         order by a.ord
     loop
         exit when anchors = 2;

@@ -6,7 +6,8 @@
 -- answered here, FOUND being PL/pgSQL's own).
 -- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
 -- evidence.llm_error saying why; a chat answer that is the not-found sentence gives found = false.
--- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence.
+-- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence. An
+-- extractive answer that kb.answer_is_closest judges to rest on meaning alone is mode 'closest', found false.
 create or replace function kb.ask_answer(
     q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean
 )
@@ -117,6 +118,12 @@ begin
         answered := true;
         citations := checked.citations;
         mode := 'extractive';
+        if kb.answer_is_closest(evidence) then
+            -- the first source holds few of the question's words: shown as the closest passages
+            answer := kb.closest_text(q) || E'\n\n' || checked.answer;
+            answered := false;
+            mode := 'closest';
+        end if;
         dropped_citations := checked.dropped;
         uncited := checked.uncited;
         if llm_error is not null then
@@ -132,7 +139,8 @@ $$;
 -- Answer a question from the knowledge bases the caller can read (kb: only that one; filter: document
 -- metadata @> filter). mode NULL / 'auto': 'llm' when kb.settings chat_url is set, else 'extractive';
 -- 'llm' without an endpoint raises. Returns one row; mode 'not_found' (the chat endpoint never called)
--- when kb.answer_gate refuses the evidence. stream: chat deltas arrive as NOTICEs 'pgkb-delta:<text>'.
+-- when kb.answer_gate refuses the evidence, 'closest' (found false: the passages nearest the question,
+-- introduced as such) when an extractive answer's first source holds few of its words. stream: chat deltas arrive as NOTICEs 'pgkb-delta:<text>'.
 create or replace function kb.ask(
     question text,
     top_k integer default 5,

@@ -139,6 +139,8 @@ PUBLIC_API = {
     "answer_evidence",
     "answer_score",
     "answer_gate",
+    "answer_is_closest",
+    "closest_text",
     "answer_prompt",
     "cite",
     "extractive_answer",

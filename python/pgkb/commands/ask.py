@@ -80,6 +80,8 @@ def run(args, settings) -> int:
     notes = []
     if row["mode"] == "extractive":
         notes.append("extractive answer (passages of the sources; no chat endpoint used)")
+    if row["mode"] == "closest":
+        notes.append("not an answer: the closest passages, whose words barely match the question")
     if row["uncited"]:
         notes.append("the answer cites no source")
     if (row["evidence"] or {}).get("llm_error"):

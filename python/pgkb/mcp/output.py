@@ -90,7 +90,10 @@ class AskOutput(BaseModel):
     kb: str | None
     answer: str = Field(description="the answer with [n] citations, or the not-found sentence")
     found: bool = Field(description='false: the knowledge base holds no answer ("not found"); nothing was made up')
-    mode: str = Field(description="llm (chat endpoint), extractive (passages of the sources, offline) or not_found")
+    mode: str = Field(
+        description="llm (chat endpoint), extractive (passages of the sources, offline), closest (the nearest "
+        "passages, not an answer) or not_found"
+    )
     model: str | None = Field(description="the chat model that wrote the answer (mode llm)")
     citations: list[Citation]
     dropped_citations: int = Field(description="citation numbers the answer gave that named no source (removed)")

@@ -146,7 +146,9 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
     notes = list(notes)
     evidence = row.get("evidence") or {}
     if row["mode"] == "extractive":
-        notes.append("extractive answer: passages of the sources verbatim, no chat model (none configured or it failed)")
+        notes.append("extractive answer: passages of the sources, no chat model (none configured or it failed)")
+    if row["mode"] == "closest":
+        notes.append("not an answer: the closest passages, whose words barely match the question (found = false)")
     if evidence.get("llm_error"):
         notes.append(f"the chat endpoint failed: {_shown(evidence['llm_error'], 300)}")
     if row["dropped_citations"]:
