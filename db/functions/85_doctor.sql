@@ -41,6 +41,7 @@ as $$
             else 'any text'
         end
     from (values
+        ('answer_min_coverage', 'number', 0, 1, null),
         ('answer_min_score', 'number', 0, 1, null),
         ('answer_vector_ceiling', 'number', -1, 1, null),
         ('answer_vector_floor', 'number', -1, 1, null),
