@@ -6,7 +6,8 @@
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
 -- coverage (best share of the question's idf mass -- distinct kb.lexical_terms, idf as in kb.lexical_leg
 -- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's
--- term_freqs), the chunk it came from, top_coverage (first visible hit), per_hit, counts. Raises on a bad question.
+-- term_freqs), the chunk it came from, top_coverage (first visible hit), top_known_coverage (its share of
+-- the terms the knowledge bases hold only), per_hit, counts. Raises on a bad question.
 create or replace function kb.answer_evidence(question text, hits kb.search_result[])
 returns jsonb
 language plpgsql stable security definer
@@ -60,14 +61,18 @@ begin
         group by q.term, corpus.n_chunks
     ),
     mass as (
-        select coalesce(sum(w.idf), 0) as total, count(*) as n_terms, count(*) filter (where w.df = 0) as unseen
+        select coalesce(sum(w.idf), 0) as total, count(*) as n_terms, count(*) filter (where w.df = 0) as unseen,
+            coalesce(sum(w.idf) filter (where w.df > 0), 0) as known
         from weighted as w
     ),
     scored as (
         select s.chunk_id, s.ord, s.vector_score, s.vector_used, s.lexical_score,
             case when mass.total > 0 then coalesce((
                 select sum(w.idf) from weighted as w where s.term_freqs ? w.term
-            ), 0) / mass.total else 0 end as coverage
+            ), 0) / mass.total else 0 end as coverage,
+            case when mass.known > 0 then coalesce((
+                select sum(w.idf) from weighted as w where w.df > 0 and s.term_freqs ? w.term
+            ), 0) / mass.known else 0 end as known_coverage
         from seen as s cross join mass
     ),
     best as (
@@ -82,6 +87,7 @@ begin
         'coverage', coalesce((select b.coverage from best as b), 0),
         'coverage_chunk_id', (select b.chunk_id from best as b),
         'top_coverage', (select s.coverage from scored as s order by s.ord limit 1),
+        'top_known_coverage', coalesce((select s.known_coverage from scored as s order by s.ord limit 1), 0),
         'query_terms', mass.n_terms,
         'unseen_terms', mass.unseen,
         'per_hit', coalesce((

@@ -11,13 +11,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import fixture_docs
 import numpy as np
 import psycopg
 import pytest
-from pgkb.config import Settings
+from pgkb.config import Settings, packaged_db_dir
 from pgkb.embed_server import start_in_thread
 from pgkb.search import SearchOptions, rerank_text, search
 
@@ -29,7 +28,7 @@ def kbdb(db, embedder):
 
 
 def settings() -> Settings:
-    return Settings(database_url=None, db_dir=Path("."), embed_provider="offline")
+    return Settings(database_url=None, db_dir=packaged_db_dir(), embed_provider="offline")
 
 
 def dsn(db) -> str:

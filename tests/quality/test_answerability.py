@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from pgkb.cli import build_parser
-from pgkb.config import Settings
+from pgkb.config import Settings, packaged_db_dir
 from pgkb.models.embedding import model_spec
 from pgkb.quality import answerability, evaluate
 from pgkb.quality.datasets import Dataset, EvalError, Query, load_beir
@@ -58,7 +58,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def settings_for(db) -> Settings:
     info = db.info
     url = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
-    return Settings(database_url=url, db_dir=Path("."), embed_provider="offline")
+    return Settings(database_url=url, db_dir=packaged_db_dir(), embed_provider="offline")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from pgkb.cli import build_parser
-from pgkb.config import Settings
+from pgkb.config import Settings, packaged_db_dir
 from pgkb.quality import evaluate
 from pgkb.quality.datasets import EvalError, Query, load_beir, load_questions, read_qrels, sample
 from pgkb.quality.metrics import ModeResult, dedupe, mrr_at, ndcg_at, percentile, recall_at, score_mode
@@ -136,7 +136,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def settings_for(db) -> Settings:
     info = db.info
     url = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
-    return Settings(database_url=url, db_dir=Path("."), embed_provider="offline")
+    return Settings(database_url=url, db_dir=packaged_db_dir(), embed_provider="offline")
 
 
 class CountingEmbedder:
