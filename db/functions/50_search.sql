@@ -535,7 +535,8 @@ $$;
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
 -- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
--- vector_used is false when no query embedding could be had (lexical legs only).
+-- vector_used is false when no query embedding could be had (lexical legs only). heading_path and
+-- source_url are as kb.heading_trail and kb.openable_source show them.
 create or replace function kb.search(
     query text,
     top_k integer,
@@ -673,8 +674,8 @@ begin
         from hits as h join leg_stats as s on s.leg = h.leg
         group by h.chunk_id
     )
-    select c.id, k.name, d.doc_key, d.title, c.heading_path, c.ordinal, c.content, d.source_url,
-        c.chunk_type, c.metadata, fused.fused_score, fused.v_rank, fused.l_rank, fused.f_rank,
+    select c.id, k.name, d.doc_key, d.title, kb.heading_trail(d.title, c.heading_path), c.ordinal, c.content,
+        kb.openable_source(d.source_url), c.chunk_type, c.metadata, fused.fused_score, fused.v_rank, fused.l_rank, fused.f_rank,
         fused.v_score, fused.l_score, fused.f_score, embedding is not null
     from fused
     -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns

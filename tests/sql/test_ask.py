@@ -102,6 +102,11 @@ def ask(conn, question: str, **kw) -> dict:
     return dict(zip(names, rows[0], strict=True))
 
 
+def search_rows(conn, sql: str, *params) -> list[dict]:
+    cur = conn.execute(sql, params)
+    return [dict(zip([d.name for d in cur.description], r, strict=True)) for r in cur.fetchall()]
+
+
 def markers(answer: str) -> list[int]:
     return [int(n) for n in re.findall(r"\[(\d+)\]", answer)]
 
@@ -135,6 +140,51 @@ def test_sample_kb_done_when(db, embedder, fake_embeddings):
     assert row["found"] is False and row["mode"] == "not_found"
     assert row["answer"] == NOT_FOUND_ZH and row["citations"] == []
     assert row["evidence"]["score"] < row["evidence"]["min_score"]
+
+
+def repeats_its_title(title: str, heading_path: list[str]) -> bool:
+    """A shown path "title > h1 > ..." that names a part twice in a row."""
+    parts = [p.strip() for p in [title, *heading_path]]
+    return any(a == b for a, b in zip(parts, parts[1:], strict=False))
+
+
+def test_sample_kb_shows_each_title_once_and_no_server_path(db, embedder):
+    """examples/kb's files open with a heading that repeats their title, and `pgkb ingest` without --base-url
+    records each one's path on the server: no citation, search result, document, prompt or CLI source line
+    names a title twice in a row, and none hands out such a path (the kb:// URI instead)."""
+    from pgkb.answer import source_line
+
+    spec = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
+    ingest(db, db.info.dsn, REPO / "examples" / "kb", "team-docs", spec, embedder, IngestOptions())
+    set_settings(db, embedding_url="", chat_url="")
+    stored = db.execute(
+        "select d.title, c.heading_path, d.source_url from kb.chunks c join kb.documents d on d.id = c.document_id"
+    ).fetchall()
+    assert sum(repeats_its_title(t, h) for t, h, _ in stored) >= 10  # the data repeats titles: the test can fail
+    assert all(u.startswith(str(REPO)) for _, _, u in stored)  # and records server paths
+
+    titles = [t for (t,) in db.execute("select title from kb.documents order by doc_key").fetchall()]
+    for question in ["退款多久到账", "登录态失效怎么排查", "数据库连接池耗尽", "如何部署", *titles]:
+        row = ask(db, question, top_k=8)
+        for c in row["citations"]:
+            assert not repeats_its_title(c["title"], c["heading_path"]), (question, c)
+            assert c["source_url"] is None and c["uri"] == f"kb://team-docs/{c['doc_key']}"
+            line = source_line(c)
+            assert f"{c['title']} > {c['title']}" not in line and str(REPO) not in line, line
+        hits = search_rows(db, "select * from kb.hybrid_search(%s, 8)", question)
+        assert hits, question
+        for h in hits:
+            assert not repeats_its_title(h["title"], h["heading_path"]) and h["source_url"] is None, h
+        prompt = db.execute(
+            "select kb.answer_prompt(%(q)s, (select array_agg(h) from kb.hybrid_search(%(q)s, 8) as h))",
+            {"q": question},
+        ).fetchone()[0]
+        assert not any(f"{t} > {t}" in prompt[1]["content"] for t in titles) and str(REPO) not in prompt[1]["content"]
+    for (doc_key,) in db.execute("select doc_key from kb.list_documents('team-docs')").fetchall():
+        doc = search_rows(db, "select * from kb.get_document(%s, 'team-docs')", doc_key)[0]
+        assert doc["source_url"] is None
+        assert not any(repeats_its_title(doc["title"], c["heading_path"]) for c in doc["chunks"]), doc_key
+    assert {u for (u,) in db.execute("select source_url from kb.list_documents('team-docs')").fetchall()} == {None}
 
 
 # ------------------------------------------------------------------------- offline answers

@@ -162,6 +162,8 @@ INTERNAL = [
     "check_chunks",
     "embed_query",
     "http_embedding",
+    "heading_trail",
+    "openable_source",
     "chat_completion",
     "ask_answer",
     "answer_sentences",
