@@ -136,6 +136,8 @@ def test_sample_kb_done_when(db, embedder, fake_embeddings):
     faq = row["citations"][0]
     assert faq["uri"] == "kb://team-docs/faq.md" and faq["quote"] and faq["quote"] in row["answer"]
 
+    assert "lexical_only" not in row["evidence"]  # the question was embedded: nothing to say
+
     row = ask(db, "火星基地的氧气配额是多少")
     assert row["found"] is False and row["mode"] == "not_found"
     assert row["answer"] == NOT_FOUND_ZH and row["citations"] == []
@@ -203,6 +205,25 @@ def test_extractive_answer_cites_and_is_deterministic(world, connect_as):
     assert all(c["kb"] == "alice-docs" for c in first["citations"])
     assert {c["doc_key"] for c in first["citations"]} == {"policy/refund.md"}
     assert all(c["page"] in (1, 2) for c in first["citations"])
+
+
+def test_the_same_text_in_two_knowledge_bases_is_cited_once(world, connect_as):
+    """alice reads her documents twice (a copy in a second knowledge base): each text is one source, cited
+    once, and the citation says where else it is."""
+    world.execute("select kb.create_knowledge_base('alice-mirror', 'private', owner => 'alice')")
+    write(world, "alice-mirror", ALICE_DOCS)
+    alice = connect_as("alice")
+    hits = search_rows(alice, "select * from kb.hybrid_search(%s, 5)", QUESTION)
+    assert len({h["content"] for h in hits}) == len(hits)
+    row = ask(alice, QUESTION)
+    assert row["found"] is True and row["citations"]
+    quotes = [c["quote"] for c in row["citations"]]
+    assert len(set(quotes)) == len(quotes), row["citations"]
+    lines = row["answer"].splitlines()
+    assert len(set(re.sub(r" \[\d+\]$", "", line) for line in lines)) == len(lines), row["answer"]
+    for c in row["citations"]:
+        other = "alice-mirror" if c["kb"] == "alice-docs" else "alice-docs"
+        assert c["also_in"] == [f"kb://{other}/{c['doc_key']}"], c
 
 
 def test_not_found_never_calls_the_chat_endpoint(world, connect_as, fake_chat):
@@ -382,7 +403,7 @@ def test_hand_crafted_hits_give_no_evidence(world, connect_as):
     ).fetchone()[0]
     sql = (
         "select kb.answer_evidence(%s, array[row(%s, 'x', 'x', 'x', '{}', 0, 'x', null, 'text', '{}',"
-        " 1.0, 1, 1, null, 0.99, 50.0, null, true)::kb.search_result])"
+        " 1.0, 1, 1, null, 0.99, 50.0, null, true, '{}')::kb.search_result])"
     )
     alice = connect_as("alice")
     question = "退款审批口令"
@@ -428,9 +449,10 @@ def test_cite_forms(world):
             "page",
             "source_url",
             "uri",
+            "also_in",
             "quote",
         }
-        assert c["uri"] == f"kb://alice-docs/{c['doc_key']}"
+        assert c["uri"] == f"kb://alice-docs/{c['doc_key']}" and c["also_in"] == []
     by_n = {c["n"]: c for c in out["citations"]}
     assert by_n[2]["quote"] is not None
     assert cite(world, "退款会原路退回。")["uncited"] is True
@@ -460,7 +482,7 @@ def test_answer_prompt_is_bounded_and_numbered(world):
     huge = "x" * 50000
     big = world.execute(
         "select kb.answer_prompt('q?', array_fill(row(1, 'k', 'd', 't', '{}', 0, %s, null, 'text', '{}', 1, null, "
-        "null, null, null, null, null, false)::kb.search_result, array[20]))",
+        "null, null, null, null, null, false, '{}')::kb.search_result, array[20]))",
         [huge],
     ).fetchone()[0]
     assert len(big[1]["content"]) < 13000

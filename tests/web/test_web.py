@@ -146,7 +146,7 @@ def test_dify_metadata_condition(web, world):
         world.execute(
             "select * from kb.replace_document(kb => 'team-docs', doc_key => %s, title => %s, chunks => %s::jsonb,"
             " metadata => %s::jsonb)",
-            [key, key, json.dumps([{"content": "请假流程 vacation policy"}]), json.dumps(metadata)],
+            [key, key, json.dumps([{"content": f"请假流程 vacation policy ({key})"}]), json.dumps(metadata)],
         )
     url = web + "/retrieval"
     setting = {"top_k": 5, "score_threshold": 0.0}
