@@ -623,11 +623,6 @@ begin
         end if;
         if embedding is null then
             embedding := kb.embed_query(query, target);
-            if embedding is not null and not kb.usable_embedding(embedding) then
-                raise notice 'pgkb: the embedding endpoint returned a zero or degenerate vector; '
-                    'searching with the lexical legs only';
-                embedding := null;
-            end if;
         end if;
     end if;
 

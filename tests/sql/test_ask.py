@@ -207,6 +207,36 @@ def test_extractive_answer_cites_and_is_deterministic(world, connect_as):
     assert all(c["page"] in (1, 2) for c in first["citations"])
 
 
+def test_lexical_only_answers_say_so(world, connect_as, dead_embedding_url, fake_embeddings):
+    """Without a usable question embedding the vector leg cannot run: evidence.lexical_only says why, and
+    retrieval is what the lexical legs find (the same as kb.hybrid_search's without a vector leg)."""
+    if not world.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
+        pytest.skip("plpython3u is not installed on this server: the database cannot embed questions")
+    alice = connect_as("alice")
+    lexical = [r[0] for r in alice.execute("select chunk_id from kb.lexical_search(%s, 5)", [QUESTION]).fetchall()]
+    assert ask(alice, QUESTION)["evidence"]["lexical_only"] == (
+        "lexical only: no embedding service is configured (the embedding_url setting is empty)"
+    )
+    set_settings(world, embedding_url=dead_embedding_url)
+    row = ask(alice, QUESTION)
+    said = row["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service is not reachable (embedding endpoint http://"), said
+    assert row["found"] is True and row["evidence"]["vector_used"] is False
+    assert {c["chunk_id"] for c in row["citations"]} <= set(lexical)
+    refused = fake_embeddings(statuses=[500] * 5)  # reached, but it fails
+    set_settings(world, embedding_url=refused.url)
+    said = ask(alice, QUESTION)["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service failed (") and "HTTP 500" in said, said
+    bad = fake_embeddings(lambda texts: [[0.0] * 384 for _ in texts])  # a zero vector has no direction
+    set_settings(world, embedding_url=bad.url)
+    said = ask(alice, QUESTION)["evidence"]["lexical_only"]
+    assert said == "lexical only: the embedding service returned a zero or degenerate vector", said
+    working = fake_embeddings(lambda texts: [[1.0] + [0.0] * 383 for _ in texts])
+    set_settings(world, embedding_url=working.url)
+    row = ask(alice, QUESTION)
+    assert "lexical_only" not in row["evidence"] and row["evidence"]["vector_used"] is True
+
+
 def test_the_same_text_in_two_knowledge_bases_is_cited_once(world, connect_as):
     """alice reads her documents twice (a copy in a second knowledge base): each text is one source, cited
     once, and the citation says where else it is."""

@@ -161,6 +161,7 @@ INTERNAL = [
     "adjust_term_stats",
     "check_chunks",
     "embed_query",
+    "query_embedding",
     "http_embedding",
     "heading_trail",
     "openable_source",
@@ -453,6 +454,7 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "select kb.adjust_term_stats(1, array[1::bigint], 1)",
         "select kb.check_chunks('[]', null)",
         "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",
+        "select * from kb.query_embedding('x', (select m from kb.embedding_models m limit 1))",
         "select kb.writable_kb('public-kb')",
     ],
     ids=[
@@ -464,6 +466,7 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
         "adjust_term_stats",
         "check_chunks",
         "embed_query",
+        "query_embedding",
         "writable_kb",
     ],
 )
