@@ -14,7 +14,9 @@ import shutil
 import urllib.error
 import urllib.request
 
+import fixture_docs
 import pytest
+import served_bodies
 from server_process import free_port, running, server_env, world  # noqa: F401 (world is a fixture)
 
 TOKENS = "alice-token:alice,bob-token:bob"
@@ -46,6 +48,7 @@ def call(url: str, body=None, headers: dict | None = None, method: str | None = 
             raw, status, got = response.read(), response.status, dict(response.headers)
     except urllib.error.HTTPError as e:
         raw, status, got = e.read(), e.code, dict(e.headers)
+    served_bodies.record(raw)
     try:
         return status, json.loads(raw), got
     except ValueError:
@@ -309,6 +312,15 @@ def test_api_ask_hands_kb_ask_through_and_answers_501_without_it(web, world):
     world.execute(DROP_ASK)
     status, out, _ = call(web + "/api/ask", {"question": "退款多久到账"}, ALICE)
     assert status == 501 and "kb.ask" in out["error"] and "lacks a function" in out["error"], out
+
+
+def test_the_path_check_has_server_paths_to_find(world):
+    """The world's team-docs record their sources as paths on the server (tests/served_bodies.py fails any
+    test whose responses show one), so the check after each test here can fail."""
+    paths = served_bodies.server_paths(world)
+    sources = [p for p in paths if p.endswith(".md")]
+    assert len(sources) == len(fixture_docs.DOCS), paths
+    assert served_bodies.leaks([json.dumps({"source": sources[0]})], paths)
 
 
 def test_origin_and_host_guard(web):
