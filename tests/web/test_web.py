@@ -323,6 +323,61 @@ def test_the_path_check_has_server_paths_to_find(world):
     assert served_bodies.leaks([json.dumps({"source": sources[0]})], paths)
 
 
+def test_api_shows_sources_people_can_open_and_each_title_once(web, world):
+    # alice-notes' guide/login.md opens with a heading that repeats its title: shown once
+    status, out, _ = call(web + "/api/search", {"query": "alice 自己记录的登录问题", "kb": "alice-notes"}, ALICE)
+    assert status == 200 and out["results"], out
+    top = out["results"][0]
+    assert (top["title"], top["heading_path"], top["source"]) == (
+        "alice 的登录笔记", ["问题"], "kb://alice-notes/guide/login.md"
+    )  # fmt: skip
+    status, doc, _ = call(web + "/api/document", {"kb": "alice-notes", "doc_id": "guide/login.md"}, ALICE)
+    assert status == 200 and doc["chunks"][0]["heading_path"] == ["问题"], doc
+    # team-docs' sources are paths on the server: the page gets the kb:// URI
+    status, doc, _ = call(web + "/api/document", {"kb": "team-docs", "doc_id": "guide/login.md"}, ALICE)
+    assert status == 200 and doc["source"] == "kb://team-docs/guide/login.md", doc
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
+    assert status == 200 and out["citations"], out
+    assert all(c["source_url"] is None for c in out["citations"])
+    # a web address is handed out as it is
+    world.execute(
+        "update kb.documents set source_url = 'https://git.example.com/refund.md' where doc_key = 'policy/refund.md'"
+    )
+    top = call(web + "/api/search", {"query": "无理由退款", "kb": "team-docs"}, ALICE)[1]["results"][0]
+    assert top["source"] == "https://git.example.com/refund.md"
+
+
+def test_api_ask_says_when_the_answer_is_lexical_only(web, world, dead_embedding_url):
+    world.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
+    assert status == 200 and out["found"] is True, out
+    said = out["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service is not reachable"), said
+    assert said in out["notes"]  # what the page shows under the answer
+
+
+def test_api_one_result_per_text_and_where_else_it_is(web, world):
+    refund = fixture_docs.DOCS[1][2][0][0]
+    for key in ("refund-copy.md", "refund-again.md"):  # twice in alice's private notes
+        world.execute(
+            "select * from kb.replace_document('alice-notes', %s, '退款政策', %s::jsonb)",
+            [key, json.dumps([{"content": refund}])],
+        )
+    copies_of_alice = ["kb://alice-notes/refund-again.md", "kb://alice-notes/refund-copy.md"]
+    for token, also_in in ((ALICE, copies_of_alice), (BOB, [])):
+        status, out, _ = call(web + "/api/search", {"query": "无理由退款", "top_k": 10}, token)
+        assert status == 200
+        copies = [r for r in out["results"] if "无理由退款" in "".join(p["text"] for p in r["snippet"])]
+        assert len(copies) == 1 and copies[0]["doc_id"] == "policy/refund.md", out["results"]
+        assert copies[0]["also_in"] == also_in  # bob cannot read alice-notes: nothing said about it
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款"}, ALICE)
+    assert status == 200 and len({c["quote"] for c in out["citations"]}) == len(out["citations"]), out
+    records = call(web + "/retrieval", retrieval(query="无理由退款", knowledge_id="alice-notes"), ALICE)[1]["records"]
+    assert [r["content"] for r in records].count(refund) == 1, records
+    top = records[0]["metadata"]
+    assert sorted([f"kb://alice-notes/{top['doc_id']}", *top["also_in"]]) == copies_of_alice, records
+
+
 def test_origin_and_host_guard(web):
     port = web.rsplit(":", 1)[1]
     assert call(web + "/api/kbs", headers={**ALICE, "Origin": "https://evil.example.com"})[0] == 403
