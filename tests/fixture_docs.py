@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 DOCS = [
     (
@@ -58,8 +59,9 @@ DOCS = [
 ]
 
 
-def load(conn, embedder, kb: str = "team-docs") -> dict[str, int]:
-    """Write DOCS with real passage embeddings; returns doc_key -> document id."""
+def load(conn, embedder, kb: str = "team-docs", source_root: Path | None = None) -> dict[str, int]:
+    """Write DOCS with real passage embeddings; returns doc_key -> document id. ``source_root``: record each
+    document's source as ``source_root/doc_key``, as `pgkb ingest` of that folder does without --base-url."""
     ids = {}
     for doc_key, title, chunks in DOCS:
         texts = ["passage: " + title + " > " + " > ".join(path) + "\n" + content for content, path in chunks]
@@ -68,9 +70,11 @@ def load(conn, embedder, kb: str = "team-docs") -> dict[str, int]:
             {"content": content, "heading_path": path, "embedding": [float(x) for x in vec]}
             for (content, path), vec in zip(chunks, vectors, strict=True)
         ]
+        source = None if source_root is None else str(source_root / doc_key)
         row = conn.execute(
-            "select document_id from kb.replace_document(kb => %s, doc_key => %s, title => %s, chunks => %s)",
-            [kb, doc_key, title, json.dumps(payload)],
+            "select document_id from kb.replace_document(kb => %s, doc_key => %s, title => %s, chunks => %s,"
+            " source_url => %s)",
+            [kb, doc_key, title, json.dumps(payload), source],
         ).fetchone()
         ids[doc_key] = row[0]
     return ids

@@ -3,9 +3,11 @@ server command (`mcp`, `mcp --transport http`, `serve`) as a subprocess of this 
 server's /metrics.
 
 World: users alice and bob (mapped to their login roles); svc is granted pgkb_service (revoked after) and
-is the role the server connects as. Knowledge bases: team-docs (public, the hand-checked fixture docs),
-alice-notes (private to alice, marker zebramarker), bob-notes (private to bob, marker bobmarker), empty-kb
-(alice). alice-notes also holds guide/login.md, so that doc_id is ambiguous for alice but not for bob."""
+is the role the server connects as. Knowledge bases: team-docs (public, the hand-checked fixture docs, their
+sources recorded as paths on the server, as `pgkb ingest` does without --base-url: no response may show them,
+tests/served_bodies.py), alice-notes (private to alice, marker zebramarker), bob-notes (private to bob, marker
+bobmarker), empty-kb (alice). alice-notes also holds guide/login.md, so that doc_id is ambiguous for alice but
+not for bob; its first heading repeats its title (shown once)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
 
 
 @pytest.fixture
-def world(db, embedder):
+def world(db, embedder, tmp_path):
     for user in ("alice", "bob"):
         db.execute("select kb.create_user(%s, %s)", [user, user])
     db.execute("grant pgkb_service to svc")  # cluster-wide: revoked below
@@ -35,7 +37,7 @@ def world(db, embedder):
     db.execute("select kb.create_knowledge_base('alice-notes', 'private', owner => 'alice')")
     db.execute("select kb.create_knowledge_base('bob-notes', 'private', owner => 'bob')")
     db.execute("select kb.create_knowledge_base('empty-kb', 'private', owner => 'alice')")
-    fixture_docs.load(db, embedder, "team-docs")
+    fixture_docs.load(db, embedder, "team-docs", source_root=tmp_path / "team-docs")
     for kb, marker in (("alice-notes", "zebramarker"), ("bob-notes", "bobmarker")):
         db.execute(
             "select * from kb.replace_document(%s, %s, %s, %s::jsonb)",
@@ -43,7 +45,7 @@ def world(db, embedder):
         )
     db.execute(
         "select * from kb.replace_document('alice-notes', 'guide/login.md', 'alice 的登录笔记', %s::jsonb)",
-        [json.dumps([{"content": "alice 自己记录的登录问题"}])],
+        [json.dumps([{"content": "alice 自己记录的登录问题", "heading_path": ["alice 的登录笔记", "问题"]}])],
     )
     yield db
     db.execute("revoke pgkb_service from svc")

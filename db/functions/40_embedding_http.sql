@@ -7,7 +7,8 @@ create extension if not exists plpython3u;
 
 -- POST {"model", "input": [text]} to url and return data[0].embedding. Raises with the endpoint's
 -- message on HTTP errors, timeouts and malformed answers (any failure at all), every message through
--- kb.redact: the URL's user info and query and the key never appear. The caller decides how to degrade.
+-- kb.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
+-- cannot be reached (refused, unresolvable, timed out). The caller decides how to degrade.
 create or replace function kb.http_embedding(
     url text, model text, input text, api_key text default '', timeout_ms integer default 3000
 )
@@ -23,7 +24,11 @@ redaction = plpy.prepare("select kb.redact($1, $2, $3) as message", ["text", "te
 
 
 class Failed(Exception):
-    pass
+    sqlstate = "XX000"
+
+
+class Unreachable(Failed):
+    sqlstate = "08000"
 
 
 def attempt():
@@ -36,13 +41,14 @@ def attempt():
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000.0) as response:
-            answer = json.loads(response.read().decode("utf-8"))
+            raw = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read()[:300].decode("utf-8", "replace")
         raise Failed("embedding endpoint %s answered HTTP %s: %s" % (url, e.code, detail))
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise Failed("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))
     try:
+        answer = json.loads(raw.decode("utf-8"))
         return [float(x) for x in answer["data"][0]["embedding"]]
     except (KeyError, IndexError, TypeError, ValueError):
         raise Failed("embedding endpoint %s returned no data[0].embedding" % (url,))
@@ -52,5 +58,6 @@ try:
     return attempt()
 except Exception as e:  # anything, even an unforeseen error, may quote the URL or the key
     message = str(e) if isinstance(e, Failed) else "embedding endpoint %s failed: %s" % (url, e)
-    plpy.error(plpy.execute(redaction, [message, url, [api_key or ""]])[0]["message"])
+    state = e.sqlstate if isinstance(e, Failed) else Failed.sqlstate
+    plpy.error(plpy.execute(redaction, [message, url, [api_key or ""]])[0]["message"], sqlstate=state)
 $$;

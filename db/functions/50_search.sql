@@ -535,7 +535,10 @@ $$;
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
 -- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
--- vector_used is false when no query embedding could be had (lexical legs only).
+-- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
+-- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
+-- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb.heading_trail and
+-- kb.openable_source show them.
 create or replace function kb.search(
     query text,
     top_k integer,
@@ -620,11 +623,6 @@ begin
         end if;
         if embedding is null then
             embedding := kb.embed_query(query, target);
-            if embedding is not null and not kb.usable_embedding(embedding) then
-                raise notice 'pgkb: the embedding endpoint returned a zero or degenerate vector; '
-                    'searching with the lexical legs only';
-                embedding := null;
-            end if;
         end if;
     end if;
 
@@ -672,16 +670,32 @@ begin
             min(h.score) filter (where h.leg = 'fuzzy') as f_score
         from hits as h join leg_stats as s on s.leg = h.leg
         group by h.chunk_id
+    ),
+    copies as materialized (
+        -- each fused chunk with where it is and its place among the chunks of the same text (1: the best)
+        select fused.*, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata, k.name as kb_name,
+            d.doc_key, d.title, d.source_url, format('kb://%s/%s', k.name, d.doc_key) as uri,
+            md5(c.content) as text_hash,
+            row_number() over (
+                partition by md5(c.content)
+                order by fused.fused_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
+            ) as place
+        from fused
+        -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
+        join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
+        join kb.documents as d on d.id = c.document_id
+        join kb.knowledge_bases as k on k.id = c.kb_id
     )
-    select c.id, k.name, d.doc_key, d.title, c.heading_path, c.ordinal, c.content, d.source_url,
-        c.chunk_type, c.metadata, fused.fused_score, fused.v_rank, fused.l_rank, fused.f_rank,
-        fused.v_score, fused.l_score, fused.f_score, embedding is not null
-    from fused
-    -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
-    join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
-    join kb.documents as d on d.id = c.document_id
-    join kb.knowledge_bases as k on k.id = c.kb_id
-    order by fused.fused_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
+    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb.heading_trail(r.title, r.heading_path), r.ordinal,
+        r.content, kb.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
+        r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, embedding is not null,
+        array(
+            select distinct o.uri from copies as o
+            where o.text_hash = r.text_hash and o.place > 1 and o.uri <> r.uri order by o.uri
+        )
+    from copies as r
+    where r.place = 1
+    order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id
     limit top_k;
 end
 $$;

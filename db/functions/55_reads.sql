@@ -44,6 +44,7 @@ $$;
 
 -- The documents of one knowledge base the caller may read (unknown and invisible names raise the same
 -- error), with the content hash incremental ingestion compares and any recorded ingest failure.
+-- source_url as kb.openable_source shows it (a server file path is NULL).
 create or replace function kb.list_documents(kb text)
 returns table (
     doc_key text, title text, source_url text, source_type text, content_hash text, status text,
@@ -53,8 +54,8 @@ language sql stable security definer
 set search_path = pg_catalog, pg_temp
 rows 1000
 as $$
-    select d.doc_key, d.title, d.source_url, d.source_type, d.content_hash, d.status, d.chunk_count,
-        d.metadata, d.updated_at
+    select d.doc_key, d.title, kb.openable_source(d.source_url), d.source_type, d.content_hash, d.status,
+        d.chunk_count, d.metadata, d.updated_at
     from kb.documents as d
     where d.kb_id = kb.resolve_kb(list_documents.kb)
     order by d.doc_key
@@ -125,7 +126,8 @@ $$;
 
 -- One readable document with its chunks (jsonb array of {chunk_index, heading_path, chunk_type, content,
 -- metadata}): the whole document for chunk_index -1, else chunks chunk_index ± chunk_window. kb NULL
--- looks in every readable knowledge base. Errors as kb.find_document (unknown = invisible).
+-- looks in every readable knowledge base. Errors as kb.find_document (unknown = invisible). source_url and
+-- heading_path as readers are shown them (kb.openable_source, kb.heading_trail).
 create or replace function kb.get_document(
     doc_key text, kb text default null, chunk_index integer default -1, chunk_window integer default 0
 )
@@ -136,11 +138,12 @@ returns table (
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select k.name, d.doc_key, d.title, d.source_url, d.source_type, d.metadata, d.status, d.chunk_count,
-        d.updated_at,
+    select k.name, d.doc_key, d.title, kb.openable_source(d.source_url), d.source_type, d.metadata, d.status,
+        d.chunk_count, d.updated_at,
         coalesce((
             select jsonb_agg(jsonb_build_object(
-                'chunk_index', c.ordinal, 'heading_path', to_jsonb(c.heading_path), 'chunk_type', c.chunk_type,
+                'chunk_index', c.ordinal, 'heading_path', to_jsonb(kb.heading_trail(d.title, c.heading_path)),
+                'chunk_type', c.chunk_type,
                 'content', c.content, 'metadata', c.metadata
             ) order by c.ordinal)
             from kb.chunks as c

@@ -6,6 +6,7 @@
 -- (share of the query's distinct kb.lexical_terms found in the chunk, title and headings) and (b) its cosine
 -- similarity mapped from [relevance_cosine_floor, 1] to [0, 1]; score = the lowest relevance at or above its
 -- rank, so scores never rise down the list and those >= score_threshold are a prefix of pgkb's ranking.
+-- also_in: kb.hybrid_search's (other documents holding the same text).
 create or replace function kb.retrieve(
     query text,
     top_k integer default 5,
@@ -18,7 +19,7 @@ create or replace function kb.retrieve(
 returns table (
     chunk_id bigint, knowledge_base text, doc_key text, title text, heading_path text[], chunk_index integer,
     content text, source_url text, chunk_metadata jsonb, document_metadata jsonb,
-    fused_score double precision, relevance double precision, score double precision
+    fused_score double precision, relevance double precision, score double precision, also_in text[]
 )
 language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
@@ -45,7 +46,7 @@ begin
     return query
     with hits as (
         select h.chunk_id, h.kb, h.doc_key, h.title, h.heading_path, h.chunk_index, h.content, h.source_url,
-            h.metadata, h.score, h.vector_score, h.ordinality as ord
+            h.metadata, h.score, h.vector_score, h.also_in, h.ordinality as ord
         from kb.hybrid_search(
             query, top_k, retrieve.kb, query_embedding, model, metadata_condition => metadata_condition
         ) with ordinality as h
@@ -72,7 +73,7 @@ begin
         from scored
     )
     select r.chunk_id, r.kb, r.doc_key, r.title, r.heading_path, r.chunk_index, r.content, r.source_url,
-        r.metadata, r.doc_metadata, r.score, r.rel, r.monotone
+        r.metadata, r.doc_metadata, r.score, r.rel, r.monotone, r.also_in
     from ranked as r
     where r.monotone >= score_threshold
     order by r.ord;

@@ -403,6 +403,7 @@ begin
         'page', h.metadata -> 'page',
         'source_url', h.source_url,
         'uri', format('kb://%s/%s', h.kb, h.doc_key),
+        'also_in', to_jsonb(coalesce(h.also_in, '{}')),
         'quote', (
             select s.sentence
             from kb.answer_sentences(kb.answer_source(h.content)) as s
@@ -431,9 +432,9 @@ $$;
 -- Check the citations of an answer against hits (source n = hits[n]). Recognises [1], [1,2], [1, 2],
 -- [1][2], [1-3] and the full-width 【1】 forms; numbers naming no given source are removed and counted
 -- (dropped); the rest are rewritten as [n][m]. citations: one object per cited source, ordered by n,
--- {n, chunk_id, chunk_index, kb, doc_key, title, heading_path, page, source_url, uri, quote}; quote is the
--- sentence of the chunk's kb.answer_source sharing most terms with the statements citing it (NULL when
--- none shares any).
+-- {n, chunk_id, chunk_index, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote};
+-- also_in: the hit's (other documents holding the same text); quote is the sentence of the chunk's
+-- kb.answer_source sharing most terms with the statements citing it (NULL when none shares any).
 -- uncited: the answer states something (not just the not-found sentence) but cites no valid source.
 create or replace function kb.cite(answer text, hits kb.search_result[])
 returns table (answer text, citations jsonb, dropped integer, uncited boolean)

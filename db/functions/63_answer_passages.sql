@@ -68,9 +68,11 @@ begin
             limit 1;
         end if;
         section := array(
-            select row(c.id, k.name, d.doc_key, d.title, c.heading_path, c.ordinal, c.content, d.source_url,
-                c.chunk_type, c.metadata, (anchor.hit).score, null, null, null, null, null, null,
-                (anchor.hit).vector_used)::kb.search_result
+            -- shown as kb.search shows a hit (kb.heading_trail, kb.openable_source); also_in: the anchor's
+            select row(c.id, k.name, d.doc_key, d.title, kb.heading_trail(d.title, c.heading_path), c.ordinal,
+                c.content, kb.openable_source(d.source_url), c.chunk_type, c.metadata, (anchor.hit).score,
+                null, null, null, null, null, null, (anchor.hit).vector_used,
+                case when c.id = anchor.chunk_id then (anchor.hit).also_in end)::kb.search_result
             from kb.chunks as c
             join kb.documents as d on d.id = c.document_id
             join kb.knowledge_bases as k on k.id = c.kb_id

@@ -6,8 +6,10 @@
 -- answered here, FOUND being PL/pgSQL's own).
 -- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
 -- evidence.llm_error saying why; a chat answer that is the not-found sentence gives found = false.
--- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence. An
--- extractive answer that kb.answer_is_closest judges to rest on meaning alone is mode 'closest', found false.
+-- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence, and
+-- lexical_only ("lexical only: <why>", kb.query_embedding's reason) when the question could not be
+-- embedded, so the vector leg did not run. An extractive answer that kb.answer_is_closest judges to rest
+-- on meaning alone is mode 'closest', found false.
 create or replace function kb.ask_answer(
     q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean
 )
@@ -27,6 +29,7 @@ declare
         'kb.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
     ) is not null;
     hits kb.search_result [];
+    embedded record;
     reply jsonb;
     checked record;
     llm_error text;
@@ -53,9 +56,15 @@ begin
         wanted := case when chat_url <> '' and can_chat then 'llm' else 'extractive' end;
     end if;
 
+    if kb_name is not null then
+        perform kb.resolve_kb(kb_name);     -- an unknown knowledge base fails before the embedding is awaited
+    end if;
+    -- embedded here, not by kb.search, to learn why it failed; vector weight 0 then (the same legs run)
+    select * into embedded from kb.query_embedding(q, kb.resolve_model(null));
     hits := array(
         select h from kb.search(
-            q, k, kb_name, null, null, null, null, null, null, null, doc_filter, null, null, null
+            q, k, kb_name, embedded.embedding, null, case when embedded.embedding is null then 0 end,
+            null, null, null, null, doc_filter, null, null, null
         ) as h
     );
     retrieved := clock_timestamp();
@@ -64,7 +73,8 @@ begin
         'score', kb.answer_score(evidence),
         'min_score', kb.setting('answer_min_score')::double precision,
         'sources', cardinality(hits)
-    );
+    ) || case when embedded.failure is not null
+        then jsonb_build_object('lexical_only', 'lexical only: ' || embedded.failure) else '{}' end;
     retrieve_ms := extract(epoch from retrieved - started) * 1000;
     dropped_citations := 0;
     uncited := false;

@@ -9,8 +9,9 @@ the not-found gate, citation checking and the extractive answer are all the data
 module only prints.
 
 The printed form: the answer (streamed when the endpoint streams; else printed whole), a blank line, then
-the numbered sources ``[n] title > headings (page p) — source URL or kb://<kb>/<doc_key>``. ``--json``
-prints kb.ask's row as one JSON object instead.
+the numbered sources ``[n] title > headings (page p) — source URL or kb://<kb>/<doc_key>`` (``; also in
+kb://…`` for the other documents holding the same text). ``--json`` prints kb.ask's row as one JSON object
+instead. :func:`notes` says what a reader should know about an answer (extractive, lexical only, ...).
 """
 
 from __future__ import annotations
@@ -85,10 +86,35 @@ def ask(
 
 
 def source_line(citation: dict[str, Any]) -> str:
-    """``[n] title > headings (page p) — source``: where a citation points."""
+    """``[n] title > headings (page p) — source``: where a citation points (the headings as kb.ask gives
+    them: never repeating the title), then ``; also in <uri>, …`` when other documents hold the same text."""
     parts = [citation.get("title") or citation.get("doc_key") or ""]
     parts += [h for h in citation.get("heading_path") or [] if h]
     line = f"[{citation['n']}] " + " > ".join(p for p in parts if p)
     if citation.get("page") is not None:
         line += f" (page {citation['page']})"
-    return line + f" — {citation.get('source_url') or citation.get('uri')}"
+    line += f" — {citation.get('source_url') or citation.get('uri')}"
+    if citation.get("also_in"):
+        line += "; also in " + ", ".join(citation["also_in"])
+    return line
+
+
+def notes(row: dict[str, Any]) -> list[str]:
+    """What to tell a reader about kb.ask's row besides the answer: an extractive answer, closest passages, lexical-only
+    retrieval (evidence.lexical_only: the question could not be embedded), a failed chat endpoint, removed
+    citation numbers, an answer citing nothing. The CLI, MCP and the page say the same."""
+    evidence = row.get("evidence") or {}
+    out = []
+    if row["mode"] == "extractive":
+        out.append("extractive answer: passages of the sources, no chat model (none configured or it failed)")
+    if row["mode"] == "closest":
+        out.append("not an answer: the closest passages, whose words barely match the question")
+    if evidence.get("lexical_only"):
+        out.append(str(evidence["lexical_only"]))
+    if evidence.get("llm_error"):
+        out.append(f"the chat endpoint failed: {evidence['llm_error']}")
+    if row.get("dropped_citations"):
+        out.append(f"{row['dropped_citations']} citation numbers named no source and were removed")
+    if row.get("uncited"):
+        out.append("the answer cites no source: treat it with care")
+    return out

@@ -98,6 +98,7 @@ class SearchHit:
     lexical_score: float | None
     fuzzy_score: float | None
     rerank_score: float | None = None
+    also_in: list[str] = field(default_factory=list)  # kb:// URIs of other documents holding the same text
 
     @property
     def source(self) -> str:
@@ -171,7 +172,7 @@ def rerank_text(hit: SearchHit) -> str:
 
 _COLUMNS = (
     "chunk_id, kb, doc_key, title, heading_path, chunk_index, content, source_url, chunk_type, metadata, score,"
-    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, vector_used"
+    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, also_in, vector_used"
 )
 
 
@@ -214,7 +215,8 @@ def query_rows(
         f"select {_COLUMNS} from {MODE_FUNCTIONS[mode]}(%(query)s, top_k => %(top_k)s, kb => %(kb)s{named})",
         {"query": query, "top_k": top_k, "kb": kb, **settings},
     ).fetchall()
-    return [SearchHit(*row[:-1]) for row in rows], any(row[-1] for row in rows)
+    hits = [SearchHit(*row[:17], also_in=list(row[17] or [])) for row in rows]
+    return hits, any(row[-1] for row in rows)
 
 
 def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:

@@ -103,3 +103,32 @@ def test_invalid_citations_are_removed_from_what_is_printed(kbdb, fake_chat):
     assert done.returncode == 0, done.stderr
     answer = done.stdout.partition("\nSources:\n")[0]
     assert "[9]" not in answer and "[1]" in answer
+
+
+def test_lexical_only_answer_says_so(kbdb, dead_embedding_url):
+    """The embedding service down (what `make stop` leaves): the answer comes from the lexical legs, and
+    `pgkb ask` says so; with it up, nothing is said."""
+    done = cli(kbdb, "退款多久到账", "--kb", "team-docs")
+    assert done.returncode == 0 and "lexical only" not in done.stderr, done.stderr
+    kbdb.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
+    done = cli(kbdb, "无理由退款", "--kb", "team-docs")
+    assert done.returncode == 0, done.stderr
+    assert "3 个工作日内原路退回" in done.stdout
+    assert "pgkb: ask: lexical only: the embedding service is not reachable (embedding endpoint " in done.stderr
+    # a "not found" says it too: without the vector leg a paraphrase may find nothing
+    done = cli(kbdb, "退款多久到账", "--kb", "team-docs")
+    assert done.stdout.strip() == "知识库中未找到相关信息" and "lexical only: " in done.stderr, done.stderr
+    row = json.loads(cli(kbdb, "无理由退款", "--json").stdout)
+    assert row["evidence"]["lexical_only"].startswith("lexical only: the embedding service is not reachable")
+
+
+def test_sources_name_the_other_copies_of_a_text(kbdb, embedder):
+    """The fixture documents copied into a second knowledge base: each source is printed once, with where
+    else its text is."""
+    fixture_docs.load(kbdb, embedder, "mirror")
+    done = cli(kbdb, "退款多久到账")
+    assert done.returncode == 0, done.stderr
+    sources = done.stdout.partition("\nSources:\n")[2].splitlines()
+    refund = [s for s in sources if "policy/refund.md" in s]
+    assert len(refund) == 1, sources
+    assert refund[0].endswith(("; also in kb://mirror/policy/refund.md", "; also in kb://team-docs/policy/refund.md"))

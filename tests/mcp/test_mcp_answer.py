@@ -145,3 +145,42 @@ def test_answer_with_citations_prompt(ask_world):
             )
 
     anyio.run(main)
+
+
+def test_tools_say_lexical_only_show_titles_once_and_sources_people_can_open(ask_world, dead_embedding_url):
+    """The embedding service down: ask_knowledge says its answer is lexical-only. alice-notes' guide/login.md
+    repeats its title as its first heading: shown once. team-docs' sources are paths on the server: the
+    kb:// URI is shown. A text in two documents is one search result that names the other."""
+    ask_world.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
+    refund = "订单签收后 7 天内可申请无理由退款，退款会在 3 个工作日内原路退回。"
+    ask_world.execute(
+        "select * from kb.replace_document('alice-notes', 'refund-copy.md', '退款政策', %s::jsonb)",
+        [json.dumps([{"content": refund}], ensure_ascii=False)],
+    )
+
+    async def main():
+        async with Client(
+            stdio_params(ask_world, PGKB_USER="alice", PGKB_MCP_EMBED_TIMEOUT_MS="120000"), read_timeout_seconds=60
+        ) as client:
+            result = await ask(client, question="无理由退款", kb="team-docs")
+            out = result.structured_content
+            assert not result.is_error and out["found"] is True, text_of(result)
+            lexical = [n for n in out["notes"] if n.startswith("lexical only: the embedding service is not reachable")]
+            assert lexical and f"Note: {lexical[0]}" in text_of(result)
+            assert all(c["source_url"] is None for c in out["citations"])
+
+            doc = await client.call_tool("get_document", {"doc_id": "guide/login.md", "kb": "alice-notes"})
+            assert doc.structured_content["chunks"][0]["heading_path"] == ["问题"]
+            assert doc.structured_content["source"] == "kb://alice-notes/guide/login.md"
+            body = (await client.read_resource("kb://alice-notes/guide/login.md")).contents[0].text
+            assert body.startswith("# alice 的登录笔记\n") and "[chunk 0] 问题\n" in body, body
+            team = await client.call_tool("get_document", {"doc_id": "guide/login.md", "kb": "team-docs"})
+            assert team.structured_content["source"] == "kb://team-docs/guide/login.md"
+
+            found = await client.call_tool("search_knowledge", {"query": "无理由退款", "top_k": 10})
+            copies = [r for r in found.structured_content["results"] if r["content"] == refund]
+            assert len(copies) == 1 and copies[0]["doc_id"] == "policy/refund.md", found.structured_content
+            assert copies[0]["also_in"] == ["kb://alice-notes/refund-copy.md"]
+            assert "; also in kb://alice-notes/refund-copy.md)" in text_of(found)
+
+    anyio.run(main)

@@ -15,7 +15,10 @@ import pytest
 
 LINE = "数据库连接池满了怎么办。 token expired. "
 QUESTION = "数据库连接池满了怎么办"
-HIT = "row(1, 'k', 'd', 't', '{}', 0, %s, null, 'text', '{}', 1.0, 1, 1, null, 0.9, 1.0, null, true)::kb.search_result"
+HIT = (
+    "row(1, 'k', 'd', 't', '{}', 0, %s, null, 'text', '{}', 1.0, 1, 1, null, 0.9, 1.0, null, true, '{}')"
+    "::kb.search_result"
+)
 MAX_CHUNK_CHARS = 100000
 
 

@@ -102,6 +102,11 @@ def ask(conn, question: str, **kw) -> dict:
     return dict(zip(names, rows[0], strict=True))
 
 
+def search_rows(conn, sql: str, *params) -> list[dict]:
+    cur = conn.execute(sql, params)
+    return [dict(zip([d.name for d in cur.description], r, strict=True)) for r in cur.fetchall()]
+
+
 def markers(answer: str) -> list[int]:
     return [int(n) for n in re.findall(r"\[(\d+)\]", answer)]
 
@@ -144,10 +149,57 @@ def test_sample_kb_done_when(db, embedder, fake_embeddings):
     faq = row["citations"][0]
     assert faq["uri"] == "kb://team-docs/faq.md" and faq["quote"] and faq["quote"] in row["answer"]
 
+    assert "lexical_only" not in row["evidence"]  # the question was embedded: nothing to say
+
     row = ask(db, "火星基地的氧气配额是多少")
     assert row["found"] is False and row["mode"] == "not_found"
     assert row["answer"] == NOT_FOUND_ZH and row["citations"] == []
     assert row["evidence"]["score"] < row["evidence"]["min_score"]
+
+
+def repeats_its_title(title: str, heading_path: list[str]) -> bool:
+    """A shown path "title > h1 > ..." that names a part twice in a row."""
+    parts = [p.strip() for p in [title, *heading_path]]
+    return any(a == b for a, b in zip(parts, parts[1:], strict=False))
+
+
+def test_sample_kb_shows_each_title_once_and_no_server_path(db, embedder):
+    """examples/kb's files open with a heading that repeats their title, and `pgkb ingest` without --base-url
+    records each one's path on the server: no citation, search result, document, prompt or CLI source line
+    names a title twice in a row, and none hands out such a path (the kb:// URI instead)."""
+    from pgkb.answer import source_line
+
+    spec = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
+    ingest(db, db.info.dsn, REPO / "examples" / "kb", "team-docs", spec, embedder, IngestOptions())
+    set_settings(db, embedding_url="", chat_url="")
+    stored = db.execute(
+        "select d.title, c.heading_path, d.source_url from kb.chunks c join kb.documents d on d.id = c.document_id"
+    ).fetchall()
+    assert sum(repeats_its_title(t, h) for t, h, _ in stored) >= 10  # the data repeats titles: the test can fail
+    assert all(u.startswith(str(REPO)) for _, _, u in stored)  # and records server paths
+
+    titles = [t for (t,) in db.execute("select title from kb.documents order by doc_key").fetchall()]
+    for question in ["退款多久到账", "登录态失效怎么排查", "数据库连接池耗尽", "如何部署", *titles]:
+        row = ask(db, question, top_k=8)
+        for c in row["citations"]:
+            assert not repeats_its_title(c["title"], c["heading_path"]), (question, c)
+            assert c["source_url"] is None and c["uri"] == f"kb://team-docs/{c['doc_key']}"
+            line = source_line(c)
+            assert f"{c['title']} > {c['title']}" not in line and str(REPO) not in line, line
+        hits = search_rows(db, "select * from kb.hybrid_search(%s, 8)", question)
+        assert hits, question
+        for h in hits:
+            assert not repeats_its_title(h["title"], h["heading_path"]) and h["source_url"] is None, h
+        prompt = db.execute(
+            "select kb.answer_prompt(%(q)s, (select array_agg(h) from kb.hybrid_search(%(q)s, 8) as h))",
+            {"q": question},
+        ).fetchone()[0]
+        assert not any(f"{t} > {t}" in prompt[1]["content"] for t in titles) and str(REPO) not in prompt[1]["content"]
+    for (doc_key,) in db.execute("select doc_key from kb.list_documents('team-docs')").fetchall():
+        doc = search_rows(db, "select * from kb.get_document(%s, 'team-docs')", doc_key)[0]
+        assert doc["source_url"] is None
+        assert not any(repeats_its_title(doc["title"], c["heading_path"]) for c in doc["chunks"]), doc_key
+    assert {u for (u,) in db.execute("select source_url from kb.list_documents('team-docs')").fetchall()} == {None}
 
 
 # ------------------------------------------------------------------------- offline answers
@@ -165,6 +217,55 @@ def test_extractive_answer_cites_and_is_deterministic(world, connect_as):
     assert all(c["kb"] == "alice-docs" for c in first["citations"])
     assert {c["doc_key"] for c in first["citations"]} == {"policy/refund.md"}
     assert all(c["page"] in (1, 2) for c in first["citations"])
+
+
+def test_lexical_only_answers_say_so(world, connect_as, dead_embedding_url, fake_embeddings):
+    """Without a usable question embedding the vector leg cannot run: evidence.lexical_only says why, and
+    retrieval is what the lexical legs find (the same as kb.hybrid_search's without a vector leg)."""
+    if not world.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
+        pytest.skip("plpython3u is not installed on this server: the database cannot embed questions")
+    alice = connect_as("alice")
+    lexical = [r[0] for r in alice.execute("select chunk_id from kb.lexical_search(%s, 5)", [QUESTION]).fetchall()]
+    assert ask(alice, QUESTION)["evidence"]["lexical_only"] == (
+        "lexical only: no embedding service is configured (the embedding_url setting is empty)"
+    )
+    set_settings(world, embedding_url=dead_embedding_url)
+    row = ask(alice, QUESTION)
+    said = row["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service is not reachable (embedding endpoint http://"), said
+    assert row["found"] is True and row["evidence"]["vector_used"] is False
+    assert {c["chunk_id"] for c in row["citations"]} <= set(lexical)
+    refused = fake_embeddings(statuses=[500] * 5)  # reached, but it fails
+    set_settings(world, embedding_url=refused.url)
+    said = ask(alice, QUESTION)["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service failed (") and "HTTP 500" in said, said
+    bad = fake_embeddings(lambda texts: [[0.0] * 384 for _ in texts])  # a zero vector has no direction
+    set_settings(world, embedding_url=bad.url)
+    said = ask(alice, QUESTION)["evidence"]["lexical_only"]
+    assert said == "lexical only: the embedding service returned a zero or degenerate vector", said
+    working = fake_embeddings(lambda texts: [[1.0] + [0.0] * 383 for _ in texts])
+    set_settings(world, embedding_url=working.url)
+    row = ask(alice, QUESTION)
+    assert "lexical_only" not in row["evidence"] and row["evidence"]["vector_used"] is True
+
+
+def test_the_same_text_in_two_knowledge_bases_is_cited_once(world, connect_as):
+    """alice reads her documents twice (a copy in a second knowledge base): each text is one source, cited
+    once, and the citation says where else it is."""
+    world.execute("select kb.create_knowledge_base('alice-mirror', 'private', owner => 'alice')")
+    write(world, "alice-mirror", ALICE_DOCS)
+    alice = connect_as("alice")
+    hits = search_rows(alice, "select * from kb.hybrid_search(%s, 5)", QUESTION)
+    assert len({h["content"] for h in hits}) == len(hits)
+    row = ask(alice, QUESTION)
+    assert row["found"] is True and row["citations"]
+    quotes = [c["quote"] for c in row["citations"]]
+    assert len(set(quotes)) == len(quotes), row["citations"]
+    lines = row["answer"].splitlines()
+    assert len(set(re.sub(r" \[\d+\]$", "", line) for line in lines)) == len(lines), row["answer"]
+    for c in row["citations"]:
+        other = "alice-mirror" if c["kb"] == "alice-docs" else "alice-docs"
+        assert c["also_in"] == [f"kb://{other}/{c['doc_key']}"], c
 
 
 def test_not_found_never_calls_the_chat_endpoint(world, connect_as, fake_chat):
@@ -344,7 +445,7 @@ def test_hand_crafted_hits_give_no_evidence(world, connect_as):
     ).fetchone()[0]
     sql = (
         "select kb.answer_evidence(%s, array[row(%s, 'x', 'x', 'x', '{}', 0, 'x', null, 'text', '{}',"
-        " 1.0, 1, 1, null, 0.99, 50.0, null, true)::kb.search_result])"
+        " 1.0, 1, 1, null, 0.99, 50.0, null, true, '{}')::kb.search_result])"
     )
     alice = connect_as("alice")
     question = "退款审批口令"
@@ -390,9 +491,10 @@ def test_cite_forms(world):
             "page",
             "source_url",
             "uri",
+            "also_in",
             "quote",
         }
-        assert c["uri"] == f"kb://alice-docs/{c['doc_key']}"
+        assert c["uri"] == f"kb://alice-docs/{c['doc_key']}" and c["also_in"] == []
     by_n = {c["n"]: c for c in out["citations"]}
     assert by_n[2]["quote"] is not None
     assert cite(world, "退款会原路退回。")["uncited"] is True
@@ -422,7 +524,7 @@ def test_answer_prompt_is_bounded_and_numbered(world):
     huge = "x" * 50000
     big = world.execute(
         "select kb.answer_prompt('q?', array_fill(row(1, 'k', 'd', 't', '{}', 0, %s, null, 'text', '{}', 1, null, "
-        "null, null, null, null, null, false)::kb.search_result, array[20]))",
+        "null, null, null, null, null, false, '{}')::kb.search_result, array[20]))",
         [huge],
     ).fetchone()[0]
     assert len(big[1]["content"]) < 13000

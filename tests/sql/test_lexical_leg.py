@@ -480,10 +480,10 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
     misspelling of bob's term (one edit away) and for a word as long that corrects to nothing: the fuzzy
     leg looks corrections up in alice's vocabulary only."""
     alice, bob = alice_bob_and_a_public_kb(db, connect_as, seed=14, docs=8)
-    for d in range(70):  # enough for a block of its own in bob's lists
+    for d in range(70):  # enough for a block of its own in bob's lists (each text its own: no copies)
         bob.execute(
             "select kb.replace_document('bob-private', %s, '', %s::jsonb)",
-            [f"b{d}.md", json.dumps([{"content": "zqxbobsecret w0 w1 " * (d % 3 + 1)}])],
+            [f"b{d}.md", json.dumps([{"content": "zqxbobsecret w0 w1 " * (d % 3 + 1) + f"doc{d}"}])],
         )
     counters = (
         "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch, n_tup_ins, n_tup_upd, n_tup_del"

@@ -41,7 +41,7 @@ def tenants(db):
     for i, year in enumerate(['"1e999"', "1e999", '"-1e999"', "1e-999"]):
         db.execute(
             "select kb.replace_document('bob-private', %s, 'checklist', %s::jsonb, metadata => %s::jsonb)",
-            [f"b{i}.md", chunk("bob checklist secret"), '{"year": ' + year + "}"],
+            [f"b{i}.md", chunk(f"bob checklist secret {i}"), '{"year": ' + year + "}"],
         )
     return db
 

@@ -330,6 +330,50 @@ def test_no_embedding_url_degrades_to_lexical(kbdb):
     assert rows[0]["doc_key"] == "security/audit.md" and rows[0]["vector_used"] is False
 
 
+def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, connect_as):
+    """The same text in several knowledge bases, documents or chunks: one result (the best-scored copy), its
+    also_in naming the other documents the caller may read -- never one it may not."""
+    for user in ("alice", "bob"):
+        kbdb.execute("select kb.create_user(%s, %s)", [user, user])
+    kbdb.execute("select kb.create_knowledge_base('team-docs', 'public')")  # created by fixture_docs.load
+    kbdb.execute("update kb.knowledge_bases set visibility = 'public' where name = 'team-docs'")
+    kbdb.execute("select kb.create_knowledge_base('alice-copy', 'private', owner => 'alice')")
+    kbdb.execute("select kb.create_knowledge_base('bob-copy', 'private', owner => 'bob')")
+    fixture_docs.load(kbdb, embedder, "alice-copy")  # every chunk of team-docs again, for alice only
+    refund = fixture_docs.DOCS[1][2][0][0]
+    kbdb.execute(
+        "select kb.replace_document('bob-copy', 'twice.md', '退款政策', %s::jsonb)",
+        [json.dumps([{"content": refund}, {"content": "另一段"}, {"content": refund}])],
+    )
+    vec = Vector(embedder.embed(["query: 退款"])[0])
+    alice = connect_as("alice")
+    for sql, params in [
+        ("select * from kb.hybrid_search('退款', 5, query_embedding => %s)", [vec]),
+        ("select * from kb.lexical_search('退款', 5)", []),
+        ("select * from kb.vector_search('退款', 5, query_embedding => %s)", [vec]),
+    ]:
+        rows = search(alice, sql, *params)
+        contents = [r["content"] for r in rows]
+        assert len(contents) == len(set(contents)), sql
+        if "hybrid" in sql:  # five different texts, each with its one other copy (80 candidates per leg)
+            assert len(rows) == 5 and all(len(r["also_in"]) == 1 for r in rows)
+        top = rows[0]
+        assert top["content"] == refund, sql
+        shown = {f"kb://{top['kb']}/{top['doc_key']}", *top["also_in"]}
+        assert shown == {"kb://team-docs/policy/refund.md", "kb://alice-copy/policy/refund.md"}, sql
+    # bob reads team-docs and his own copy (which holds the text twice): one result, never alice's kb
+    rows = search(connect_as("bob"), "select * from kb.hybrid_search('退款', 5, query_embedding => %s)", vec)
+    assert [r["content"] for r in rows].count(refund) == 1
+    top = next(r for r in rows if r["content"] == refund)
+    assert {f"kb://{top['kb']}/{top['doc_key']}", *top["also_in"]} == {
+        "kb://team-docs/policy/refund.md", "kb://bob-copy/twice.md"
+    }  # fmt: skip
+    assert not any("alice-copy" in u for r in rows for u in r["also_in"])
+    # the same text in two chunks of one document is one result, also_in empty (no other document)
+    rows = search(kbdb, "select * from kb.lexical_search('退款', 5, kb => 'bob-copy')")
+    assert [(r["content"], r["also_in"]) for r in rows] == [(refund, []), ("另一段", [])]  # the title matches
+
+
 @pytest.mark.parametrize(
     ("query", "expected_doc", "correction"),
     [

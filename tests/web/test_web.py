@@ -17,7 +17,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import fixture_docs
 import pytest
+import served_bodies
 from server_process import api_key, free_port, running, seconds_until, server_env, world  # noqa: F401 (world is a fixture)
 
 TOKENS = "alice-token:alice,bob-token:bob"
@@ -49,6 +51,7 @@ def call(url: str, body=None, headers: dict | None = None, method: str | None = 
             raw, status, got = response.read(), response.status, dict(response.headers)
     except urllib.error.HTTPError as e:
         raw, status, got = e.read(), e.code, dict(e.headers)
+    served_bodies.record(raw)
     try:
         return status, json.loads(raw), got
     except ValueError:
@@ -149,7 +152,7 @@ def test_dify_metadata_condition(web, world):
         world.execute(
             "select * from kb.replace_document(kb => 'team-docs', doc_key => %s, title => %s, chunks => %s::jsonb,"
             " metadata => %s::jsonb)",
-            [key, key, json.dumps([{"content": "请假流程 vacation policy"}]), json.dumps(metadata)],
+            [key, key, json.dumps([{"content": f"请假流程 vacation policy ({key})"}]), json.dumps(metadata)],
         )
     url = web + "/retrieval"
     setting = {"top_k": 5, "score_threshold": 0.0}
@@ -312,6 +315,70 @@ def test_api_ask_hands_kb_ask_through_and_answers_501_without_it(web, world):
     world.execute(DROP_ASK)
     status, out, _ = call(web + "/api/ask", {"question": "退款多久到账"}, ALICE)
     assert status == 501 and "kb.ask" in out["error"] and "lacks a function" in out["error"], out
+
+
+def test_the_path_check_has_server_paths_to_find(world):
+    """The world's team-docs record their sources as paths on the server (tests/served_bodies.py fails any
+    test whose responses show one), so the check after each test here can fail."""
+    paths = served_bodies.server_paths(world)
+    sources = [p for p in paths if p.endswith(".md")]
+    assert len(sources) == len(fixture_docs.DOCS), paths
+    assert served_bodies.leaks([json.dumps({"source": sources[0]})], paths)
+
+
+def test_api_shows_sources_people_can_open_and_each_title_once(web, world):
+    # alice-notes' guide/login.md opens with a heading that repeats its title: shown once
+    status, out, _ = call(web + "/api/search", {"query": "alice 自己记录的登录问题", "kb": "alice-notes"}, ALICE)
+    assert status == 200 and out["results"], out
+    top = out["results"][0]
+    assert (top["title"], top["heading_path"], top["source"]) == (
+        "alice 的登录笔记", ["问题"], "kb://alice-notes/guide/login.md"
+    )  # fmt: skip
+    status, doc, _ = call(web + "/api/document", {"kb": "alice-notes", "doc_id": "guide/login.md"}, ALICE)
+    assert status == 200 and doc["chunks"][0]["heading_path"] == ["问题"], doc
+    # team-docs' sources are paths on the server: the page gets the kb:// URI
+    status, doc, _ = call(web + "/api/document", {"kb": "team-docs", "doc_id": "guide/login.md"}, ALICE)
+    assert status == 200 and doc["source"] == "kb://team-docs/guide/login.md", doc
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
+    assert status == 200 and out["citations"], out
+    assert all(c["source_url"] is None for c in out["citations"])
+    # a web address is handed out as it is
+    world.execute(
+        "update kb.documents set source_url = 'https://git.example.com/refund.md' where doc_key = 'policy/refund.md'"
+    )
+    top = call(web + "/api/search", {"query": "无理由退款", "kb": "team-docs"}, ALICE)[1]["results"][0]
+    assert top["source"] == "https://git.example.com/refund.md"
+
+
+def test_api_ask_says_when_the_answer_is_lexical_only(web, world, dead_embedding_url):
+    world.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
+    assert status == 200 and out["found"] is True, out
+    said = out["evidence"]["lexical_only"]
+    assert said.startswith("lexical only: the embedding service is not reachable"), said
+    assert said in out["notes"]  # what the page shows under the answer
+
+
+def test_api_one_result_per_text_and_where_else_it_is(web, world):
+    refund = fixture_docs.DOCS[1][2][0][0]
+    for key in ("refund-copy.md", "refund-again.md"):  # twice in alice's private notes
+        world.execute(
+            "select * from kb.replace_document('alice-notes', %s, '退款政策', %s::jsonb)",
+            [key, json.dumps([{"content": refund}])],
+        )
+    copies_of_alice = ["kb://alice-notes/refund-again.md", "kb://alice-notes/refund-copy.md"]
+    for token, also_in in ((ALICE, copies_of_alice), (BOB, [])):
+        status, out, _ = call(web + "/api/search", {"query": "无理由退款", "top_k": 10}, token)
+        assert status == 200
+        copies = [r for r in out["results"] if "无理由退款" in "".join(p["text"] for p in r["snippet"])]
+        assert len(copies) == 1 and copies[0]["doc_id"] == "policy/refund.md", out["results"]
+        assert copies[0]["also_in"] == also_in  # bob cannot read alice-notes: nothing said about it
+    status, out, _ = call(web + "/api/ask", {"question": "无理由退款"}, ALICE)
+    assert status == 200 and len({c["quote"] for c in out["citations"]}) == len(out["citations"]), out
+    records = call(web + "/retrieval", retrieval(query="无理由退款", knowledge_id="alice-notes"), ALICE)[1]["records"]
+    assert [r["content"] for r in records].count(refund) == 1, records
+    top = records[0]["metadata"]
+    assert sorted([f"kb://alice-notes/{top['doc_id']}", *top["also_in"]]) == copies_of_alice, records
 
 
 def test_origin_and_host_guard(web):

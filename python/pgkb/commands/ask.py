@@ -1,7 +1,8 @@
 """`pgkb ask QUESTION`: the answer of kb.ask, streamed as the chat endpoint sends it (NOTICEs through a
-notice handler, pgkb.answer), then the numbered sources: ``[n] title > headings (page p) — URL or kb:// URI``.
-``--json`` prints kb.ask's row as one JSON object. Exit 0 for an answer and for "not found", 2 for a question
-the database refuses, 1 for a timeout."""
+notice handler, pgkb.answer), then the numbered sources: ``[n] title > headings (page p) — URL or kb:// URI``;
+notes (extractive, lexical only, a failed chat endpoint ...: pgkb.answer.notes) go to stderr. ``--json``
+prints kb.ask's row as one JSON object. Exit 0 for an answer and for "not found", 2 for a question the
+database refuses, 1 for a timeout."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def run(args, settings) -> int:
     1 on a timeout; a "not found" answer is exit 0 (it is an answer)."""
     import psycopg
 
-    from pgkb.answer import AskError, ask, source_line
+    from pgkb.answer import AskError, ask, notes, source_line
     from pgkb.db import connect, database_url
     from pgkb.search import SearchOptions
 
@@ -77,16 +78,7 @@ def run(args, settings) -> int:
         print("\nSources:")
         for citation in row["citations"]:
             print(source_line(citation))
-    notes = []
-    if row["mode"] == "extractive":
-        notes.append("extractive answer (passages of the sources; no chat endpoint used)")
-    if row["mode"] == "closest":
-        notes.append("not an answer: the closest passages, whose words barely match the question")
-    if row["uncited"]:
-        notes.append("the answer cites no source")
-    if (row["evidence"] or {}).get("llm_error"):
-        notes.append(f"chat endpoint failed: {row['evidence']['llm_error']}")
-    for note in notes:
+    for note in notes(row):
         print(f"pgkb: ask: {note}", file=sys.stderr)
     print(
         f"-- {row['mode']} in {row['total_ms']:.0f} ms (retrieve {row['retrieve_ms']:.0f}, "

@@ -77,7 +77,7 @@ def run(args, settings) -> int:
     for rank, (hit, line) in enumerate(zip(response.results, lines, strict=True), 1):
         score = f"{hit.final_score:.4f}" + (" (rerank)" if hit.rerank_score is not None else "")
         print(f"{rank:>2}. [{score}] {hit.location()}")
-        print(f"    {hit.source}  ({hit.kb})")
+        print(f"    {hit.source}  ({hit.kb})" + (f"; also in {', '.join(hit.also_in)}" if hit.also_in else ""))
         print(f"    {line}")
     t = response.timings_ms
     print(

@@ -15,6 +15,7 @@ class SearchResultItem(BaseModel):
     heading_path: list[str]
     source: str = Field(description="source URL, else the kb://<kb>/<doc_key> resource URI")
     uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
+    also_in: list[str] = Field(default=[], description="kb:// URIs of other documents holding the same text")
     score: float = Field(description="the ranking score: rerank_score when reranked, else fused_score")
     fused_score: float = Field(description="fused score of the search legs (kb.hybrid_search score; higher is better)")
     vector_rank: int | None = Field(description="rank in the vector (semantic) leg; null: not found by it")
@@ -82,6 +83,7 @@ class Citation(BaseModel):
     page: int | str | None = Field(default=None, description="page of the document (PDFs), when known")
     source_url: str | None
     uri: str = Field(description="kb://<kb>/<doc_key>: read it as a resource for the whole document")
+    also_in: list[str] = Field(default=[], description="kb:// URIs of other documents holding the same text")
     quote: str | None = Field(description="the sentence of the chunk that supports the citing statement")
 
 

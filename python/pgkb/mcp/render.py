@@ -59,6 +59,7 @@ def render_search(response: SearchResponse, notes: list[str]):
             heading_path=list(hit.heading_path),
             source=hit.source,
             uri=f"kb://{hit.kb}/{hit.doc_key}",
+            also_in=hit.also_in,
             score=hit.final_score,
             fused_score=hit.score,
             vector_rank=hit.vector_rank,
@@ -96,7 +97,8 @@ def render_search(response: SearchResponse, notes: list[str]):
         lines.append(f'No results for "{_shown(response.query)}"{where}. Try other words or list_knowledge_bases.')
     for item in items:
         location = breadcrumb(item["title"] or item["doc_id"], item["heading_path"])
-        lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']})")
+        also = f"; also in {', '.join(item['also_in'])}" if item["also_in"] else ""
+        lines.append(f"[{item['rank']}] {location} (score {item['score']:.4f}, {item['source']}{also})")
         lines.append(item["content"])
         lines.append("")
     text = "\n".join(lines).rstrip() + "\n"
@@ -140,23 +142,19 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
     """A CallToolResult for ask_knowledge: the answer, then its numbered sources (structured: AskOutput)."""
     from mcp.types import CallToolResult, TextContent
 
+    from pgkb.answer import notes as answer_notes
     from pgkb.answer import source_line
     from pgkb.mcp.output import AskOutput
 
-    notes = list(notes)
-    evidence = row.get("evidence") or {}
-    if row["mode"] == "extractive":
-        notes.append("extractive answer: passages of the sources, no chat model (none configured or it failed)")
-    if row["mode"] == "closest":
-        notes.append("not an answer: the closest passages, whose words barely match the question (found = false)")
-    if evidence.get("llm_error"):
-        notes.append(f"the chat endpoint failed: {_shown(evidence['llm_error'], 300)}")
-    if row["dropped_citations"]:
-        notes.append(f"{row['dropped_citations']} citation numbers named no source and were removed")
-    if row["uncited"]:
-        notes.append("the answer cites no source: treat it with care")
+    notes = list(notes) + [_shown(n, 400) for n in answer_notes(row)]
     citations = [
-        {**c, "heading_path": list(c.get("heading_path") or []), "page": c.get("page")} for c in row["citations"] or []
+        {
+            **c,
+            "heading_path": list(c.get("heading_path") or []),
+            "page": c.get("page"),
+            "also_in": c.get("also_in") or [],
+        }
+        for c in row["citations"] or []
     ]
     output = AskOutput(
         question=question,

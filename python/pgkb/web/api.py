@@ -6,12 +6,16 @@ exist), 501 for /api/ask while the database has no kb.ask, 503 when the database
 
 - ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...}]}``
 - ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5)}`` -> ``{"query", "kb", "results":
-  [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, page, score, snippet}], "degraded",
-  "degraded_reason"}``; snippet is kb.snippet's window as ``[{"text", "hit"}]`` parts (hit: a query term by
-  the database's tokenizer), so the page highlights without parsing markup.
+  [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, also_in, page, score, snippet}],
+  "degraded", "degraded_reason"}``; snippet is kb.snippet's window as ``[{"text", "hit"}]`` parts (hit: a
+  query term by the database's tokenizer), so the page highlights without parsing markup.
 - ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document.
 - ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20)}`` -> kb.ask's row: ``{answer, found, citations:
-  [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, quote}], mode, model, ...}``.
+  [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote}], mode, model, ...,
+  notes}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical only, ...).
+
+Sources are what the database hands out (db/functions/47_shown_sources.sql): a web address or the kb:// URI,
+never a path on the server; heading paths never repeat the title.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import datetime
 import decimal
 
+from pgkb.answer import notes
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
 from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
@@ -126,6 +131,7 @@ def routes(backend):
                     "chunk_index": h.chunk_index,
                     "source": h.source,
                     "uri": f"kb://{h.kb}/{h.doc_key}",
+                    "also_in": h.also_in,
                     "page": (h.metadata or {}).get("page"),
                     "score": h.final_score,
                     "snippet": snippet_parts(s),
@@ -147,7 +153,8 @@ def routes(backend):
         question = _text(body, "question", MAX_QUERY_CHARS, required=True)
         kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
-        return _plain(backend.ask(user, question, top_k, kb))
+        row = backend.ask(user, question, top_k, kb)
+        return _plain({**row, "notes": notes(row)})
 
     return [
         Route("/api/kbs", endpoint(kbs, body=False), methods=["GET"]),

@@ -8,7 +8,8 @@ the hit's absolute relevance -- query-term coverage or calibrated cosine similar
 lowered where needed so scores never rise down the list), records below score_threshold left out (so they are
 a prefix of pgkb's ranking; ``{"records": []}`` when none passes). metadata is always an object: the
 document's metadata, then pgkb's own keys (kb, doc_id, chunk_index, heading_path, path = the source URL or
-the kb:// URI, page when the chunk has one). metadata_condition is applied inside the search (kb.hybrid_search's
+the kb:// URI -- never a path on the server --, page when the chunk has one, also_in when other documents hold
+the same text: their kb:// URIs). metadata_condition is applied inside the search (kb.hybrid_search's
 metadata_condition); an operator or value pgkb cannot honour is a 400, never ignored.
 
 Errors ``{"error_code", "error_msg"}``: 1001 malformed Authorization header and 1002 unknown key (HTTP 403,
@@ -78,6 +79,8 @@ def record(row: dict) -> dict:
     page = (row["chunk_metadata"] or {}).get("page")
     if page is not None:
         metadata["page"] = page
+    if row["also_in"]:
+        metadata["also_in"] = row["also_in"]
     return {
         "content": row["content"],
         "score": round(float(row["score"]), 6),

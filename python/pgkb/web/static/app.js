@@ -74,6 +74,11 @@ function crumbs(title, headingPath) {
   return node;
 }
 
+// "also in kb://…": the other documents holding the same text (the server shows one copy).
+function alsoIn(item) {
+  return item.also_in && item.also_in.length ? el("div", { class: "also-in" }, "also in " + item.also_in.join(", ")) : null;
+}
+
 // A source: a link for http(s) sources; documents without one open in the side panel.
 function sourceControl(item, label) {
   if (isWebLink(item.source_url || item.source)) {
@@ -144,7 +149,7 @@ function renderResults(data) {
       sources.append(inPage);
     }
     list.append(el("li", { class: "result" }, crumbs(hit.title, hit.heading_path),
-      el("div", { class: "meta" }, meta.join(" · ")), snippet, sources));
+      el("div", { class: "meta" }, meta.join(" · ")), snippet, sources, alsoIn(hit)));
   }
   let status = data.results.length ? data.results.length + " results" : "Nothing found. Try other words or all knowledge bases.";
   if (data.degraded) status += " (keyword search only: " + data.degraded_reason + ")";
@@ -168,8 +173,12 @@ function renderAnswer(data) {
       (c.page !== null && c.page !== undefined ? " (page " + c.page + ")" : "");
     const item = el("li", { id: "citation-" + c.n, value: c.n }, sourceControl(c, label));
     if (c.quote) item.append(el("div", { class: "quote" }, "“" + c.quote + "”"));
+    const also = alsoIn(c);
+    if (also) item.append(also);
     list.append(item);
   }
+  // what to know about the answer (extractive, lexical only, a failed chat endpoint ...)
+  $("answer-notes").replaceChildren(...(data.notes || []).map((note) => el("li", {}, note)));
   $("answer").hidden = false;
 }
 
