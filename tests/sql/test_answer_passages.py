@@ -110,7 +110,10 @@ def test_answer_sources_read_only_visible_chunks(db, connect_as):
     db.execute("select kb.create_knowledge_base('bob-private', 'private', owner => 'bob')")
     write(db, "bob-private", [("s.md", "审批", [("退款审批口令是 bobsecretmarker。", ["审批"])])])
     bob_chunk = db.execute("select id from kb.chunks").fetchone()[0]
-    hit = "row(%s, 'bob-private', 's.md', 't', '{审批}', 0, 'x', null, 'text', '{}', " + "1, 1, 1, null, 1, 1, null, true, null)"
+    hit = (
+        "row(%s, 'bob-private', 's.md', 't', '{审批}', 0, 'x', null, 'text', '{}', "
+        "1, 1, 1, null, 1, 1, null, true, null)"
+    )
     alice = connect_as("alice")
     sources = alice.execute(
         f"select cardinality(kb.answer_sources('退款审批口令', array[{hit}::kb.search_result]))", [bob_chunk]
