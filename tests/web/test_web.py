@@ -491,6 +491,43 @@ def test_page_in_a_real_browser(web, world):
         browser.quit()
 
 
+def test_page_renders_markdown_in_a_real_browser(web, world):
+    """Answers and the document panel show Markdown as Markdown: a table is a <table>, code a <pre>; raw
+    HTML and javascript: links in a document stay inert."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    content = (
+        "退款到账时间取决于支付方式：\n\n| 支付方式 | 到账时间 |\n|---|---|\n| 微信余额 | 实时到账 |\n"
+        "| 银行卡 | 1–3 个工作日 |\n\n```bash\nrefundctl status --id 42\n```\n\n"
+        '<img src=x onerror="window.pwned=1"> [查看](javascript:window.pwned=2)'
+    )
+    chunks = json.dumps([{"content": content, "heading_path": ["退款到账时间表"]}])
+    world.execute("select kb.replace_document('alice-notes', 'refund-table.md', '退款到账', %s)", [chunks])
+    browser = chromium()
+    wait = WebDriverWait(browser, 90)
+    try:
+        browser.get(web + "/")
+        browser.find_element(By.ID, "token").send_keys("alice-token\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "query")))
+        browser.find_element(By.ID, "query").send_keys("退款到账时间 支付方式\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "answer")))
+        cells = browser.find_elements(By.CSS_SELECTOR, "#answer-text table td")
+        assert "实时到账" in [c.text for c in cells], browser.find_element(By.ID, "answer-text").text
+        assert browser.find_elements(By.CSS_SELECTOR, "#answer-text pre code")
+        assert browser.find_elements(By.CSS_SELECTOR, "#answer-text a.cite")  # [n] links to its citation
+        result = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#results li.result") if "退款到账" in r.text)
+        result.find_element(By.CSS_SELECTOR, ".source").click()
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#doc-chunks table"))
+        assert browser.find_elements(By.CSS_SELECTOR, "#doc-chunks img") == []
+        assert browser.find_elements(By.CSS_SELECTOR, "#answer-text img") == []
+        assert not browser.find_elements(By.CSS_SELECTOR, "a[href^='javascript']")
+        assert browser.execute_script("return window.pwned === undefined")
+    finally:
+        browser.quit()
+
+
 # ----------------------------------------------------------------------------------------------- API keys
 
 

@@ -9,10 +9,12 @@ exist), 501 for /api/ask while the database has no kb.ask, 503 when the database
   [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, also_in, page, score, snippet}],
   "degraded", "degraded_reason"}``; snippet is kb.snippet's window as ``[{"text", "hit"}]`` parts (hit: a
   query term by the database's tokenizer), so the page highlights without parsing markup.
-- ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document.
+- ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document,
+  each chunk with ``content_html``: its Markdown as HTML (pgkb.web.markdown: no raw HTML, http(s) / kb:// links).
 - ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20)}`` -> kb.ask's row: ``{answer, found, citations:
   [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote}], mode, model, ...,
-  notes}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical only, ...).
+  notes, answer_html}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical
+  only, ...); answer_html: the answer's Markdown as HTML, its [n] linked to the citations (pgkb.web.markdown).
 
 Sources are what the database hands out (db/functions/47_shown_sources.sql): a web address or the kb:// URI,
 never a path on the server; heading paths never repeat the title.
@@ -27,6 +29,7 @@ from pgkb.answer import notes
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
 from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
+from pgkb.web import markdown
 from pgkb.web.http import RequestError, json_response, read_json
 
 MAX_QUERY_CHARS = 4000  # kb.check_search_input's limit
@@ -147,14 +150,16 @@ def routes(backend):
         kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
         chunk_index = _int(body, "chunk_index", -1, -1, MAX_CHUNK_INDEX)
         window = _int(body, "window", 2, 0, MAX_WINDOW)
-        return backend.document(user, doc_id, kb, chunk_index, window)
+        doc = backend.document(user, doc_id, kb, chunk_index, window)
+        return {**doc, "chunks": [{**c, "content_html": markdown.render(c["content"])} for c in doc["chunks"]]}
 
     def ask(user: str, body: dict) -> dict:
         question = _text(body, "question", MAX_QUERY_CHARS, required=True)
         kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
         row = backend.ask(user, question, top_k, kb)
-        return _plain({**row, "notes": notes(row)})
+        cited = {c["n"] for c in row.get("citations") or []}
+        return _plain({**row, "notes": notes(row), "answer_html": markdown.render(row["answer"], cited)})
 
     return [
         Route("/api/kbs", endpoint(kbs, body=False), methods=["GET"]),

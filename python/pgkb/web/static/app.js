@@ -1,5 +1,7 @@
 // pgkb's search page: sign in with a token (kept in sessionStorage), search, read answers with citations.
-// Plain JavaScript, no dependencies; every text from the server is inserted with textContent, never as HTML.
+// Plain JavaScript, no dependencies; every text from the server is inserted with textContent, never as HTML,
+// except answer_html / content_html: Markdown the server rendered with raw HTML off and links limited to
+// http(s) and kb:// (pgkb.web.markdown).
 "use strict";
 
 const TOKEN_KEY = "pgkb-token";
@@ -157,15 +159,8 @@ function renderResults(data) {
 }
 
 function renderAnswer(data) {
-  const text = $("answer-text");
-  text.replaceChildren();
-  // numbered citation markers [n] become links to the matching citation
-  const numbers = new Set((data.citations || []).map((c) => String(c.n)));
-  for (const piece of String(data.answer || "").split(/(\[\d+\])/)) {
-    const m = /^\[(\d+)\]$/.exec(piece);
-    if (m && numbers.has(m[1])) text.append(el("a", { href: "#citation-" + m[1], class: "cite" }, piece));
-    else if (piece) text.append(piece);
-  }
+  // the answer's Markdown as the server rendered it; its [n] markers link to the citations
+  $("answer-text").innerHTML = data.answer_html || "";
   const list = $("citations");
   list.replaceChildren();
   for (const c of data.citations || []) {
@@ -230,9 +225,11 @@ async function openDocument(kb, docId, chunkIndex) {
     $("doc-source").replaceChildren(source, " · " + doc.chunk_count + " passages");
     let hitNode = null;
     for (const chunk of doc.chunks) {
+      const content = el("div", { class: "content" });
+      content.innerHTML = chunk.content_html; // the server's rendering of its Markdown
       const node = el("div", { class: "chunk" + (chunk.chunk_index === chunkIndex ? " hit" : "") },
         chunk.heading_path.length ? el("div", { class: "heading" }, chunk.heading_path.join(" › ")) : null,
-        chunk.content);
+        content);
       node.dataset.chunk = chunk.chunk_index;
       if (chunk.chunk_index === chunkIndex) hitNode = node;
       $("doc-chunks").append(node);
