@@ -204,7 +204,7 @@ end
 $$;
 
 -- The offline answer: hits shown as passages, verbatim Markdown. Consecutive hits of one document make
--- one passage, under its deepest common heading in bold (the title when none) and each hit's deeper
+-- one passage, under its title and deepest common heading in bold, and each hit's deeper
 -- headings in bold; each hit's text is followed by its [n]. At most 1800 characters in all, cut at a block
 -- boundary with "…" (a block too long by itself is cut at a line, never mid-row, and a code block closed;
 -- one line too long at its last sentence end).
@@ -249,7 +249,9 @@ begin
                     common := common[1:cardinality(common) - 1];
                 end loop;
             end loop;
-            piece := '**' || coalesce(common[cardinality(common)], nullif(hit.title, ''), hit.doc_key, '') || '**';
+            -- the document's title, then the passage's heading (kb.search shows no title twice)
+            piece := '**' || concat_ws(' › ', coalesce(nullif(hit.title, ''), hit.doc_key), common[cardinality(common)])
+                || '**';
             if used + length(piece) + 200 > budget then
                 cut := true;
                 exit;

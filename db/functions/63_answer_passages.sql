@@ -5,9 +5,9 @@
 
 -- The chunks to answer question from, in answer order, as kb.search_result rows: for up to two anchors
 -- (the first visible hit; then the next whose kb.term_overlap with the question is at least half the best
--- hit's, from another section and with other text) the anchor's section -- the run of chunks around it with the
--- same heading path, at most 8 on each side -- or, for a how-to question (怎么办, 如何, how do I, steps),
--- the first section of its document whose heading names steps (步骤, 处理, steps, procedure …), with its
+-- hit's, from another section -- for a how-to question another document -- and with other text) the anchor's section -- the run of chunks around it with the
+-- same heading path, at most 8 on each side -- or, for the first anchor of a how-to question (怎么办, 如何,
+-- how do I, steps), the first section of its document whose heading names steps (步骤, 处理, steps, procedure …), with its
 -- subsections (at most 12 chunks). Raises on a bad question or more than 100 hits.
 create or replace function kb.answer_sources(question text, hits kb.search_result[])
 returns kb.search_result[]
@@ -50,9 +50,11 @@ begin
         exit when anchors = 2;
         -- a second passage comes from another section and says something else
         continue when anchor.content = any(array(select (x).content from unnest(chosen) as x))
-            or first_section = anchor.document_id || ':' || array_to_string(anchor.heading_path, E'\x1f');
+            or first_section = anchor.document_id || ':' || array_to_string(anchor.heading_path, E'\x1f')
+            -- a how-to answer's steps already speak for their document
+            or how_to and split_part(first_section, ':', 1) = anchor.document_id::text;
         steps := null;
-        if how_to then
+        if how_to and anchors = 0 then
             -- the first heading of the document that names steps, below a title heading all chunks share
             select c.heading_path[1:i.i] into steps
             from kb.chunks as c

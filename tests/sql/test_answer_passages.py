@@ -37,7 +37,8 @@ def test_how_to_question_answers_with_the_runbooks_steps(sample):
     row = ask(sample, "数据库连接池满了怎么办")
     assert row["found"] and row["mode"] == "extractive", row
     answer = row["answer"]
-    assert answer.startswith("**排查步骤**") and "**1. 是“慢”还是“漏”**" in answer, answer
+    assert answer.startswith("**数据库连接池耗尽（Connection is not available） › 排查步骤**"), answer
+    assert "**1. 是“慢”还是“漏”**" in answer
     assert "**2. 找慢查询和长事务**" in answer and "FROM information_schema.cluster_processlist" in answer
     assert fences_closed(answer) and every_block_cited(answer)
     assert {c["doc_key"] for c in row["citations"]} == {"runbooks/db-connection-pool-exhausted.md"}
@@ -46,7 +47,7 @@ def test_how_to_question_answers_with_the_runbooks_steps(sample):
     assert len(answer) <= 1800 + 2
 
     row = ask(sample, "登录态失效怎么排查")
-    assert row["answer"].startswith("**排查步骤**") and "**1. 确认影响范围**" in row["answer"]
+    assert row["answer"].startswith("**登录态失效排查手册 › 排查步骤**") and "**1. 确认影响范围**" in row["answer"]
     assert {c["doc_key"] for c in row["citations"]} == {"runbooks/login-session-expired.md"}
     assert fences_closed(row["answer"])
 
@@ -64,7 +65,7 @@ def test_table_answer_is_the_faq_entry_verbatim(sample):
 def test_a_question_without_steps_keeps_its_section(sample):
     """A question that asks no how-to gets the section its best hit is in, not the document's steps."""
     row = ask(sample, "HikariCP 的 maximum-pool-size 配置是多少")
-    assert "maximum-pool-size: 30" in row["answer"] and "**当前配置**" in row["answer"], row["answer"]
+    assert "maximum-pool-size: 30" in row["answer"] and " › 当前配置**" in row["answer"], row["answer"]
     assert "排查步骤" not in row["answer"] and fences_closed(row["answer"])
 
 
