@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -115,6 +116,23 @@ def running(args: list[str], env: dict[str, str], port: int, timeout: float = 30
             proc.kill()
     proc.stderr_text = proc.stderr.read().decode(errors="replace")
     assert "Traceback" not in proc.stderr_text
+
+
+def http_request(
+    url: str, body=None, headers: dict | None = None, method: str | None = None
+) -> tuple[int, bytes, dict]:
+    """(status, raw body, headers) of one request to a test server; ``body`` bytes are sent as they are,
+    anything else as JSON; POST when there is a body."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method or ("POST" if data is not None else "GET"),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
 
 
 def api_key(conn, name: str = "test", expires: str = "1 hour") -> tuple[str, str]:

@@ -67,6 +67,22 @@ as $$
     where s.piece ~ '[[:alnum:]]'
 $$;
 
+-- Raises unless question is a valid query (kb.check_search_input) and hits holds at most 100 sources: the
+-- bound of every function that reads the sources of an answer.
+create or replace function kb.check_answer_input(question text, hits kb.search_result[])
+returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform kb.check_search_input(question, 1);
+    if coalesce(cardinality(hits), 0) > 100 then
+        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
+            using errcode = 'program_limit_exceeded';
+    end if;
+end
+$$;
+
 -- Weighted overlap of a text with query terms: the sum of the weights of the distinct terms of
 -- kb.lexical_terms(input) present in weights ({term: weight}). 0 when none is.
 create or replace function kb.term_overlap(input text, weights jsonb)
@@ -123,11 +139,7 @@ declare
     used integer := 0;
     page text;
 begin
-    perform kb.check_search_input(question, 1);
-    if coalesce(cardinality(hits), 0) > 100 then
-        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
-            using errcode = 'program_limit_exceeded';
-    end if;
+    perform kb.check_answer_input(question, hits);
     foreach hit in array coalesce(hits, '{}') loop
         n := n + 1;
         exit when used >= budget;
@@ -229,11 +241,7 @@ declare
     line text;
     cut boolean := false;
 begin
-    perform kb.check_search_input(question, 1);
-    if coalesce(cardinality(hits), 0) > 100 then
-        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
-            using errcode = 'program_limit_exceeded';
-    end if;
+    perform kb.check_answer_input(question, hits);
     if coalesce(cardinality(hits), 0) = 0 then
         return kb.not_found_text(question);
     end if;

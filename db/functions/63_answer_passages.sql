@@ -25,11 +25,7 @@ declare
     anchors integer := 0;
     first_section text;
 begin
-    perform kb.check_search_input(question, 1);
-    if coalesce(cardinality(hits), 0) > 100 then
-        raise exception 'hits holds % rows; at most 100 sources are accepted', cardinality(hits)
-            using errcode = 'program_limit_exceeded';
-    end if;
+    perform kb.check_answer_input(question, hits);
     how_to := question ~* ('(怎么办|怎么处理|怎么解决|怎么做|怎么弄|怎么排查|如何|怎样|步骤|排查|处理方法|解决方法'
         || '|\mhow (do|to|can|should|would)\M|\mwhat (should|do) (i|we)\M|\msteps?\M|\mprocedure\M|\mtroubleshoot)');
     weights := kb.answer_term_weights(question, hits);

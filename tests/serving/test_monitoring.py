@@ -13,15 +13,23 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import psycopg
 import pytest
 from pgkb.cli import version
-from server_process import free_port, local_address, running, sample, scrape, server_env, svc_dsn, world  # noqa: F401
+from server_process import (  # noqa: F401 (world is a fixture)
+    free_port,
+    http_request,
+    local_address,
+    running,
+    sample,
+    scrape,
+    server_env,
+    svc_dsn,
+    world,
+)
 
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -29,18 +37,7 @@ SECRET = "qzxwvmarker"  # a query term that must not reach any metric
 MODEL = "multilingual-e5-small"
 
 
-def call(url: str, body=None, headers: dict | None = None, method: str | None = None) -> tuple[int, bytes, dict]:
-    """(status, raw body, headers) of one request; ``body`` is sent as JSON."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method or ("POST" if data is not None else "GET"),
-        headers={"Content-Type": "application/json", **(headers or {})},
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, response.read(), dict(response.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
+call = http_request
 
 
 def answer(url: str, body=None, headers: dict | None = None) -> tuple[int, dict]:

@@ -182,6 +182,7 @@ INTERNAL = [
     "answer_term_weights",
     "has_cjk",
     "check_citations",
+    "check_answer_input",
     "markdown_blocks",
     "writable_kb",
     "is_image_failure_of",

@@ -13,14 +13,20 @@ import json
 import os
 import shutil
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import fixture_docs
 import pytest
 import served_bodies
-from server_process import api_key, free_port, running, seconds_until, server_env, world  # noqa: F401 (world is a fixture)
+from server_process import (  # noqa: F401 (world is a fixture)
+    api_key,
+    free_port,
+    http_request,
+    running,
+    seconds_until,
+    server_env,
+    world,
+)
 
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
@@ -40,17 +46,9 @@ def web(world):
 
 
 def call(url: str, body=None, headers: dict | None = None, method: str | None = None) -> tuple[int, dict, dict]:
-    """(status, JSON body, headers) of one request; ``body`` bytes are sent as they are, anything else as JSON."""
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method or ("POST" if data is not None else "GET"),
-        headers={"Content-Type": "application/json", **(headers or {})},
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            raw, status, got = response.read(), response.status, dict(response.headers)
-    except urllib.error.HTTPError as e:
-        raw, status, got = e.read(), e.code, dict(e.headers)
+    """(status, JSON body, headers) of one request (server_process.http_request); every body is recorded for
+    the server-path check (served_bodies)."""
+    status, raw, got = http_request(url, body, headers, method)
     served_bodies.record(raw)
     try:
         return status, json.loads(raw), got
