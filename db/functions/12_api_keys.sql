@@ -126,7 +126,8 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     select k.user_id into owner_id from kb.api_keys as k where k.key_id = revoke_api_key.key_id for update;
-    if owner_id is null or not (kb.current_is_admin() or owner_id = kb.current_user_id()) then
+    -- a caller mapped to no pgkb user (current_user_id NULL) owns nothing: coalesce, never a NULL test
+    if owner_id is null or not coalesce(kb.current_is_admin() or owner_id = kb.current_user_id(), false) then
         raise exception 'unknown API key %', key_id using errcode = 'no_data_found',
             hint = 'SELECT key_id, name FROM kb.list_api_keys() lists yours';
     end if;

@@ -124,6 +124,10 @@ def test_another_users_keys_cannot_be_listed_revoked_or_made(world, connect_as):
             bob.execute("select kb.revoke_api_key(%s)", [key_id])
         messages.append(str(e.value).replace(key_id, "<id>"))
     assert messages[0] == messages[1]
+    # a login role mapped to no pgkb user (mallory), and the service acting for nobody, own no key either
+    for role in ("mallory", "svc"):
+        with pytest.raises(psycopg.errors.NoDataFound):
+            connect_as(role).execute("select kb.revoke_api_key(%s)", [alice_id])
     assert snapshot(world) == before
     assert verify(connect_as("svc"), alice_key) == "alice"
 
