@@ -30,3 +30,9 @@ def test_citation_markers_link_only_to_given_citations():
     assert '<a href="#citation-1" class="cite">[1]</a>' in html and '<a href="#citation-2" class="cite">[2]</a>' in html
     assert "<code>[1]</code>" in html and "[9]" in html and "#citation-9" not in html
     assert render("[1]") == "<p>[1]</p>\n"
+
+
+def test_long_texts_are_plain_escaped_text():
+    wide = "| " + " | ".join(f"c{i}" for i in range(3000)) + " |\n" + "|---" * 3000 + "|\n<b>x</b>"
+    out = render(wide)
+    assert out.startswith('<pre class="plain">') and "<table>" not in out and "&lt;b&gt;x&lt;/b&gt;" in out

@@ -296,18 +296,26 @@ class Backend:
     def api_key_user(self, key_id: str, secret_sha256: bytes) -> str | None:
         """The pgkb user of the database API key ``key_id`` whose secret hashes to ``secret_sha256``, or None
         for an unknown, wrong, revoked or expired one (kb.verify_api_key, which also records its last use).
-        A verdict is reused for API_KEY_CACHE_SECONDS. ServiceError when the database cannot answer."""
+        A verdict is reused for API_KEY_CACHE_SECONDS. ServiceError when the database cannot answer (a fixed
+        message: the caller is not authenticated; the details go to the log)."""
         asked_at = time.monotonic()
         with self._key_lock:
             valid_until, user = self._key_verdicts.get((key_id, secret_sha256), (asked_at, None))
         if valid_until > asked_at:
             return user
-        with (
-            self.connection() as conn,
-            _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
-            self.acting(conn, None),
-        ):
-            user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+        try:
+            with (
+                self.connection() as conn,
+                _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
+                self.acting(conn, None),
+            ):
+                user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+        except ServiceError as e:
+            # the caller is not known yet: the database's address and roles are for the log, not for them
+            log.warning("could not check an API key: %s", e)
+            raise ServiceError(
+                "cannot check the API key now: the knowledge base database is unavailable; try again"
+            ) from None
         with self._key_lock:
             if len(self._key_verdicts) >= API_KEY_CACHE_SIZE:
                 self._key_verdicts.clear()

@@ -5,6 +5,7 @@ a new tab with no referrer. In an answer, the [n] markers of its citations becom
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Collection
 
@@ -12,6 +13,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 LINK_SCHEMES = ("http://", "https://", "kb://")
+# rendering costs grow with a text's shape (a table thousands of columns wide): longer texts are shown as
+# plain, escaped text, so one request's rendering stays bounded whatever a knowledge base holds
+MAX_RENDERED_CHARS = 8000
 _MARKER = re.compile(r"\[(\d{1,6})\]")
 
 
@@ -60,7 +64,10 @@ def _cite(children: list[Token], numbers: Collection[int]) -> list[Token]:
 
 
 def render(text: str | None, citations: Collection[int] = ()) -> str:
-    """HTML for Markdown ``text``; [n] for n in ``citations`` becomes a link to that citation."""
+    """HTML for Markdown ``text``; [n] for n in ``citations`` becomes a link to that citation. A text longer
+    than MAX_RENDERED_CHARS is its escaped self in a <pre>."""
+    if len(text or "") > MAX_RENDERED_CHARS:
+        return f'<pre class="plain">{html.escape(text)}</pre>\n'
     tokens = _MD.parse(text or "")
     if citations:
         for token in tokens:
