@@ -327,6 +327,42 @@ begin
 end
 $$;
 
+-- text with the square brackets inside Markdown code -- fenced blocks and `inline` spans -- replaced by
+-- U+E010 / U+E011, so that kb.check_citations reads items[0] or [1, 2] in code as code, not as citation
+-- markers; translate(x, E'\ue010\ue011', '[]') restores them. Linear in the lines.
+create or replace function kb.mask_code_brackets(input text)
+returns text
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    line text;
+    span text;
+    fence text;
+    lines text [] := '{}';
+begin
+    if input !~ '[`~]' then
+        return input;
+    end if;
+    foreach line in array string_to_array(input, E'\n') loop
+        if fence is not null then
+            if btrim(line) ~ ('^' || fence || '[`~]*$') then
+                fence := null;
+            end if;
+            line := translate(line, '[]', E'\ue010\ue011');
+        elsif line ~ '^\s{0,3}(```|~~~)' then
+            fence := substring(line from '^\s{0,3}(```|~~~)');
+        else
+            for span in select m[1] from regexp_matches(line, '(`[^`]+`)', 'g') as m loop
+                line := replace(line, span, translate(span, '[]', E'\ue010\ue011'));
+            end loop;
+        end if;
+        lines := lines || line;
+    end loop;
+    return array_to_string(lines, E'\n');
+end
+$$;
+
 -- The body of kb.cite (its parameter renamed: kb.cite's output column "answer" shadows its parameter).
 -- Internal; the contract is kb.cite's, below.
 create or replace function kb.check_citations(reply text, hits kb.search_result[])
@@ -337,7 +373,7 @@ as $$
 declare
     marker constant text := '(?:\[|【)\s*\d{1,6}(?:\s*[,，、–~-]\s*\d{1,6})*\s*(?:\]|】)';
     n_sources integer := coalesce(cardinality(hits), 0);
-    rest text := reply;
+    rest text := kb.mask_code_brackets(reply);     -- [n] in code is code, not a citation
     out text := '';
     statement_start integer := 1;
     m text [];
@@ -429,7 +465,7 @@ begin
     from (select e.key::integer as n, e.value as statements from jsonb_each_text(cited) as e) as c
     join lateral (select (hits[c.n]).*) as h on true;
 
-    answer := out;
+    answer := translate(out, E'\ue010\ue011', '[]');
     citations := result_citations;
     uncited := cited = '{}' and btrim(out) <> '' and btrim(out) not in (
         '知识库中未找到相关信息', '知识库中未找到相关信息。', 'Not found in the knowledge base.',

@@ -309,6 +309,19 @@ def test_llm_answer_citations_map_to_sources(world, connect_as, fake_chat):
     assert chat.headers[0]["Authorization"] == f"Bearer {KEY}"
 
 
+def test_brackets_in_code_are_code_not_citations(world):
+    """kb.cite leaves [0] / [1, 2] inside fenced and inline code as they are: passage answers hold code
+    verbatim, and a removed "citation" there would change the code."""
+    hits = hits_sql("'退款到账时间'")
+    answer = (
+        "取第一项 `items[0]` 与 `arr[1]`：\n\n```js\nconst x = [1, 2][0];\nlet y = z[9];\n```\n\n到账时间见表 [1] [9]"
+    )
+    row = world.execute(f"select * from kb.cite(%s, {hits})", [answer]).fetchone()
+    out, citations, dropped = row[0], row[1], row[2]
+    assert "`items[0]` 与 `arr[1]`" in out and "const x = [1, 2][0];\nlet y = z[9];" in out
+    assert dropped == 1 and [c["n"] for c in citations] == [1] and out.endswith("到账时间见表 [1]")
+
+
 def test_unknown_citation_removed_and_counted(world, connect_as, fake_chat):
     chat = fake_chat("cite9")
     set_settings(world, chat_url=chat.url)

@@ -183,6 +183,7 @@ INTERNAL = [
     "has_cjk",
     "check_citations",
     "check_answer_input",
+    "mask_code_brackets",
     "markdown_blocks",
     "writable_kb",
     "is_image_failure_of",
