@@ -56,7 +56,7 @@ class Asked:
     answer: str = ""  # kb.extractive_reply of the top_k hits
     citations: list = field(default_factory=list)  # kb.cite's citations of it
     dropped: int = 0  # citation numbers kb.cite removed (naming no source)
-    contents: list = field(default_factory=list)  # the top_k hits' contents (source n = contents[n - 1])
+    contents: list = field(default_factory=list)  # the answer's sources' contents (source n = contents[n - 1])
 
 
 @dataclass
@@ -90,7 +90,7 @@ select kb.answer_evidence(%(q)s, asis.hits), kb.answer_evidence(%(q)s, hidden.hi
     exists (select from r where n <= %(top_k)s and (h).doc_key = any(%(relevant)s)),
     cardinality(hidden.hits),
     cited.answer, cited.citations, cited.dropped,
-    array(select (x).content from unnest(asis.hits) as x)
+    array(select (x).content from unnest(cited.sources) as x)
 from asis, hidden,
     lateral kb.extractive_reply(%(q)s, asis.hits) as cited
 """
