@@ -22,8 +22,6 @@ from pgkb.migrate import migrate
 from pgvector.psycopg import register_vector
 from pytest_postgresql import factories
 
-REPO = Path(__file__).resolve().parents[1]
-DATASETS = REPO.parent / "shared" / "datasets"
 _cluster: EmbeddedCluster | None = None
 _tmpdir: str | None = None
 

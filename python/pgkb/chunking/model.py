@@ -6,8 +6,6 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-CHUNK_TYPES = ("text", "code", "table", "faq", "image")
-
 
 class ChunkingError(ValueError):
     """The input cannot be chunked (unsupported type, invalid encoding, binary data, corrupt PDF...)."""
