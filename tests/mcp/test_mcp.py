@@ -506,6 +506,32 @@ def test_bearer_user_env_tokens_first_then_database_keys(world, connect_as):
         backend.close()
 
 
+def test_key_checks_are_bounded_and_refusals_never_evict_real_keys(world, connect_as):
+    """API keys are checked before the caller is known: at most a quarter of the call slots check keys at
+    once (the next is turned away as busy, and counted), the database's address is never in the answer,
+    and a flood of made-up keys fills the refusals' cache, not the real keys' verdicts."""
+    from pgkb.serving.auth import bearer_user
+
+    key_id, key = api_key(connect_as("alice"))
+    backend = make_backend(svc_dsn(world))
+    try:
+        assert bearer_user(backend, key) == "alice"
+        for i in range(50):
+            assert bearer_user(backend, f"pgkb_{key_id}_{i:064x}") is None
+        assert len(backend._key_refusals) == 50 and len(backend._key_verdicts) == 1
+        held = [backend._key_checks.acquire(timeout=1) for _ in range(max(1, backend.config.max_concurrent // 4))]
+        assert all(held)
+        try:
+            with pytest.raises(ServiceError, match="busy checking API keys"):
+                bearer_user(backend, f"pgkb_{key_id}_{'f' * 64}")
+        finally:
+            for _ in held:
+                backend._key_checks.release()
+        assert bearer_user(backend, key) == "alice"  # from the cache, and the database again after it
+    finally:
+        backend.close()
+
+
 def test_calls_waiting_for_a_busy_pool_share_one_probe(world, monkeypatch):
     """Calls that wait POOL_QUICK_WAIT_SECONDS for a pooled connection check with a direct connection that
     the database is up: one probe answers for all that wait together. They used to open one each, in turn;

@@ -120,7 +120,12 @@ class Backend:
         self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
         self._key_lock = threading.Lock()
-        self._key_verdicts: dict[tuple[str, bytes], tuple[float, str | None]] = {}  # -> (valid until, user)
+        # (key_id, secret hash) -> (valid until, user); refusals apart, so a flood of made-up keys never
+        # evicts the verdicts of real ones
+        self._key_verdicts: dict[tuple[str, bytes], tuple[float, str | None]] = {}
+        self._key_refusals: dict[tuple[str, bytes], tuple[float, str | None]] = {}
+        # key checks run before the caller is known: at most a quarter of the call slots go to them
+        self._key_checks = threading.BoundedSemaphore(max(1, config.max_concurrent // 4))
         self._calls = 0  # of them, in progress now (for /metrics)
         self._calls_lock = threading.Lock()
         self.metrics = ServerMetrics(server)
@@ -299,10 +304,35 @@ class Backend:
         A verdict is reused for API_KEY_CACHE_SECONDS. ServiceError when the database cannot answer (a fixed
         message: the caller is not authenticated; the details go to the log)."""
         asked_at = time.monotonic()
+        key = (key_id, secret_sha256)
         with self._key_lock:
-            valid_until, user = self._key_verdicts.get((key_id, secret_sha256), (asked_at, None))
+            valid_until, user = self._key_verdicts.get(key) or self._key_refusals.get(key) or (asked_at, None)
         if valid_until > asked_at:
             return user
+        if not self._key_checks.acquire(timeout=SLOT_WAIT_SECONDS):
+            self.metrics.busy.labels("key_checks").inc()
+            raise ServiceError("the server is busy checking API keys; try again in a moment")
+        try:
+            with (
+                self.connection() as conn,
+                _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
+                self.acting(conn, None),
+            ):
+                user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+        except ServiceError as e:
+            # the caller is not known yet: the database's address and roles are for the log, not for them
+            log.warning("could not check an API key: %s", e)
+            raise ServiceError(
+                "cannot check the API key now: the knowledge base database is unavailable; try again"
+            ) from None
+        finally:
+            self._key_checks.release()
+        with self._key_lock:
+            verdicts = self._key_verdicts if user is not None else self._key_refusals
+            if len(verdicts) >= API_KEY_CACHE_SIZE:
+                verdicts.clear()
+            verdicts[key] = (asked_at + API_KEY_CACHE_SECONDS, user)
+        return user
         try:
             with (
                 self.connection() as conn,
