@@ -86,7 +86,8 @@ class ServerMetrics:
         self.busy = Counter(
             "pgkb_busy_rejections",
             "Calls turned away because a concurrency limit was reached, by limit (max_concurrent: "
-            "PGKB_MCP_MAX_CONCURRENT; max_pending, max_per_client: the embed server's)",
+            "PGKB_MCP_MAX_CONCURRENT; key_checks: API keys checked at once; max_pending, max_per_client: the "
+            "embed server's)",
             ["limit"],
             registry=self.registry,
         )
