@@ -55,7 +55,8 @@ $$;
 -- True when evidence that passes kb.answer_gate would answer offline on the strength of meaning alone: the
 -- first source holds less than the setting answer_min_coverage of the idf mass of the question's terms that
 -- the knowledge bases hold (evidence.top_known_coverage; terms they lack -- a Chinese question's bigrams
--- across word boundaries -- say nothing about the source). kb.ask then gives the closest passages as such (mode 'closest'), not as an answer.
+-- across word boundaries -- say nothing about the source). kb.ask then gives the closest passages as
+-- such (mode 'closest'), not as an answer.
 create or replace function kb.answer_is_closest(evidence jsonb)
 returns boolean
 language plpgsql stable security definer
@@ -65,7 +66,8 @@ declare
     least_coverage double precision := kb.setting('answer_min_coverage')::double precision;
 begin
     if evidence is null or jsonb_typeof(evidence) <> 'object' then
-        raise exception 'evidence must be a JSON object (see kb.answer_evidence)' using errcode = 'invalid_parameter_value';
+        raise exception 'evidence must be a JSON object (see kb.answer_evidence)'
+            using errcode = 'invalid_parameter_value';
     end if;
     return coalesce((evidence ->> 'top_known_coverage')::double precision, 0) < least_coverage;
 end

@@ -270,7 +270,8 @@ begin
         end if;
         -- the hit's headings below the passage's (those the previous hit of the passage did not show)
         for i in cardinality(common) + 1 .. coalesce(cardinality(hit.heading_path), 0) loop
-            continue when prev.chunk_id is not null and prev.heading_path[1:i] is not distinct from hit.heading_path[1:i];
+            continue when prev.chunk_id is not null
+                and prev.heading_path[1:i] is not distinct from hit.heading_path[1:i];
             piece := '**' || hit.heading_path[i] || '**';
             used := used + length(piece);
             out := out || piece;

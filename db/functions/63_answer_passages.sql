@@ -3,12 +3,11 @@
 -- knowledge bases the caller may read: hits are re-checked against kb.visible_kb_ids(), so a hand-made
 -- hits array learns nothing), and the steps section when the question asks how to do something.
 
--- The chunks to answer question from, in answer order, as kb.search_result rows: for up to two anchors
--- (the first visible hit; then the next whose kb.term_overlap with the question is at least half the best
--- hit's, from another section -- for a how-to question another document -- and with other text) the anchor's section -- the run of chunks around it with the
--- same heading path, at most 8 on each side -- or, for the first anchor of a how-to question (怎么办, 如何,
--- how do I, steps), the first section of its document whose heading names steps (步骤, 处理, steps, procedure …), with its
--- subsections (at most 12 chunks). Raises on a bad question or more than 100 hits.
+-- The chunks to answer question from, in answer order, as kb.search_result rows: the section (the run of
+-- chunks with its heading path, at most 8 each side) of the first visible hit -- for a how-to question
+-- (怎么办, 如何, how do I) its document's first steps section (步骤, 处理, steps …) with subsections, at most
+-- 12 chunks -- and of one more hit as relevant by kb.term_overlap from another section (another document
+-- for a how-to question) with other text. Raises on a bad question or more than 100 hits.
 create or replace function kb.answer_sources(question text, hits kb.search_result[])
 returns kb.search_result[]
 language plpgsql stable security definer

@@ -150,7 +150,8 @@ $$;
 -- metadata @> filter). mode NULL / 'auto': 'llm' when kb.settings chat_url is set, else 'extractive';
 -- 'llm' without an endpoint raises. Returns one row; mode 'not_found' (the chat endpoint never called)
 -- when kb.answer_gate refuses the evidence, 'closest' (found false: the passages nearest the question,
--- introduced as such) when an extractive answer's first source holds few of its words. stream: chat deltas arrive as NOTICEs 'pgkb-delta:<text>'.
+-- introduced as such) when an extractive answer's first source holds few of its words. stream: chat
+-- deltas arrive as NOTICEs 'pgkb-delta:<text>'.
 create or replace function kb.ask(
     question text,
     top_k integer default 5,
