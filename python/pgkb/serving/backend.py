@@ -333,24 +333,6 @@ class Backend:
                 verdicts.clear()
             verdicts[key] = (asked_at + API_KEY_CACHE_SECONDS, user)
         return user
-        try:
-            with (
-                self.connection() as conn,
-                _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
-                self.acting(conn, None),
-            ):
-                user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
-        except ServiceError as e:
-            # the caller is not known yet: the database's address and roles are for the log, not for them
-            log.warning("could not check an API key: %s", e)
-            raise ServiceError(
-                "cannot check the API key now: the knowledge base database is unavailable; try again"
-            ) from None
-        with self._key_lock:
-            if len(self._key_verdicts) >= API_KEY_CACHE_SIZE:
-                self._key_verdicts.clear()
-            self._key_verdicts[(key_id, secret_sha256)] = (asked_at + API_KEY_CACHE_SECONDS, user)
-        return user
 
     def embedder(self, conn: psycopg.Connection):
         with self._lock:
