@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from migration_files import add_migration
 from pgkb.cli import main
 from pgkb.migrate import pending_migrations
 
@@ -67,16 +68,16 @@ def test_database_lacking_a_new_migration_is_refused_until_migrated(empty_databa
     monkeypatch.setenv("PGKB_DB_DIR", str(db_dir))
     assert main(["db", "migrate"]) == 0
     capsys.readouterr()
-    (db_dir / "migrations" / "999_arrived_later.sql").write_text("create table kb.arrived_later (id int);\n")
+    name = add_migration(db_dir, "arrived_later", "create table kb.arrived_later (id int);\n")
 
     assert main(["model", "list"]) == 1
-    assert "lacks 1 migration (999_arrived_later.sql): run `pgkb db migrate`" in capsys.readouterr().err
+    assert f"lacks 1 migration ({name}): run `pgkb db migrate`" in capsys.readouterr().err
     with psycopg.connect(empty_database) as conn:
         assert conn.execute("select to_regclass('kb.arrived_later')").fetchone() == (None,)
-        assert pending_migrations(conn, db_dir) == ["999_arrived_later.sql"]
+        assert pending_migrations(conn, db_dir) == [name]
 
     assert main(["db", "migrate"]) == 0
-    assert "applied migration 999_arrived_later.sql" in capsys.readouterr().out
+    assert f"applied migration {name}" in capsys.readouterr().out
     assert main(["model", "list"]) == 0
 
 

@@ -73,7 +73,8 @@ def _ledger_findings(conn: psycopg.Connection, db_dir: Path) -> list[Finding]:
             f"migration {name} is not recorded as applied, though later ones are: its record was deleted, or "
             "the file was added out of order",
             f"if its changes are in the database, record it: insert into kb.schema_migrations (version, name, "
-            f"checksum) values ('{name[:3]}', '{name}', '{checksum}'); otherwise pgkb db migrate",
+            f"checksum) values ('{name[:3]}', '{name}', '{checksum}'); otherwise give the file the next free number "
+            "(pgkb db migrate runs migrations in order only)",
         )
         for name, checksum in state.unrecorded
     ]

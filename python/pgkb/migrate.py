@@ -1,5 +1,8 @@
 """Apply db/migrations (numbered, each exactly once, checksummed) and db/functions (re-applied when
-changed) in one transaction under an advisory lock. Running it twice changes nothing. When there is
+changed) in one transaction under an advisory lock. Running it twice changes nothing. Migrations run in
+their numbered order only: a gap in the folder's numbering, a version missing from kb.schema_migrations
+below the highest one recorded, or a pending migration numbered below it stops everything with a
+MigrationError naming the versions (see _check_order). When there is
 something to apply, every kb table is locked first without queueing (see _lock_tables), so migrating
 while searches run neither deadlocks with them nor stalls them for long.
 
@@ -29,6 +32,7 @@ import psycopg
 
 LOCK_KEY = 0x70676B62  # "pgkb"
 LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
+_VERSION = re.compile(r"\d{3}")
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")  # fullmatch: "$" would let a trailing newline through
 _REQUIRES = re.compile(r"--\s*requires:\s*([a-z0-9_]+)\s*")
 _DEFINES = re.compile(r"create\s+or\s+replace\s+(?:function|view)\s+kb\.([a-z0-9_]+)", re.IGNORECASE)
@@ -99,7 +103,36 @@ def _migrations(db_dir: Path) -> list[tuple[str, Path]]:
     versions = [v for v, _ in files]
     if len(set(versions)) != len(versions):
         raise MigrationError("two migration files share a number")
+    missing = _gaps(versions)
+    if missing:
+        raise MigrationError(
+            f"{db_dir / 'migrations'} has a gap in its numbering: {', '.join(missing)} missing before "
+            f"{versions[-1]}; migrations run in order, one number after another; nothing was changed"
+        )
     return files
+
+
+def _gaps(versions: list[str]) -> list[str]:
+    """The three-digit versions from 001 up to the highest of ``versions`` that are not among them."""
+    present = {int(v) for v in versions}
+    return [f"{n:03d}" for n in range(1, max(present, default=0) + 1) if n not in present]
+
+
+def _check_order(recorded: list[str], pending: list[str]) -> None:
+    """Refuse to migrate out of order: every version below the highest one kb.schema_migrations records
+    must be recorded too, so a pending migration numbered below it (a deleted record, or a file added after
+    later ones were applied) would run after migrations written to run after it."""
+    versions = [v for v in recorded if _VERSION.fullmatch(v)]
+    lacking = _gaps(versions)
+    if not lacking:
+        return
+    early = [name for name in pending if name[:3] in lacking]
+    raise MigrationError(
+        f"kb.schema_migrations records {max(versions)} but lacks {', '.join(lacking)} below it"
+        + (f", so {', '.join(early)} would run after later migrations" if early else "")
+        + ": if their changes are in the database, restore their records (pgkb db doctor prints them); a "
+        "migration file added out of order needs the next free number; nothing was changed"
+    )
 
 
 def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
@@ -159,6 +192,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                         f"migration {path.name} was changed after it was applied; add a new "
                         "migration instead of editing an applied one"
                     )
+            _check_order(list(applied), [path.name for _, path, _, _ in pending])
 
             files, report.skipped = _function_files(conn, db_dir)
             functions_checksum = _functions_checksum(files)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from migration_files import add_migration
 from pgkb.cli import main
 from pgkb.cluster import EmbeddedCluster
 from pgkb.config import Settings
@@ -259,15 +260,16 @@ def test_pending_and_unknown_migrations_are_named(healthy, monkeypatch, capsys, 
     """db/ with a migration the database lacks, and the database recording one db/ lacks."""
     db_dir = tmp_path / "db"
     shutil.copytree(Settings.from_env().db_dir, db_dir)
-    (db_dir / "migrations" / "998_later.sql").write_text("select 1;\n")
-    healthy.execute("insert into kb.schema_migrations (version, name, checksum) values ('999', '999_x.sql', 'x')")
+    later = add_migration(db_dir, "later", "select 1;\n")
+    newer = f"{int(later[:3]) + 1:03d}"
+    healthy.execute("insert into kb.schema_migrations (version, name, checksum) values (%s, 'x.sql', 'x')", [newer])
     monkeypatch.setenv("PGKB_DB_DIR", str(db_dir))
     code, report = doctor(capsys)
     found = problems(report, "migrations")
-    assert code == 1 and [(c["detail"], c["fix"]) for c in found if "998" in c["detail"]] == [
-        ("not applied yet: 998_later.sql", "pgkb db migrate")
+    assert code == 1 and [(c["detail"], c["fix"]) for c in found if later in c["detail"]] == [
+        ("not applied yet: " + later, "pgkb db migrate")
     ]
-    assert any(c["detail"].startswith("kb.schema_migrations records 999, which") for c in found)
+    assert any(c["detail"].startswith(f"kb.schema_migrations records {newer}, which") for c in found)
 
 
 def test_a_dropped_function_is_named_and_migrate_restores_it(healthy, capsys):

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from migration_files import add_migration
 from pgkb.config import Settings
 from pgkb.migrate import MigrationError, migrate
 
@@ -53,13 +54,11 @@ def test_changed_function_files_are_reapplied(db, tmp_path: Path):
 def test_failed_migration_leaves_database_unchanged(db, tmp_path: Path):
     db_dir = tmp_path / "db"
     shutil.copytree(Settings.from_env().db_dir, db_dir)
-    (db_dir / "migrations" / "999_broken.sql").write_text(
-        "create table kb.half_done (id int);\nselect no_such_function();\n"
-    )
-    with pytest.raises(MigrationError, match="999_broken"):
+    name = add_migration(db_dir, "broken", "create table kb.half_done (id int);\nselect no_such_function();\n")
+    with pytest.raises(MigrationError, match=name):
         migrate(db, db_dir)
     assert db.execute("select to_regclass('kb.half_done')").fetchone()[0] is None
-    assert db.execute("select count(*) from kb.schema_migrations where version = '999'").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb.schema_migrations where version = %s", [name[:3]]).fetchone()[0] == 0
 
 
 def test_default_model_and_its_hnsw_index_exist(db):
@@ -133,7 +132,7 @@ def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
 
     db_dir = tmp_path / "db"
     shutil.copytree(Settings.from_env().db_dir, db_dir)
-    (db_dir / "migrations" / "998_extra.sql").write_text("create table kb.extra_table (id int);\n")
+    name = add_migration(db_dir, "extra", "create table kb.extra_table (id int);\n")
     info = db.info
     with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=info.dbname) as reader:
         reader.execute("select count(*) from kb.chunks").fetchone()  # holds ACCESS SHARE until rollback
@@ -141,9 +140,7 @@ def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
             migrate(db, db_dir, lock_wait_s=0.5)
         assert db.execute("select to_regclass('kb.extra_table')").fetchone()[0] is None
         reader.rollback()
-        assert migrate(db, db_dir, lock_wait_s=0.5).applied == ["998_extra.sql"]
-    db.execute("drop table kb.extra_table")
-    db.execute("delete from kb.schema_migrations where version = '998'")
+        assert migrate(db, db_dir, lock_wait_s=0.5).applied == [name]
 
 
 def kb_indexes(db) -> dict[str, str]:
@@ -252,6 +249,56 @@ def test_migrate_without_sql_files_fails_loudly_and_changes_nothing(
     if empty == "migrations":  # the check before every command reads the migrations only
         assert main(["search", "退款"]) == 1
         assert f"pgkb: error: no SQL files in {db_dir / empty}" in capsys.readouterr().err
+
+
+def _gap_in_the_folder(db_dir: Path, conn) -> tuple[str, ...]:
+    name = add_migration(db_dir, "after_gap", "create table kb.out_of_order (id int);\n")
+    later = f"{int(name[:3]) + 1:03d}_after_gap.sql"
+    (db_dir / "migrations" / name).rename(db_dir / "migrations" / later)
+    return (f"has a gap in its numbering: {name[:3]} missing before {later[:3]}",)
+
+
+def _record_deleted(db_dir: Path, conn) -> tuple[str, ...]:
+    add_migration(db_dir, "after_gap", "create table kb.out_of_order (id int);\n")
+    conn.execute("delete from kb.schema_migrations where version = '005'")
+    highest = conn.execute("select max(version) from kb.schema_migrations where version <> 'functions'").fetchone()[0]
+    return (f"records {highest} but lacks 005 below it, so 005_ingest_failures.sql would run after later",)
+
+
+def _newer_one_applied(db_dir: Path, conn) -> tuple[str, ...]:
+    """A migration arrives (a merge) numbered below one a newer pgkb already applied."""
+    name = add_migration(db_dir, "after_gap", "create table kb.out_of_order (id int);\n")
+    newer = f"{int(name[:3]) + 1:03d}"
+    conn.execute("insert into kb.schema_migrations (version, name, checksum) values (%s, 'x.sql', 'x')", [newer])
+    return (f"records {newer} but lacks {name[:3]} below it, so {name} would run after later migrations",)
+
+
+@pytest.mark.parametrize("break_order", [_gap_in_the_folder, _record_deleted, _newer_one_applied])
+def test_migrations_out_of_order_are_refused_and_change_nothing(
+    empty_database, tmp_path: Path, monkeypatch, capsys, break_order
+):
+    """Migrations run in their numbered order only: a gap in the folder, a version missing from the ledger
+    below the highest recorded, a pending migration below an applied one; `pgkb db migrate` names the
+    versions, exits 1 and changes nothing (no table made, the ledger as it was)."""
+    import psycopg
+    from pgkb.cli import main
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(Settings.from_env().db_dir, db_dir)
+    monkeypatch.setenv("PGKB_DATABASE_URL", empty_database)
+    monkeypatch.setenv("PGKB_DB_DIR", str(db_dir))
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, db_dir)
+        expected = break_order(db_dir, conn)
+        ledger = conn.execute("select * from kb.schema_migrations order by version").fetchall()
+        capsys.readouterr()
+        assert main(["db", "migrate"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("pgkb: error: ") and all(part in err for part in expected), err
+        with pytest.raises(MigrationError, match="nothing was changed"):
+            migrate(conn, db_dir)
+        assert conn.execute("select to_regclass('kb.out_of_order')").fetchone() == (None,)
+        assert conn.execute("select * from kb.schema_migrations order by version").fetchall() == ledger
 
 
 def test_default_sql_is_the_packaged_one(monkeypatch):
