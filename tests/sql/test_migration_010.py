@@ -1,19 +1,17 @@
-"""Migration 010 (input hardening) on a database that holds what the older functions could store: terms
-longer than 64 characters, document keys in NFD (alone, and next to their NFC twin), term statistics at
-df = 0, an all-zero embedding."""
+"""Migration 010 (input hardening) on a database the release before it made and filled through its own
+functions: terms longer than 64 characters, document keys in NFD (alone, and next to their NFC twin), term
+statistics at df = 0, an all-zero embedding. Then migrated to HEAD, 010 and every later migration in order."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from pathlib import Path
 
-import psycopg
+import numpy as np
 import pytest
 from pgkb.config import Settings
 from pgkb.migrate import migrate
-from psycopg.conninfo import make_conninfo
+from releases import release_database
 
 NFC_CAFE, NFD_CAFE = "caf\u00e9.md", "cafe\u0301.md"
 NFC_NAIVE, NFD_NAIVE = "na\u00efve.md", "nai\u0308ve.md"
@@ -22,19 +20,9 @@ LONG = "q" * 100
 
 @pytest.fixture
 def old_db(db, tmp_path: Path):
-    """A new database migrated up to 009 (with the current db/functions), then dropped again."""
-    db_dir = tmp_path / "db"
-    shutil.copytree(Settings.from_env().db_dir, db_dir)
-    (db_dir / "migrations" / "010_input_hardening.sql").unlink()
-    name = f"pgkb_mig010_{uuid.uuid4().hex[:8]}"
-    db.execute(f"create database {name} template template0")
-    conn = psycopg.connect(make_conninfo(db.info.dsn, dbname=name), autocommit=True)
-    try:
-        migrate(conn, db_dir)
+    """A database the last release before 010 made (issue 5's: 001-009, tests/releases.py)."""
+    with release_database(db, "issue-5", tmp_path) as conn:
         yield conn
-    finally:
-        conn.close()
-        db.execute(f"drop database {name}")
 
 
 def write(conn, doc_key, *contents):
@@ -66,45 +54,37 @@ def recomputed(conn):
     )
 
 
-def test_migration_010_brings_stored_data_in_line(old_db):
+def test_migration_010_brings_stored_data_in_line(old_db, db):
     conn = old_db
-    # what the current functions store: the reference for the long-term chunk after the migration
+    # what that release's functions store: the whole 100-character term ...
     write(conn, "long.md", f"前言 {LONG} 结尾")
-    long_chunk, *reference = conn.execute("select id, term_freqs, term_count from kb.chunks").fetchone()
-    # ... and what the old ones stored: the whole 100-character term
-    conn.execute("update kb.term_stats set term = %s where term = %s", [LONG, LONG[:64]])
-    conn.execute(
-        "update kb.chunks set term_freqs = term_freqs - %s::text || jsonb_build_object(%s::text, 1)", [LONG[:64], LONG]
-    )
+    long_chunk = conn.execute("select id from kb.chunks").fetchone()[0]
     assert conn.execute("select max(length(t)) from kb.chunks, unnest(terms) t").fetchone()[0] == 100
-    # a key in NFC and its NFD twin (older), and a lone NFD key
+    # ... a key in NFD next to its NFC twin, and a lone NFD key with an ingest failure
+    write(conn, NFD_CAFE, "旧版内容")
     write(conn, NFC_CAFE, "新版内容")
-    write(conn, "twin.md", "旧版内容")
-    conn.execute(
-        "update kb.documents set doc_key = %s, updated_at = now() - interval '1 day' where doc_key = 'twin.md'",
-        [NFD_CAFE],
-    )
-    write(conn, "naive-tmp.md", "天真")
-    conn.execute("update kb.documents set doc_key = %s where doc_key = 'naive-tmp.md'", [NFD_NAIVE])
-    kb_id = conn.execute("select id from kb.knowledge_bases where name = 'legacy'").fetchone()[0]
-    conn.execute("insert into kb.ingest_failures (kb_id, doc_key, error) values (%s, %s, 'x')", [kb_id, NFD_NAIVE])
-    # a term nobody uses any more, and a zero vector stored for a chunk that was then marked done
-    conn.execute("insert into kb.term_stats (kb_id, term, df) values (%s, 'ghost', 0)", [kb_id])
-    zero_chunk = conn.execute("select max(id) from kb.chunks").fetchone()[0]
-    conn.execute("delete from kb.embedding_queue where chunk_id = %s", [zero_chunk])
-    conn.execute(
-        "insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)"
-        " select %s, id, %s, array_fill(0, array[dimension])::real[]::vector from kb.embedding_models",
-        [zero_chunk, kb_id],
-    )
-    conn.execute("update kb.documents set status = 'ready'")
+    write(conn, NFD_NAIVE, "天真")
+    conn.execute("select kb.record_ingest_failure('legacy', %s, 'x')", [NFD_NAIVE])
+    # ... a term nobody uses any more (df = 0 once its document is gone) ...
+    write(conn, "ghost.md", "ghost")
+    conn.execute("select kb.delete_document('legacy', 'ghost.md')")
+    assert conn.execute("select df from kb.term_stats where term = 'ghost'").fetchone() == (0,)
+    # ... and a zero vector stored for a chunk, its document then ready
+    zero_chunk = conn.execute(
+        "select c.id from kb.chunks c join kb.documents d on d.id = c.document_id where d.doc_key = %s", [NFD_NAIVE]
+    ).fetchone()[0]
+    model, dimension = conn.execute("select name, dimension from kb.embedding_models where is_default").fetchone()
+    conn.execute("select kb.store_embeddings(%s, %s, %s)", [model, [zero_chunk], [np.zeros(dimension, np.float32)]])
+    assert conn.execute("select status from kb.documents where doc_key = %s", [NFD_NAIVE]).fetchone() == ("ready",)
 
-    report = migrate(conn, Settings.from_env().db_dir)
-    assert report.applied == ["010_input_hardening.sql"]
+    db_dir = Settings.from_env().db_dir
+    report = migrate(conn, db_dir)
+    assert report.applied == sorted(p.name for p in (db_dir / "migrations").glob("*.sql") if p.name >= "010")
 
-    assert list(
-        conn.execute("select term_freqs, term_count from kb.chunks where id = %s", [long_chunk]).fetchone()
-    ) == reference
+    # the long chunk as HEAD's functions store it (in a fresh HEAD database)
+    write(db, "long.md", f"前言 {LONG} 结尾")
+    stored = "select term_freqs, term_count from kb.chunks where id = coalesce(%s, id)"
+    assert conn.execute(stored, [long_chunk]).fetchone() == db.execute(stored, [None]).fetchone()
     assert conn.execute("select max(length(t)) from kb.chunks, unnest(terms) t").fetchone()[0] == 64
     docs = dict(
         conn.execute(

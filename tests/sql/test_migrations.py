@@ -9,6 +9,7 @@ import pytest
 from migration_files import add_migration
 from pgkb.config import Settings
 from pgkb.migrate import MigrationError, migrate
+from releases import release_database
 
 
 def test_database_lc_ctype_is_utf8_and_chinese_trigrams_work(db):
@@ -85,44 +86,29 @@ def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason
 
 
 def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
-    """009 on a database that already holds chunks: every chunk gets its terms array (the keys of
-    term_freqs), term_freqs is recompressed with lz4, and lexical search finds the chunk through the new
-    GIN index."""
-    import psycopg
-
-    full = Settings.from_env().db_dir
-    old = tmp_path / "db"
-    shutil.copytree(full, old)
-    for later in (old / "migrations").glob("*.sql"):
-        if later.name >= "009":
-            later.unlink()
+    """009 on a database the first release (001-007) made and filled: every chunk gets its terms array (the
+    keys of term_freqs), term_freqs is recompressed with lz4, and lexical search finds the chunk through the
+    new GIN index."""
     write = "select kb.replace_document('upgrade', %s, %s, jsonb_build_array(jsonb_build_object('content', %s::text)))"
     compression = (
         "select pg_column_compression(c.term_freqs) from kb.chunks as c where c.ordinal = 0 and c.char_count > 1000"
     )
-    info = db.info
-    db.execute("drop database if exists pgkb_upgrade")
-    db.execute("create database pgkb_upgrade template template0 encoding 'UTF8' locale 'C.UTF-8'")
-    try:
-        with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname="pgkb_upgrade") as conn:
-            conn.autocommit = True
-            migrate(conn, old)
-            conn.execute(write, ["a.md", "A", "退款会在三个工作日内原路退回"])
-            many_terms = " ".join(f"word{i:04d}" for i in range(600))  # a term_freqs large enough to compress
-            conn.execute(write, ["b.md", "B", many_terms])
-            assert conn.execute(compression).fetchone()[0] == "pglz"
+    with release_database(db, "issues-2-4", tmp_path) as conn:
+        conn.execute(write, ["a.md", "A", "退款会在三个工作日内原路退回"])
+        many_terms = " ".join(f"word{i:04d}" for i in range(600))  # a term_freqs large enough to compress
+        conn.execute(write, ["b.md", "B", many_terms])
+        assert conn.execute(compression).fetchone()[0] == "pglz"
 
-            report = migrate(conn, full)
-            assert "009_term_array.sql" in report.applied
-            rows = conn.execute("select terms = kb.term_keys(term_freqs), cardinality(terms) from kb.chunks").fetchall()
-            assert len(rows) == 2 and all(same and n > 0 for same, n in rows)
-            assert conn.execute(compression).fetchone()[0] == "lz4"
-            assert conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall() == [("a.md",)]
-            assert conn.execute("select doc_key from kb.lexical_search('word0599', 5, 'upgrade')").fetchall() == [
-                ("b.md",)
-            ]
-    finally:
-        db.execute("drop database if exists pgkb_upgrade with (force)")
+        report = migrate(conn, Settings.from_env().db_dir)
+        assert "009_term_array.sql" in report.applied
+        rows = conn.execute(
+            "select terms = array(select k from jsonb_object_keys(term_freqs) as k order by k), cardinality(terms)"
+            " from kb.chunks"
+        ).fetchall()
+        assert len(rows) == 2 and all(same and n > 0 for same, n in rows)
+        assert conn.execute(compression).fetchone()[0] == "lz4"
+        assert conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall() == [("a.md",)]
+        assert conn.execute("select doc_key from kb.lexical_search('word0599', 5, 'upgrade')").fetchall() == [("b.md",)]
 
 
 def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
