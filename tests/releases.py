@@ -4,7 +4,8 @@ and that release's own `migrate` builds the database, so its ledger, schema and 
 user of that release has. Data then goes in through that release's SQL API, and the test migrates to HEAD.
 
 The commits need the repository's history: in a shallow clone (or a copy without .git) the tests say so and
-skip; in a full clone a recorded commit that is missing is a failure."""
+skip; in a full clone a recorded commit that is missing, or a git that cannot read the repository, is a
+failure."""
 
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ def require_commit(commit: str) -> None:
     clone lacks it (a rewritten history: the recorded releases need updating)."""
     if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
         return
+    if not (REPO / ".git").exists():
+        pytest.skip(f"{REPO} is no git checkout: upgrade tests build old releases from its history")
     shallow = _git("rev-parse", "--is-shallow-repository")
-    if shallow.returncode != 0:
-        pytest.skip(f"{REPO} is not a git checkout: upgrade tests build old releases from its history")
+    assert shallow.returncode == 0, f"git cannot read {REPO}: {shallow.stderr.decode().strip()}"
     if shallow.stdout.strip() == b"true":
         pytest.skip(
             f"this clone is shallow and lacks commit {commit[:12]}: upgrade tests build old releases from the "
