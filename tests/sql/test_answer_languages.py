@@ -14,7 +14,19 @@ from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 from test_ask import NOT_FOUND_EN, ask, set_settings
 
 REPO = Path(__file__).resolve().parents[2]
-QUESTIONS = [json.loads(line) for line in (REPO / "tests/fixtures/cross_language_questions.jsonl").open()]
+# doc-questions format, so `pgkb eval --docs examples/kb --questions` measures retrieval on them too
+QUESTIONS = [
+    {"q": row["query"], "docs": row["relevant"]}
+    for row in map(json.loads, (REPO / "tests/fixtures/cross_language_questions.jsonl").open())
+]
+# questions examples/kb has no answer for
+UNANSWERABLE = (
+    "What is the parental leave policy?",
+    "How do I book a meeting room?",
+    "火星基地的氧气配额是多少",
+    "公司年会在哪里举办？",
+)
+QUESTIONS += [{"q": q, "docs": []} for q in UNANSWERABLE]
 # answered "found" from another topic, with the cause measured (docs/quality.md, "Wrong-topic answers"): the
 # offline model ranks the Chinese answer 6th / 20th by vector, and the English document shares two words
 KNOWN_WRONG = {
