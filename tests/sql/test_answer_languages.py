@@ -27,12 +27,10 @@ UNANSWERABLE = (
     "公司年会在哪里举办？",
 )
 QUESTIONS += [{"q": q, "docs": []} for q in UNANSWERABLE]
-# answered "found" from another topic, with the cause measured (docs/quality.md, "Wrong-topic answers"): the
-# offline model ranks the Chinese answer 6th / 20th by vector, and the English document shares two words
-KNOWN_WRONG = {
-    "How do I get read-only access to the production database?",
-    "How do I release a service to production?",
-}
+# answered "found" from another topic, with the cause measured (docs/quality.md, "Mixed-language
+# evaluation"): the offline model ranks the Chinese deploy guide 20th by vector, while the English TLS runbook
+# is first by vector and by BM25 ("service", "production"), so no fusion can prefer the guide
+KNOWN_WRONG = {"How do I release a service to production?"}
 
 
 @pytest.fixture
