@@ -72,6 +72,30 @@ as $$
     select coalesce(array_agg(terms.term order by terms.pass, terms.ord, terms.sub), '{}') from terms
 $$;
 
+-- The scripts a text is written in, for matching questions with documents: 'cjk' (Han, kana, Hangul) and
+-- 'latin', each when it holds at least a quarter of the text's letters, a CJK character counted four times
+-- (it says what a word of ~4 letters says); the larger share first, none for a text without letters.
+-- So identifiers in a Chinese text do not make it Latin, while "退款 creatUser" is both.
+create or replace function kb.text_scripts(input text)
+returns text[]
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select array(
+        select x.script from (
+            values ('cjk', 4.0 * n.cjk), ('latin', n.latin::numeric)
+        ) as x (script, weight)
+        where x.weight > 0 and 4 * x.weight >= 4.0 * n.cjk + n.latin
+        order by x.weight desc, x.script
+    )
+    from (
+        select length(regexp_replace(input, '[^A-Za-z]', '', 'g')) as latin,
+            length(regexp_replace(
+                input, '[^' || '\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff' || '\uac00-\ud7af\uf900-\ufaff' || ']', '', 'g'
+            )) as cjk
+    ) as n
+$$;
+
 -- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function
 -- words (how, does, the, what, should ...). They name no topic, yet in a knowledge base of Chinese documents
 -- they are rare, so BM25 weighed them high and matched English documents of any topic to English questions.

@@ -535,6 +535,10 @@ $$;
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
 -- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
+-- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
+-- kb.text_scripts of the document title and headings; an English question, Chinese documents), so such a
+-- chunk that no term leg found is fused over the legs that can see it: its vector share scaled by (all
+-- weights / vector weight), as if the term legs had agreed. Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
 -- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb.heading_trail and
@@ -567,6 +571,7 @@ declare
     expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
     defaults record;
     doc_filter jsonb;
+    query_scripts text [] := kb.text_scripts(query);
 begin
     select * into defaults from kb.search_defaults();
     vector_weight := coalesce(vector_weight, defaults.vector_weight);
@@ -671,20 +676,40 @@ begin
         from hits as h join leg_stats as s on s.leg = h.leg
         group by h.chunk_id
     ),
+    -- the weights of the legs that ran: a chunk in another script than the query has no term in common
+    -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
+    legs_run as (
+        select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
+            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0)
+            + coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_terms
+        from hits as h
+    ),
     copies as materialized (
         -- each fused chunk with where it is and its place among the chunks of the same text (1: the best)
-        select fused.*, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata, k.name as kb_name,
-            d.doc_key, d.title, d.source_url, format('kb://%s/%s', k.name, d.doc_key) as uri,
-            md5(c.content) as text_hash,
-            row_number() over (
-                partition by md5(c.content)
-                order by fused.fused_score desc, coalesce(fused.v_rank, fused.l_rank, fused.f_rank), c.id
+        select x.*, row_number() over (
+                partition by x.text_hash order by x.fused_score desc, coalesce(x.v_rank, x.l_rank, x.f_rank), x.id
             ) as place
-        from fused
-        -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
-        join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
-        join kb.documents as d on d.id = c.document_id
-        join kb.knowledge_bases as k on k.id = c.kb_id
+        from (
+            select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
+                fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
+                k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
+                format('kb://%s/%s', k.name, d.doc_key) as uri,
+                case
+                    when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
+                        and legs_run.w_vector > 0 and cardinality(query_scripts) > 0
+                        and (kb.text_scripts(coalesce(
+                            nullif(concat_ws(' ', d.title, array_to_string(c.heading_path, ' ')), ''), c.content
+                        )))[1] <> all(query_scripts)
+                        then fused.fused_score * (legs_run.w_vector + legs_run.w_terms) / legs_run.w_vector
+                    else fused.fused_score
+                end as fused_score
+            from fused
+            cross join legs_run
+            -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
+            join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
+            join kb.documents as d on d.id = c.document_id
+            join kb.knowledge_bases as k on k.id = c.kb_id
+        ) as x
     )
     select r.chunk_id, r.kb_name, r.doc_key, r.title, kb.heading_trail(r.title, r.heading_path), r.ordinal,
         r.content, kb.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,

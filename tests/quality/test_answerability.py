@@ -233,3 +233,43 @@ def test_llm_citations_are_faithful(db, embedder, loaded, fake_chat, fake_embedd
             assert c["quote"] and c["quote"] in content
         citing_relevant += any(c["doc_key"] in q.relevant for c in citations)
     assert citing_relevant >= 5  # of 6: the answers rest on the judged documents
+
+
+def test_strict_hiding_drops_every_chunk_that_still_holds_the_answer(db, embedder, tmp_path):
+    """The strict unanswerable case hides, besides the judged document: a document with the same text (the
+    same FAQ answer twice), a near-duplicate of it (cosine >= 0.95), and every chunk holding the gold answer
+    string. The old construction keeps them, so its "unanswerable" question is still answered."""
+    corpus = [
+        *CORPUS,
+        {"_id": "refund-twin", "title": "退款政策（旧版）", "text": CORPUS[0]["text"]},
+        {"_id": "refund-near", "title": "退款", "text": CORPUS[0]["text"] + "如有疑问请联系客服。"},
+        {"_id": "vacation-note", "title": "假期", "text": "年假 5 天带薪，按自然年计算。"},
+    ]
+    folder = write_beir(tmp_path / "strict-set", corpus)
+    queries = [dict(q) for q in QUERIES]
+    queries[5]["metadata"] = {"answers": ["5 天带薪"]}  # q6 年假有几天
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in queries), "utf-8")
+    assert evaluate.run(parse(str(folder), "--modes", "lexical"), settings_for(db), embedder=embedder) == 0
+    dataset = load_beir(folder)
+    q1, q6 = dataset.queries[0], dataset.queries[5]
+    assert q1.same_answer == ("refund-twin",) and q6.answers == ("5 天带薪",)
+    report = answerability.evaluate(db, dataset, "eval-strict-set", model_spec(db), embedder, [], top_k=5, depth=9)
+    docs = chunk_docs(db, "eval-strict-set")
+    by_id = {a.query.id: a for a in report.asked}
+
+    def shown(evidence: dict) -> set[str]:
+        return {docs[h["chunk_id"]] for h in evidence["per_hit"]}
+
+    # the old case keeps the near-duplicate (the twin is one result with the judged chunk, whichever copy wins)
+    assert "refund-near" in shown(by_id["q1"].hidden_evidence)
+    assert not {"refund", "refund-twin", "refund-near"} & shown(by_id["q1"].strict_evidence)
+    assert "vacation-note" in shown(by_id["q6"].hidden_evidence)
+    assert not {"vacation", "vacation-note"} & shown(by_id["q6"].strict_evidence)
+    assert by_id["q1"].strict_hits == len(by_id["q1"].strict_evidence["per_hit"]) == 5
+    # the strict case hides at least what the old one hides, and the report carries both
+    for a in report.asked:
+        assert shown(a.strict_evidence) <= set(docs.values()) - set(a.query.relevant)
+    default = report.rows[0]
+    assert default["refused_unanswerable_strict"] >= default["refused_unanswerable"]
+    text = answerability.markdown(report, answerability.default_setting(db))
+    assert "refused unanswerable (strict)" in text and "first citation relevant" in text

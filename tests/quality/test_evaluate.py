@@ -13,8 +13,9 @@ import pytest
 from pgkb.cli import build_parser
 from pgkb.config import Settings, packaged_db_dir
 from pgkb.quality import evaluate
-from pgkb.quality.datasets import EvalError, Query, load_beir, load_questions, read_qrels, sample
+from pgkb.quality.datasets import EvalError, Query, load_beir, load_questions, read_qrels, replace_queries, sample
 from pgkb.quality.metrics import ModeResult, dedupe, mrr_at, ndcg_at, percentile, recall_at, score_mode
+from pgkb.quality.searching import SearchSettings, embed_queries, other_kb_key, search_mode
 
 # ------------------------------------------------------------------------------------------- metrics
 
@@ -224,7 +225,7 @@ KEYS = {"recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10", "p50_ms", "p95
 
 
 def check_shape(report: dict, modes: list[str]) -> None:
-    assert set(report) == {"dataset", "model", "n_queries", "modes"}
+    assert set(report) == {"dataset", "model", "n_queries", "searched_kbs", "modes"}
     assert isinstance(report["dataset"], str) and isinstance(report["model"], str)
     assert isinstance(report["n_queries"], int)
     assert list(report["modes"]) == modes
@@ -435,3 +436,67 @@ def test_embedding_endpoint_down_stops_the_load_and_evaluates_nothing(db, tmp_pa
     failed = db.execute("select doc_key from kb.ingest_failures order by doc_key").fetchall()
     assert len(failed) == 3  # three documents in a row, each tried alone after the batch failed; then it stops
     assert db.execute("select count(*) from kb.documents").fetchone() == (0,)
+
+
+# ------------------------------------------------------------------- translated questions, mixed runs
+
+
+def test_queries_file_asks_other_texts_with_the_same_judgments(tmp_path):
+    dataset = load_beir(write_beir(tmp_path / "tiny-set"))
+    translated = tmp_path / "en.jsonl"
+    translated.write_text(
+        json.dumps({"_id": "q1", "text": "How long does a refund take?"}) + "\n"
+        + json.dumps({"id": "q4", "query": "如何回滚部署"}, ensure_ascii=False) + "\n",
+        "utf-8",
+    )  # fmt: skip
+    replace_queries(dataset, translated)
+    assert [(q.id, q.text, q.relevant, q.kind) for q in dataset.queries] == [
+        ("q1", "How long does a refund take?", {"zh-refund": 1.0}, "zh"),
+        ("q4", "如何回滚部署", {"en-deploy": 1.0}, "en"),
+    ]
+    for line, message in [
+        ({"_id": "q9", "text": "x"}, "'q9' is not a judged question"),
+        ({"_id": "q5", "text": "x"}, "'q5' is not a judged question"),  # q5 has no judgment
+        ({"_id": "q1", "text": " "}, 'no "text"'),
+    ]:
+        translated.write_text(json.dumps(line) + "\n", "utf-8")
+        with pytest.raises(EvalError, match=message):
+            replace_queries(load_beir(tmp_path / "tiny-set"), translated)
+    translated.write_text(json.dumps({"_id": "q1", "text": "a"}) + "\n" + json.dumps({"_id": "q1", "text": "b"}) + "\n")
+    with pytest.raises(EvalError, match="'q1' is not a judged question"):  # given twice
+        replace_queries(load_beir(tmp_path / "tiny-set"), translated)
+
+
+def test_mixed_run_searches_every_knowledge_base_and_judges_only_its_own(db, embedder, tmp_path, capsys):
+    """Another set holding near-copies of this one's documents under the same keys: in a mixed run its hits
+    compete for the ranks but never count as relevant."""
+    own = write_beir(tmp_path / "own-set")
+    twin_corpus = [{**d, "text": d["text"] + " (copy)"} for d in CORPUS]
+    twin = write_beir(tmp_path / "twin-set", corpus=twin_corpus)
+    for folder in (own, twin):
+        assert evaluate.run(parse(str(folder), "--modes", "lexical"), settings_for(db), embedder=embedder) == 0
+    capsys.readouterr()
+    spec = evaluate.configured_embedder(db, settings_for(db), embedder)[0]
+    emb = embed_queries(spec, embedder, ["退款多久到账"])[0]
+    alone, _ = search_mode(db, "hybrid", "退款多久到账", emb, "eval-own-set", spec, SearchSettings(depth=10))
+    mixed, _ = search_mode(
+        db, "hybrid", "退款多久到账", emb, "eval-own-set", spec, SearchSettings(depth=10), mixed=True
+    )
+    assert set(alone) <= {d["_id"] for d in CORPUS}
+    assert other_kb_key("eval-twin-set", "zh-refund") in mixed[:2] and "zh-refund" in mixed[:2]
+    assert len(mixed) > len(alone)
+
+    out = tmp_path / "mixed.json"
+    args = parse(str(own), "--modes", "hybrid", "--mixed", "--out", str(out))
+    assert evaluate.run(args, settings_for(db), embedder=embedder) == 0
+    report = json.loads(out.read_text("utf-8"))
+    assert {"eval-own-set", "eval-twin-set"} <= set(report["searched_kbs"])
+    printed = capsys.readouterr().out
+    assert "Searched together with" in printed and "`eval-twin-set`" in printed
+    # the twin's copies take ranks: MRR can only fall against the run on the set alone
+    args = parse(str(own), "--modes", "hybrid", "--out", str(tmp_path / "alone.json"))
+    assert evaluate.run(args, settings_for(db), embedder=embedder) == 0
+    solo = json.loads((tmp_path / "alone.json").read_text("utf-8"))
+    assert solo["searched_kbs"] == ["eval-own-set"]
+    assert report["modes"]["hybrid"]["mrr@10"] <= solo["modes"]["hybrid"]["mrr@10"]
+    assert report["modes"]["hybrid"]["recall@10"] == solo["modes"]["hybrid"]["recall@10"] == 1.0

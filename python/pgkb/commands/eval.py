@@ -22,6 +22,14 @@ def register(sub) -> None:
     parser.add_argument("--out", default=None, help="write the report as JSON to this file")
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate a seeded sample of N queries")
     parser.add_argument("--seed", type=int, default=0, help="sample seed for --max-queries (default 0)")
+    parser.add_argument(
+        "--queries", metavar="FILE.jsonl", default=None,
+        help="ask these questions instead (e.g. translations): {_id or id, text or query} per judged question id",
+    )  # fmt: skip
+    parser.add_argument(
+        "--mixed", action="store_true",
+        help="search every knowledge base you can read, judged on this dataset's (cross-collection/language)",
+    )  # fmt: skip
     d = SearchSettings()
     db_default = "default: the database's, SELECT * FROM kb.search_defaults()"
     parser.add_argument("--fusion", default=None, choices=FUSIONS, help=f"how hybrid fuses the legs ({db_default})")

@@ -5,7 +5,12 @@ Every question of a dataset is asked twice against the knowledge base `pgkb eval
 
 * **answerable** -- as it is: the top ``top_k`` hits of ``kb.hybrid_search`` (the retrieval ``kb.ask`` does);
 * **unanswerable** -- with its relevant documents hidden: the same search run once with a larger depth
-  (``depth``, default 100), every hit of a relevant document dropped, and the first ``top_k`` of the rest.
+  (``depth``, default 100), every hit of a relevant document dropped, and the first ``top_k`` of the rest;
+* **unanswerable, strict** -- the same, and also every hit that still holds the answer: a chunk containing
+  one of the question's gold answer strings (BEIR ``metadata.answers``), a chunk of a document whose text
+  equals a relevant one's (the same FAQ answer twice), and a chunk whose embedding is a near-duplicate
+  (cosine >= ``NEAR_DUPLICATE``) of a chunk of a relevant document. A question made unanswerable only by
+  hiding its judged documents can still be answerable; this one is not, as far as the data tells.
 
 Both hit lists go to the database's own ``kb.answer_evidence(question, hits)``; the gate is
 ``kb.answer_gate(evidence, min_score)``, called for every threshold of the sweep (``min_score => NULL`` is
@@ -42,6 +47,7 @@ DEFAULT_TOP_K = 5  # kb.ask's default top_k
 DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb.search's max)
 GOAL_REFUSED_UNANSWERABLE = 0.90  # issue goal: >= 90 % of unanswerable questions get "not found"
 GOAL_REFUSED_ANSWERABLE = 0.10  # ... while <= 10 % of answerable ones do
+NEAR_DUPLICATE = 0.95  # cosine at or above which a chunk counts as a copy of a judged one (strict hiding)
 
 
 @dataclass
@@ -53,6 +59,8 @@ class Asked:
     hidden_evidence: dict  # kb.answer_evidence of the top_k hits left once the relevant documents are dropped
     retrieved: bool  # a relevant document is among the top_k hits
     hidden_hits: int  # hits left for the hidden case (< top_k: the depth ran out)
+    strict_evidence: dict  # kb.answer_evidence once every hit that still holds the answer is dropped too
+    strict_hits: int  # hits left for the strict case
     answer: str = ""  # kb.extractive_reply of the top_k hits
     citations: list = field(default_factory=list)  # kb.cite's citations of it
     dropped: int = 0  # citation numbers kb.cite removed (naming no source)
@@ -85,13 +93,34 @@ asis as (select coalesce(array_agg(h order by n), '{}') as hits from r where n <
 hidden as (
     select coalesce(array_agg(h order by n), '{}') as hits
     from (select h, n from r where (h).doc_key <> all(%(relevant)s) order by n limit %(top_k)s) as x
+),
+strict_hidden as (
+    select coalesce(array_agg(h order by n), '{}') as hits
+    from (
+        select h, n from r
+        where (h).doc_key <> all(%(relevant)s) and (h).doc_key <> all(%(same_answer)s)
+            and not exists (select from unnest(%(answers)s::text[]) as a where strpos((h).content, a) > 0)
+            and not exists (
+                select from kb.embeddings as mine
+                join kb.embeddings as judged on judged.model_id = mine.model_id
+                join kb.chunks as jc on jc.id = judged.chunk_id
+                join kb.documents as jd on jd.id = jc.document_id
+                join kb.knowledge_bases as jk on jk.id = jd.kb_id
+                where mine.chunk_id = (h).chunk_id
+                    and mine.model_id = (select m.id from kb.embedding_models as m where m.name = %(model)s)
+                    and jk.name = %(kb)s and jd.doc_key = any(%(relevant)s)
+                    and (mine.embedding <=> judged.embedding) <= 1 - %(near)s
+            )
+        order by n limit %(top_k)s
+    ) as x
 )
 select kb.answer_evidence(%(q)s, asis.hits), kb.answer_evidence(%(q)s, hidden.hits),
     exists (select from r where n <= %(top_k)s and (h).doc_key = any(%(relevant)s)),
     cardinality(hidden.hits),
+    kb.answer_evidence(%(q)s, strict_hidden.hits), cardinality(strict_hidden.hits),
     cited.answer, cited.citations, cited.dropped,
     array(select (x).content from unnest(cited.sources) as x)
-from asis, hidden,
+from asis, hidden, strict_hidden,
     lateral kb.extractive_reply(%(q)s, asis.hits) as cited
 """
 
@@ -121,7 +150,8 @@ def ask_all(
             row = conn.execute(
                 _ASK_SQL,
                 {"q": q.text, "depth": depth, "kb": kb, "emb": emb, "model": spec.name, "top_k": top_k,
-                 "relevant": relevant},
+                 "relevant": relevant, "same_answer": list(q.same_answer), "answers": list(q.answers),
+                 "near": NEAR_DUPLICATE},
             ).fetchone()  # fmt: skip
             out.append(Asked(q, *row))
         if progress:
@@ -188,7 +218,10 @@ def score(
     ``unrelated`` questions, asked as they are). ``gate_settings`` (kb.settings answer_* values) are set for
     these gate calls only, in a transaction rolled back after."""
     n = len(asked)
-    evidences = [a.evidence for a in asked] + [a.hidden_evidence for a in asked] + [u.evidence for u in unrelated]
+    evidences = (
+        [a.evidence for a in asked] + [a.hidden_evidence for a in asked] + [a.strict_evidence for a in asked]
+        + [u.evidence for u in unrelated]
+    )  # fmt: skip
     if gate_settings:
         with conn.transaction(force_rollback=True):
             for key, value in gate_settings.items():
@@ -199,13 +232,16 @@ def score(
     n_retrieved = sum(a.retrieved for a in asked)
     rows = []
     for threshold, answered in zip(thresholds, opens, strict=True):
-        answerable, hidden, foreign = answered[:n], answered[n : 2 * n], answered[2 * n :]
+        answerable, hidden, strict, foreign = (
+            answered[:n], answered[n : 2 * n], answered[2 * n : 3 * n], answered[3 * n :]
+        )  # fmt: skip
         refused = [not x for x in answerable]
         extra = {"refused_unrelated": _share(sum(not x for x in foreign), len(foreign))} if unrelated else {}
         rows.append({
             "settings": dict(gate_settings or {}),
             "min_score": threshold,
             "refused_unanswerable": _share(sum(not x for x in hidden), n),
+            "refused_unanswerable_strict": _share(sum(not x for x in strict), n),
             "refused_answerable": _share(sum(refused), n),
             "refused_answerable_retrieved": _share(
                 sum(r for r, a in zip(refused, asked, strict=True) if a.retrieved), n_retrieved
@@ -222,15 +258,16 @@ def _squash(text: str) -> str:
 def faithfulness(asked: Sequence[Asked], answered: Sequence[bool]) -> dict[str, Any]:
     """Citation faithfulness of the extractive answers of the questions the gate ``answered``: of all their
     citations, the share whose quote is text of the cited chunk, whose cited document is relevant (qrels),
-    and both; the share of answers citing a relevant document; the share of answer lines whose statement
-    is verbatim text of the chunk it cites; dropped
-    citation numbers (naming no source) in all."""
-    n_cit = quoted = relevant = both = lines = verbatim = dropped = citing_relevant = 0
+    and both; the share of answers citing a relevant document, and of answers whose first citation is one;
+    the share of answer lines whose statement is verbatim text of the chunk it cites; dropped citation
+    numbers (naming no source) in all."""
+    n_cit = quoted = relevant = both = lines = verbatim = dropped = citing_relevant = first_relevant = 0
     for a, ok in zip(asked, answered, strict=True):
         if not ok:
             continue
         dropped += a.dropped
         citing_relevant += any(a.query.relevant.get(c["doc_key"], 0) > 0 for c in a.citations)
+        first_relevant += bool(a.citations) and a.query.relevant.get(a.citations[0]["doc_key"], 0) > 0
         contents = [_squash(c or "") for c in a.contents]
         for c in a.citations:
             n_cit += 1
@@ -257,6 +294,7 @@ def faithfulness(asked: Sequence[Asked], answered: Sequence[bool]) -> dict[str, 
         "statement_in_cited_chunk": _share(verbatim, lines),
         "dropped_citations": dropped,
         "answers_citing_relevant": _share(citing_relevant, sum(bool(x) for x in answered)),
+        "first_citation_relevant": _share(first_relevant, sum(bool(x) for x in answered)),
     }
 
 
@@ -269,7 +307,7 @@ def _share(k: int, n: int) -> float:
 
 def meets_goal(row: dict[str, Any]) -> bool:
     return (
-        row["refused_unanswerable"] >= GOAL_REFUSED_UNANSWERABLE
+        row["refused_unanswerable_strict"] >= GOAL_REFUSED_UNANSWERABLE
         and row["refused_answerable"] <= GOAL_REFUSED_ANSWERABLE
     )
 
@@ -349,7 +387,8 @@ def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
         else None,
         "seconds": report.seconds,
         "questions": [
-            {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence, "retrieved": a.retrieved}
+            {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence,
+             "strict_evidence": a.strict_evidence, "strict_hits": a.strict_hits, "retrieved": a.retrieved}
             for a in report.asked
         ],  # fmt: skip
     }
@@ -368,19 +407,23 @@ def markdown(report: Report, default: str | None = None) -> str:
     lines = [
         f"### {report.dataset} — answerability, {n} questions, model {report.model}, kb `{report.kb}`",
         "",
-        f"Relevant document in the top {report.top_k}: {retrieved}/{n}. Goal: refused unanswerable ≥ "
-        f"{GOAL_REFUSED_UNANSWERABLE:.0%}, refused answerable ≤ {GOAL_REFUSED_ANSWERABLE:.0%}."
+        f"Relevant document in the top {report.top_k}: {retrieved}/{n}. Goal: refused unanswerable (strict) ≥ "
+        f"{GOAL_REFUSED_UNANSWERABLE:.0%}, refused answerable ≤ {GOAL_REFUSED_ANSWERABLE:.0%}. Unanswerable: "
+        "judged documents hidden; strict: also every chunk holding an answer string, the same FAQ answer, "
+        f"or a near-duplicate (cosine ≥ {NEAR_DUPLICATE}) of a judged chunk."
         + (f" Unrelated: {len(report.unrelated)} questions of {report.unrelated_name}." if report.unrelated else ""),
         "",
         ("| gate settings " if varied else "")
-        + f"| min_score | refused unanswerable | refused answerable | refused answerable (retrieved){other} | goal |",
-        ("|---" if varied else "") + "|---|---:|---:|---:|" + ("---:|" if other else "") + "---|",
+        + "| min_score | refused unanswerable | refused unanswerable (strict) | refused answerable"
+        + f" | refused answerable (retrieved){other} | goal |",
+        ("|---" if varied else "") + "|---|---:|---:|---:|---:|" + ("---:|" if other else "") + "---|",
     ]
     for row in report.rows:
         label = f"default ({default})" if row["min_score"] is None else f"{row['min_score']:g}"
         prefix = f"| {_settings_label(row['settings']) or 'database'} " if varied else ""
         lines.append(
-            f"{prefix}| {label} | {row['refused_unanswerable']:.1%} | {row['refused_answerable']:.1%}"
+            f"{prefix}| {label} | {row['refused_unanswerable']:.1%} | {row['refused_unanswerable_strict']:.1%}"
+            f" | {row['refused_answerable']:.1%}"
             f" | {row['refused_answerable_retrieved']:.1%}"
             + (f" | {row['refused_unrelated']:.1%}" if other else "")
             + f" | {'met' if meets_goal(row) else ''} |"
@@ -393,7 +436,8 @@ def markdown(report: Report, default: str | None = None) -> str:
             f"citations): quote is text of the cited chunk {f['quote_in_cited_chunk']:.1%}, cited document "
             f"relevant {f['cited_document_relevant']:.1%}, both {f['faithful']:.1%}; answer lines whose "
             f"statement is verbatim text of the cited chunk {f['statement_in_cited_chunk']:.1%} of "
-            f"{f['answer_lines']}; answers citing a relevant document {f['answers_citing_relevant']:.1%}; "
+            f"{f['answer_lines']}; answers citing a relevant document {f['answers_citing_relevant']:.1%}, "
+            f"first citation relevant {f['first_citation_relevant']:.1%}; "
             f"citation numbers naming no source: {f['dropped_citations']}.",
         ]
     short = sum(a.hidden_hits < report.top_k for a in report.asked)

@@ -16,7 +16,7 @@ import json
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pgkb.models.embedding import ModelSpec
@@ -33,6 +33,7 @@ __all__ = [
     "load_questions",
     "read_jsonl",
     "read_qrels",
+    "replace_queries",
     "sample",
 ]
 
@@ -49,6 +50,8 @@ class Query:
     text: str
     relevant: dict[str, float]
     kind: str | None = None
+    answers: tuple[str, ...] = ()  # gold answer strings (BEIR metadata.answers), when the set has them
+    same_answer: tuple[str, ...] = ()  # other documents whose text equals a relevant one's (FAQ duplicates)
 
 
 @dataclass
@@ -106,6 +109,12 @@ def read_qrels(path: Path) -> dict[str, dict[str, float]]:
     return qrels
 
 
+def _answers(row: dict) -> tuple[str, ...]:
+    meta = row.get("metadata")
+    raw = meta.get("answers") if isinstance(meta, dict) else None
+    return tuple(a.strip() for a in raw if isinstance(a, str) and a.strip()) if isinstance(raw, list) else ()
+
+
 def _kind(row: dict) -> str | None:
     kind = row.get("kind")
     if kind is None and isinstance(row.get("metadata"), dict):
@@ -133,6 +142,10 @@ def load_beir(folder: Path, warn: Callable[[str], None] = lambda _m: None) -> Da
     raw_queries = read_jsonl(folder / "queries.jsonl", "queries.jsonl")
     qrels = read_qrels(folder / "qrels.tsv")
     queries, unknown_docs, no_text = [], 0, 0
+    by_text: dict[str, list[str]] = {}
+    for doc in corpus:
+        by_text.setdefault(" ".join((doc.get("text") or "").split()), []).append(doc["_id"])
+    text_of = {doc["_id"]: " ".join((doc.get("text") or "").split()) for doc in corpus}
     for row in raw_queries:
         qid = str(row.get("_id", ""))
         relevant = qrels.get(qid)
@@ -145,7 +158,9 @@ def load_beir(folder: Path, warn: Callable[[str], None] = lambda _m: None) -> Da
         kept = {doc: s for doc, s in relevant.items() if doc in ids}
         unknown_docs += len(relevant) - len(kept)
         if any(s > 0 for s in kept.values()):
-            queries.append(Query(qid, text.strip(), kept, _kind(row)))
+            positive = [d for d, s in kept.items() if s > 0]
+            twins = sorted({t for d in positive if text_of[d] for t in by_text[text_of[d]]} - set(positive))
+            queries.append(Query(qid, text.strip(), kept, _kind(row), _answers(row), tuple(twins)))
     known_qids = {str(r.get("_id", "")) for r in raw_queries}
     missing = [q for q in qrels if q not in known_qids]
     if missing:
@@ -178,6 +193,25 @@ def load_questions(docs: Path, questions: Path) -> Dataset:
     if missing:
         raise EvalError(f"relevant files not found under {docs}: {', '.join(missing[:5])}")
     return Dataset(questions.resolve().parent.name, queries, any_relevant=True, docs_dir=docs)
+
+
+def replace_queries(dataset: Dataset, path: Path) -> None:
+    """Ask the questions of ``path`` instead of the dataset's own (e.g. translations): one JSON object per
+    line with the id of a judged question (``_id`` or ``id``) and its new text (``text`` or ``query``). Only
+    the questions in the file are kept, with their judgments; EvalError for an unknown or repeated id."""
+    by_id = {q.id: q for q in dataset.queries}
+    kept: list[Query] = []
+    for n, row in enumerate(read_jsonl(path, "queries file"), 1):
+        qid, text = str(row.get("_id", row.get("id", ""))), row.get("text", row.get("query"))
+        if qid not in by_id:
+            raise EvalError(f"{path}:{n}: question id {qid!r} is not a judged question of {dataset.name}")
+        if not isinstance(text, str) or not text.strip():
+            raise EvalError(f'{path}:{n}: no "text" (or "query") string')
+        original = by_id.pop(qid)
+        kept.append(replace(original, text=text.strip()))
+    if not kept:
+        raise EvalError(f"{path} has no questions")
+    dataset.queries = kept
 
 
 def sample(queries: list[Query], n: int | None, seed: int) -> list[Query]:

@@ -42,6 +42,7 @@ from pgkb.quality.datasets import (
     default_kb,
     load_beir,
     load_questions,
+    replace_queries,
     sample,
 )
 from pgkb.quality.metrics import ModeResult, dedupe, score_mode
@@ -120,26 +121,30 @@ def evaluate(
     reranker=None,
     batch: int = 16,
     progress: Callable[[str], None] | None = None,
+    mixed: bool = False,
 ) -> dict[str, Any]:
-    """Embed every query once, run it in every mode, and return the JSON report."""
+    """Embed every query once, run it in every mode, and return the JSON report. ``mixed``: search every
+    knowledge base the connection can read, judged on ``kb``'s documents (the others only compete)."""
     queries = dataset.queries
     embeddings = embed_queries(spec, embedder, [q.text for q in queries], batch, progress)
     results = {m: ModeResult() for m in modes}
     for mode in modes:  # warm-up (caches, plans), not timed
-        search_mode(conn, mode, queries[0].text, embeddings[0], kb, spec, settings, reranker)
+        search_mode(conn, mode, queries[0].text, embeddings[0], kb, spec, settings, reranker, mixed=mixed)
     for n, (q, emb) in enumerate(zip(queries, embeddings, strict=True), 1):
         for mode in modes:
-            ranked, ms = search_mode(conn, mode, q.text, emb, kb, spec, settings, reranker)
+            ranked, ms = search_mode(conn, mode, q.text, emb, kb, spec, settings, reranker, mixed=mixed)
             results[mode].ranked.append(ranked)
             results[mode].latencies_ms.append(ms)
         if progress and (n % 10 == 0 or n == len(queries)):
             progress(f"\rsearching: {n}/{len(queries)} queries x {len(modes)} modes")
     if progress:
         progress("\n")
+    searched = [r[0] for r in conn.execute("select name from kb.list_knowledge_bases() order by name")]
     return {
         "dataset": dataset.name,
         "model": spec.name,
         "n_queries": len(queries),
+        "searched_kbs": searched if mixed else [kb],
         "modes": {m: score_mode(queries, results[m], dataset.any_relevant) for m in modes},
     }
 
@@ -148,6 +153,9 @@ def markdown(report: dict[str, Any], kb: str | None = None) -> str:
     """The report as Markdown: one row per mode, then recall@5 per kind (when the queries have kinds)."""
     head = f"### {report['dataset']} — {report['n_queries']} queries, model {report['model']}"
     lines = [head + (f", kb `{kb}`" if kb else ""), ""]
+    others = [k for k in report.get("searched_kbs", []) if k != kb]
+    if others:
+        lines[-1:] = ["", f"Searched together with {', '.join(f'`{k}`' for k in others)} (mixed).", ""]
     lines.append("| mode | R@1 | R@5 | R@10 | MRR@10 | nDCG@10 | p50 ms | p95 ms |")
     lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for mode, m in report["modes"].items():
@@ -247,6 +255,11 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         kb = args.kb or default_kb(dataset.name)
     except (EvalError, RerankError, ValueError) as e:
         return fail(str(e))
+    if getattr(args, "queries", None):
+        try:
+            replace_queries(dataset, Path(args.queries))
+        except EvalError as e:
+            return fail(str(e))
     dataset.queries = sample(dataset.queries, args.max_queries, args.seed)
     progress = _Progress()
 
@@ -287,7 +300,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             warn(f"{lacking} chunks of {kb} have no {spec.name} embedding: vector results are incomplete")
         report = evaluate(
             conn, dataset, kb, modes, spec, embedder, search_settings,
-            reranker=reranker, batch=settings.embed_batch, progress=progress,
+            reranker=reranker, batch=settings.embed_batch, progress=progress, mixed=getattr(args, "mixed", False),
         )  # fmt: skip
     print(markdown(report, kb))
     if args.out:

@@ -12,7 +12,16 @@ from pgkb.quality.datasets import EvalError
 from pgkb.quality.metrics import dedupe
 from pgkb.search import MODE_SETTINGS, query_rows, rerank
 
-__all__ = ["DEFAULT_DEPTH", "FUSIONS", "MAX_TOP_K", "SETTING_TYPES", "SearchSettings", "embed_queries", "search_mode"]
+__all__ = [
+    "DEFAULT_DEPTH",
+    "FUSIONS",
+    "MAX_TOP_K",
+    "SETTING_TYPES",
+    "SearchSettings",
+    "embed_queries",
+    "other_kb_key",
+    "search_mode",
+]
 
 DEFAULT_DEPTH = 50
 MAX_TOP_K = 100  # kb.search's own limit
@@ -56,9 +65,14 @@ class SearchSettings:
             raise EvalError(f"--rerank-depth must be between 1 and {MAX_TOP_K}")
 
 
-def search_mode(conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec, s: SearchSettings, reranker=None):
+def search_mode(
+    conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec, s: SearchSettings, reranker=None,
+    *, mixed: bool = False,
+):  # fmt: skip
     """(document keys in rank order (deduplicated), milliseconds) for one query in one mode, through the
-    search client's own SQL call and reranker (pgkb.search.query_rows / rerank)."""
+    search client's own SQL call and reranker (pgkb.search.query_rows / rerank). ``mixed``: search every
+    knowledge base the connection can read; a hit in another one than ``kb`` is keyed so it matches no
+    judgment (``other_kb_key``) and still takes its rank."""
     leg = "hybrid" if mode == "hybrid+rerank" else mode
     given = {
         "query_embedding": embedding, "model": spec.name, "vector_weight": s.vector_weight,
@@ -68,11 +82,16 @@ def search_mode(conn, mode: str, query: str, embedding, kb: str, spec: ModelSpec
     settings = {k: v for k, v in given.items() if k in MODE_SETTINGS[leg] and v is not None}
     top_k = max(s.depth, s.rerank_depth) if mode == "hybrid+rerank" else s.depth
     started = time.perf_counter()
-    hits, _ = query_rows(conn, leg, query, top_k, kb, **settings)
+    hits, _ = query_rows(conn, leg, query, top_k, None if mixed else kb, **settings)
     if mode == "hybrid+rerank" and hits:
         hits = rerank(reranker, query, hits[: s.rerank_depth]) + hits[s.rerank_depth :]
     ms = (time.perf_counter() - started) * 1000
-    return dedupe(h.doc_key for h in hits), ms
+    return dedupe(h.doc_key if h.kb == kb else other_kb_key(h.kb, h.doc_key) for h in hits), ms
+
+
+def other_kb_key(kb: str, doc_key: str) -> str:
+    """The ranking key of a document of another knowledge base in a mixed run: never a judged doc_key."""
+    return f"\x00{kb}/{doc_key}"
 
 
 def embed_queries(spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None) -> list:
