@@ -72,27 +72,30 @@ as $$
     select coalesce(array_agg(terms.term order by terms.pass, terms.ord, terms.sub), '{}') from terms
 $$;
 
--- The scripts a text is written in, for matching questions with documents: 'cjk' (Han, kana, Hangul) and
--- 'latin', each when it holds at least a quarter of the text's letters, a CJK character counted four times
--- (it says what a word of ~4 letters says); the larger share first, none for a text without letters.
--- So identifiers in a Chinese text do not make it Latin, while "退款 creatUser" is both.
+-- The scripts a text is written in, for matching questions with documents: 'cjk' and 'latin', each when it
+-- holds at least a quarter of the text's letters, the larger share first; none for a text without letters.
+-- Latin letters are A-Z and a-z; every character of three or more UTF-8 bytes (Han, kana, Hangul, CJK
+-- punctuation) counts as CJK, four times (one says what a word of ~4 letters says). Identifiers in a
+-- Chinese text do not make it Latin, while "退款 creatUser" is both. Cheap: no regular expression.
 create or replace function kb.text_scripts(input text)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select array(
-        select x.script from (
-            values ('cjk', 4.0 * n.cjk), ('latin', n.latin::numeric)
-        ) as x (script, weight)
-        where x.weight > 0 and 4 * x.weight >= 4.0 * n.cjk + n.latin
-        order by x.weight desc, x.script
-    )
+    select case
+        when n.latin = 0 and n.cjk = 0 then '{}'
+        when 4 * n.cjk < n.latin / 3.0 then '{latin}'
+        when n.latin < 4 * n.cjk / 3.0 then '{cjk}'
+        when 4 * n.cjk >= n.latin then '{cjk,latin}'
+        else '{latin,cjk}'
+    end::text[]
     from (
-        select length(regexp_replace(input, '[^A-Za-z]', '', 'g')) as latin,
-            length(regexp_replace(
-                input, '[^' || '\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff' || '\uac00-\ud7af\uf900-\ufaff' || ']', '', 'g'
-            )) as cjk
+        select m.latin, (octet_length(input) - length(input)) / 2 as cjk
+        from (
+            select length(input) - length(translate(
+                input, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', ''
+            )) as latin
+        ) as m
     ) as n
 $$;
 

@@ -536,7 +536,7 @@ $$;
 -- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
 -- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
--- kb.text_scripts of the document title and headings; an English question, Chinese documents), so such a
+-- kb.text_scripts of the document's title; an English question, Chinese documents), so such a
 -- chunk that no term leg found is fused over the legs that can see it: its vector share scaled by (all
 -- weights / vector weight), as if the term legs had agreed. Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
@@ -697,9 +697,7 @@ begin
                 case
                     when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
                         and legs_run.w_vector > 0 and cardinality(query_scripts) > 0
-                        and (kb.text_scripts(coalesce(
-                            nullif(concat_ws(' ', d.title, array_to_string(c.heading_path, ' ')), ''), c.content
-                        )))[1] <> all(query_scripts)
+                        and (kb.text_scripts(d.title))[1] <> all(query_scripts)
                         then fused.fused_score * (legs_run.w_vector + legs_run.w_terms) / legs_run.w_vector
                     else fused.fused_score
                 end as fused_score
