@@ -174,15 +174,3 @@ begin
     return (select u.name from kb.users as u where u.id = owner_id);
 end
 $$;
-
--- Row-level security (enabled by migration 024) as a second line: end-user roles hold no privilege on
--- kb.api_keys at all, but a role granted SELECT by hand still sees only its own keys.
-do $api_keys$
-begin
-    if to_regclass('kb.api_keys') is not null then  -- NULL: a schema before migration 024
-        drop policy if exists api_keys_visible on kb.api_keys;
-        create policy api_keys_visible on kb.api_keys for select
-        using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
-    end if;
-end
-$api_keys$;

@@ -44,7 +44,7 @@ def test_editing_an_applied_migration_is_an_error(db, tmp_path: Path):
 def test_changed_function_files_are_reapplied(db, tmp_path: Path):
     db_dir = tmp_path / "db"
     shutil.copytree(Settings.from_env().db_dir, db_dir)
-    search = db_dir / "functions" / "50_search.sql"
+    search = db_dir / "functions" / "54_search_api.sql"
     search.write_text(search.read_text() + "\n-- touched\n")
     assert migrate(db, db_dir).functions_applied
     assert not migrate(db, db_dir).functions_applied
