@@ -107,6 +107,25 @@ begin
 end
 $$;
 
+-- Internal: the id of knowledge base kb if the caller may write to it; else the error kb.resolve_kb gives
+-- (unknown or invisible: no_data_found), or insufficient_privilege (readable only). The one write check of
+-- every function that writes into a named knowledge base.
+create or replace function kb.writable_kb(kb text)
+returns integer
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb integer := kb.resolve_kb(writable_kb.kb);
+begin
+    if not kb.can_write_kb(target_kb) then
+        raise exception 'you may not write to knowledge base "%"', writable_kb.kb
+            using errcode = 'insufficient_privilege';
+    end if;
+    return target_kb;
+end
+$$;
+
 -- Raise unless the caller administers pgkb.
 create or replace function kb.require_admin(action text)
 returns void

@@ -300,16 +300,14 @@ begin
             select k.id into target_kb from kb.knowledge_bases as k where k.name = replace_document.kb;
         end;
     end if;
-    if not kb.can_write_kb(target_kb) then
-        -- a name taken by a knowledge base the caller cannot see: the same answer create_knowledge_base gives
-        if not target_kb = any(kb.visible_kb_ids()) then
-            raise exception 'knowledge base name "%" is not available', replace_document.kb
-                using errcode = 'unique_violation',
-                    hint = 'knowledge base names are unique across pgkb; choose another name';
-        end if;
-        raise exception 'you may not write to knowledge base "%"', replace_document.kb
-            using errcode = 'insufficient_privilege';
+    -- a name taken by a knowledge base the caller cannot see: the same answer create_knowledge_base gives
+    -- (whoever may write to a knowledge base may read it)
+    if not target_kb = any(kb.visible_kb_ids()) then
+        raise exception 'knowledge base name "%" is not available', replace_document.kb
+            using errcode = 'unique_violation',
+                hint = 'knowledge base names are unique across pgkb; choose another name';
     end if;
+    perform kb.writable_kb(replace_document.kb);
 
     -- unchanged document: report without taking any lock
     select * into doc from kb.documents as d
@@ -402,14 +400,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     canonical_key text := kb.canonical_doc_key(delete_document.doc_key);
-    target_kb integer := kb.resolve_kb(delete_document.kb);
+    target_kb integer := kb.writable_kb(delete_document.kb);
     doc_id bigint;
     old_chunk_ids bigint[];
 begin
-    if not kb.can_write_kb(target_kb) then
-        raise exception 'you may not write to knowledge base "%"', delete_document.kb
-            using errcode = 'insufficient_privilege';
-    end if;
     perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     select d.id into doc_id from kb.documents as d
     where d.kb_id = target_kb and d.doc_key = canonical_key
@@ -524,12 +518,8 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    target_kb integer := kb.resolve_kb(record_ingest_failure.kb);
+    target_kb integer := kb.writable_kb(record_ingest_failure.kb);
 begin
-    if not kb.can_write_kb(target_kb) then
-        raise exception 'you may not write to knowledge base "%"', record_ingest_failure.kb
-            using errcode = 'insufficient_privilege';
-    end if;
     insert into kb.ingest_failures as f (kb_id, doc_key, error)
     values (target_kb, kb.canonical_doc_key(doc_key), left(coalesce(error, 'unknown error'), 2000))
     on conflict on constraint ingest_failures_pkey do update set error = excluded.error, failed_at = now();
