@@ -12,8 +12,8 @@
 -- dead duplicate vectors of other knowledge bases before VACUUM), an exact scan of the visible slice
 -- (btree on model_id, kb_id) answers instead, so a small slice is searched exactly whatever n is, and
 -- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
--- hnsw.ef_search comes from kb.settings.hnsw_ef_search (set inside: the SET clause below only scopes it to
--- this call, so the caller's transaction keeps its own value).
+-- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
+-- is back when the leg returns.
 create or replace function kb.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -21,7 +21,6 @@ returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
-set "hnsw.ef_search" = 40
 as $$
 declare
     -- %3$s is empty for the HNSW scan; ' + 0, e.chunk_id' orders by an expression the index cannot serve
@@ -43,6 +42,7 @@ declare
         ) as nearest
     $sql$;
     fetch_n constant integer := greatest(n, 40);
+    callers_ef_search constant text := current_setting('hnsw.ef_search', true);
     ids bigint [];
     distances double precision [];
 begin
@@ -53,6 +53,7 @@ begin
         execute format(nearest_sql, model.dimension, model.id, ' + 0, e.chunk_id')
         into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
+    perform set_config('hnsw.ef_search', callers_ef_search, true);
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
     from unnest(ids[1:n], distances[1:n]) with ordinality as x (chunk_id, distance, ord);
 end
