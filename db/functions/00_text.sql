@@ -108,6 +108,16 @@ as $$
     from (select term, count(*) as n from unnest(terms) as term group by term) as counted
 $$;
 
+-- The keys of a {term: frequency} object, i.e. a chunk's distinct lexical terms (kb.chunks.terms, a
+-- generated column under the term GIN index, computes it; migration 009 made it). Immutable.
+create or replace function kb.term_keys(term_freqs jsonb)
+returns text[]
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(array_agg(k.key order by k.key), '{}') from jsonb_object_keys(term_freqs) as k (key)
+$$;
+
 -- The text a chunk is indexed under: document title, heading path and content.
 create or replace function kb.indexed_text(title text, heading_path text[], content text)
 returns text

@@ -11,6 +11,42 @@
 -- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb.encode_postings
 -- writes it; kb.decode_postings (SQL) and kb.lexical_leg_numpy (numpy) read it, and tests hold them equal.
 
+-- The impact tier of a posting: tf class (1, 2, 3-4, 5-8, 9-16, 17+) * 10 + length class (floors 0, 45,
+-- 64, 91, 128, 181, 256, 362, 512, 724 terms). Immutable: changing the classes needs a new migration
+-- that rebuilds kb.postings and kb.term_stats.tiers. Neither STRICT nor a SET clause, so that the planner
+-- inlines it (it runs once per posting written: as a function call it cost ~7 us each, a quarter of a
+-- document's write); it names no object, only integer comparisons, so the caller's search_path cannot
+-- change what it does (pg_catalog is searched first).
+create or replace function kb.posting_tier(tf integer, dl integer)
+returns smallint
+language sql immutable parallel safe
+as $$
+    select ((case when tf <= 1 then 0 when tf = 2 then 1 when tf <= 4 then 2 when tf <= 8 then 3
+        when tf <= 16 then 4 else 5 end) * 10
+        + (case when dl < 45 then 0 when dl < 64 then 1 when dl < 91 then 2 when dl < 128 then 3
+            when dl < 181 then 4 when dl < 256 then 5 when dl < 362 then 6 when dl < 512 then 7
+            when dl < 724 then 8 else 9 end))::smallint
+$$;
+
+-- The limits of a tier (kb.posting_tier): the highest tf (NULL: unbounded) and the lowest chunk length of
+-- its postings. BM25's tf part grows with tf and falls with length, so these bound it.
+create or replace function kb.posting_tier_limits(tier integer, out tf_max integer, out dl_min integer)
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select (array[1, 2, 4, 8, 16, null]::integer[])[tier / 10 + 1],
+        (array[0, 45, 64, 91, 128, 181, 256, 362, 512, 724])[tier % 10 + 1]
+$$;
+
+-- How many recent postings a term keeps in its kb.term_stats row before they move to kb.postings. Small
+-- enough that the row stays well below PostgreSQL's 2 kB TOAST threshold; large enough that most terms
+-- (rare ones) never need a block and a common term's move happens once per ~64 of its postings.
+create or replace function kb.recent_postings_limit()
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 64 $$;
+
 -- The most postings a block holds: a flush of recent postings rewrites at most a list's last block, a
 -- delete the blocks that held the removed postings.
 create or replace function kb.posting_block_size()
