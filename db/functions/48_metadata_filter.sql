@@ -60,7 +60,7 @@ $$;
 -- not empty). The bounds keep a search's filter work small: it runs on every candidate.
 create or replace function kb.check_metadata_condition(condition jsonb)
 returns jsonb
-language plpgsql immutable parallel safe
+language plpgsql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare

@@ -16,7 +16,7 @@ $$;
 -- English otherwise.
 create or replace function kb.not_found_text(question text)
 returns text
-language sql immutable parallel safe
+language sql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
     select case when kb.has_cjk(coalesce(question, '')) then '知识库中未找到相关信息'
@@ -26,7 +26,7 @@ $$;
 -- The line that opens a 'closest' answer (closest passages, not an answer) in the question's language.
 create or replace function kb.closest_text(question text)
 returns text
-language sql immutable parallel safe
+language sql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
     select case when kb.has_cjk(coalesce(question, '')) then '没有确切答案；以下是最接近的段落：'

@@ -521,6 +521,18 @@ def test_only_the_public_api_is_executable(world, role):
     assert not executable & set(INTERNAL)
 
 
+def test_public_helpers_work_for_users(world, as_):
+    """The public functions that ran as their caller and used internal helpers (failing for every user with
+    "permission denied for function has_cjk" or "is_blank") run as the owner and answer users."""
+    conn = as_("mallory")
+    assert conn.execute("select kb.not_found_text('退款'), kb.closest_text('refund')").fetchone() == (
+        "知识库中未找到相关信息",
+        "No exact answer; these are the closest passages:",
+    )
+    condition = {"conditions": [{"name": "year", "comparison_operator": ">", "value": 2020}]}
+    assert conn.execute("select kb.check_metadata_condition(%s)", [json.dumps(condition)]).fetchone()[0]
+
+
 def test_embedding_backlog_is_the_servers_totals_only(world, as_):
     """kb.embedding_backlog (the servers' /metrics): counts over every knowledge base for the service role,
     whoever it acts for; users, mapped or not, may not call it."""
