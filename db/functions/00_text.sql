@@ -76,7 +76,7 @@ $$;
 -- words (how, does, the, what, should ...). They name no topic, yet in a knowledge base of Chinese documents
 -- they are rare, so BM25 weighed them high and matched English documents of any topic to English questions.
 -- (Not "who": WHO; not "us": US.) A query of function words only keeps them all.
-create or replace function kb.query_terms(query text)
+create or replace function kb_internal.query_terms(query text)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -110,7 +110,7 @@ $$;
 
 -- The keys of a {term: frequency} object, i.e. a chunk's distinct lexical terms (kb.chunks.terms, a
 -- generated column under the term GIN index, computes it; migration 009 made it). Immutable.
-create or replace function kb.term_keys(term_freqs jsonb)
+create or replace function kb_internal.term_keys(term_freqs jsonb)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -131,7 +131,7 @@ $$;
 -- including U+00A0 no-break and U+3000 ideographic spaces), default-ignorable characters (zero-width
 -- spaces and joiners, word joiner, BOM, bidi marks, variation selectors, Hangul fillers, tags) and
 -- control characters. Used for chunk contents, queries and document keys alike.
-create or replace function kb.is_blank(input text)
+create or replace function kb_internal.is_blank(input text)
 returns boolean
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp

@@ -110,7 +110,7 @@ $$;
 -- Internal: the id of knowledge base kb if the caller may write to it; else the error kb.resolve_kb gives
 -- (unknown or invisible: no_data_found), or insufficient_privilege (readable only). The one write check of
 -- every function that writes into a named knowledge base.
-create or replace function kb.writable_kb(kb text)
+create or replace function kb_internal.writable_kb(kb text)
 returns integer
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -140,7 +140,7 @@ end
 $$;
 
 -- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
--- pgkb_user and bounded by the default timeouts (kb.bound_sessions). Returns the user id.
+-- pgkb_user and bounded by the default timeouts (kb_internal.bound_sessions). Returns the user id.
 create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
 returns bigint
 language plpgsql volatile security definer
@@ -160,7 +160,7 @@ begin
     returning u.id into uid;
     if db_role is not null then
         execute format('grant pgkb_user to %I', db_role);
-        perform kb.bound_sessions(db_role);
+        perform kb_internal.bound_sessions(db_role);
     end if;
     return uid;
 end
@@ -172,7 +172,7 @@ $$;
 -- behind a stuck lock or runs for at most that long, and stops soon after its client is gone. A user may
 -- still SET them in a session; the search functions also bound their own work (top_k, candidates, query
 -- terms, conditions). Superusers and settings a role was already given are left alone.
-create or replace function kb.bound_sessions(login_role name)
+create or replace function kb_internal.bound_sessions(login_role name)
 returns void
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
@@ -197,7 +197,7 @@ begin
     loop
         if not exists (select from unnest(given) as g where starts_with(g, parameter || '=')) then
             execute format('alter role %I in database %I set %I = %L', login_role, current_database(), parameter,
-                kb.setting(setting_key));
+                kb_internal.setting(setting_key));
         end if;
     end loop;
 exception when insufficient_privilege then
@@ -327,8 +327,8 @@ $$;
 -- Why a role must not serve end users, with the statement that fixes it; all NULL when it is fit to. reason:
 -- 'superuser', 'admin' (in pgkb_admin), 'owner' (of schema kb), 'mapped' (to a pgkb administrator) -- the
 -- roles that administer pgkb -- or 'bypassrls'; each sees more than the users it acts for.
--- kb.service_role_problem asks it for the session's login role, kb.doctor for every member of pgkb_service.
-create or replace function kb.role_problem(role_name name, out reason text, out problem text, out fix text)
+-- kb.service_role_problem asks it for the session's login role, kb_admin.doctor for every member of pgkb_service.
+create or replace function kb_internal.role_problem(role_name name, out reason text, out problem text, out fix text)
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -361,12 +361,12 @@ as $$
     where r.rolname = role_name
 $$;
 
--- Why the session's login role must not serve end users, or NULL when it is fit to (kb.role_problem).
+-- Why the session's login role must not serve end users, or NULL when it is fit to (kb_internal.role_problem).
 -- Evaluated on session_user, whatever pgkb.acting_user says. pgkb mcp refuses to start on a non-NULL answer.
 create or replace function kb.service_role_problem()
 returns text
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select (kb.role_problem(session_user)).problem
+    select (kb_internal.role_problem(session_user)).problem
 $$;

@@ -1,10 +1,10 @@
--- Search legs: vector (HNSW) and BM25 (posting blocks, kb.lexical_hits; the numpy engine is
+-- Search legs: vector (HNSW) and BM25 (posting blocks, kb_internal.lexical_hits; the numpy engine is
 -- 52_lexical_numpy.sql), each the top n (chunk_id, rank, score) of the knowledge bases kb_ids; the fuzzy
--- leg is BM25 of the query's terms with their corrections (kb.fuzzy_expansions, 49_fuzzy_terms.sql).
+-- leg is BM25 of the query's terms with their corrections (kb_internal.fuzzy_expansions, 49_fuzzy_terms.sql).
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
--- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
--- documents of kb_ids only (kb.visible_document_matches), once per document when the planner hashes them.
+-- kb_internal.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
+-- documents of kb_ids only (kb_internal.visible_document_matches), once per document when the planner hashes them.
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
@@ -14,7 +14,7 @@
 -- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
 -- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
 -- is back when the leg returns.
-create or replace function kb.vector_leg(
+create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
 returns table (chunk_id bigint, rank integer, score double precision)
@@ -35,7 +35,7 @@ declare
                 and ($4::jsonb is null or exists (
                     select from kb.chunks as c join kb.documents as d on d.id = c.document_id
                     where c.id = e.chunk_id and d.kb_id = any($2)
-                        and kb.visible_document_matches(d.kb_id, $2, d.metadata, $4)
+                        and kb_internal.visible_document_matches(d.kb_id, $2, d.metadata, $4)
                 ))
             order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
@@ -46,7 +46,7 @@ declare
     ids bigint [];
     distances double precision [];
 begin
-    perform set_config('hnsw.ef_search', kb.setting_int('hnsw_ef_search')::text, true);
+    perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, model.dimension, model.id, '')
     into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     if cardinality(ids) < fetch_n then
@@ -60,13 +60,13 @@ end
 $$;
 
 -- The query terms the lexical legs score: the distinct kb.lexical_terms of query (in_query, weight 1) and
--- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb.fuzzy_expansions; a term in
+-- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb_internal.fuzzy_expansions; a term in
 -- both is a query term of weight 1) that occur in the knowledge bases kb_ids, with their document
 -- frequency there, their posting tiers and weight (the legs multiply a term's idf by it). At most
 -- kb.settings.lexical_max_query_terms query terms: the rarest (highest idf; ties by term), so a long query
 -- costs what its most telling terms cost; the corrections are bounded by the fuzzy settings. Rarest first.
 -- (plpgsql: its body is not checked against an older schema.)
-create or replace function kb.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
+create or replace function kb_internal.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
 returns table (term text, df bigint, tiers bigint, weight double precision, in_query boolean)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -81,7 +81,7 @@ begin
             select x.term, max(x.weight) as weight, bool_or(x.in_query) as in_query
             from (
                 select t.term, 1::double precision as weight, true as in_query
-                from unnest(kb.query_terms(query)) as t (term)
+                from unnest(kb_internal.query_terms(query)) as t (term)
                 union all
                 select e.key, e.value::double precision, false from jsonb_each_text(expansions) as e
             ) as x
@@ -94,12 +94,12 @@ begin
         ) as s
         where s.df > 0
     ) as r
-    where not r.in_query or r.pos <= kb.setting_int('lexical_max_query_terms')
+    where not r.in_query or r.pos <= kb_internal.setting_int('lexical_max_query_terms')
     order by r.df, r.term;
 end
 $$;
 
--- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
+-- Lexical leg: the exact Okapi BM25 top n (the ranking of kb_internal.lexical_leg_scan without a probe budget),
 -- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
 -- and the terms' recent postings (kb.term_stats) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
 -- postings can add (idf * the tf part at the tier's tf ceiling and length floor, for the k1 / b given).
@@ -110,7 +110,7 @@ $$;
 -- the query terms and the postings above the bound; at worst (many common terms of similar weight) with
 -- all the query terms' postings, never with a candidate's term_freqs size. docs/benchmarks.md, "Lexical
 -- leg design".
-create or replace function kb.lexical_leg(
+create or replace function kb_internal.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     posting_budget integer default null, expansions jsonb default null
 )
@@ -153,7 +153,7 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select * from kb.lexical_query_terms(query, kb_ids, expansions)
+        select * from kb_internal.lexical_query_terms(query, kb_ids, expansions)
     ),
     numbered as (
         select w.term, w.df, w.tiers, w.weight * ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
@@ -166,7 +166,7 @@ begin
                 else l.tf_max * (k1 + 1) / (l.tf_max + k1 * (1 - b + b * l.dl_min / avgdl)) end as bound
         from numbered as q
         cross join generate_series(0, 59) as x (tier)
-        cross join lateral kb.posting_tier_limits(x.tier) as l
+        cross join lateral kb_internal.posting_tier_limits(x.tier) as l
         where (q.tiers >> x.tier) & 1 = 1
     ),
     ordered as (
@@ -218,7 +218,7 @@ begin
                     select pb.first_chunk, pb.n, pb.payload from kb.postings as pb
                     where pb.kb_id = any(kb_ids) and pb.term = terms[s.ti] and pb.tier = s.tier
                 ) as pb
-                cross join lateral kb.decode_postings(s.tier, pb.first_chunk, pb.n, pb.payload) as d
+                cross join lateral kb_internal.decode_postings(s.tier, pb.first_chunk, pb.n, pb.payload) as d
                 union all
                 -- a term's recent postings (any tier) with its first sublist read: the bounds stay bounds
                 select r.ti, unnest(ts.recent_ids), unnest(ts.recent_tfs), unnest(ts.recent_dls)
@@ -235,7 +235,7 @@ begin
             where doc_filter is null or exists (
                 select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
                 where c.id = x.id and d.kb_id = any(kb_ids)
-                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+                    and kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
             )
         ),
         top as (
@@ -326,7 +326,7 @@ $$;
 -- always probed; common terms still count in the score of every candidate). Candidates stream through
 -- a top-n sort; each one's term_freqs is decompressed once. Exact BM25 when probe_budget >= the sum of
 -- the query terms' document frequencies.
-create or replace function kb.lexical_leg_scan(
+create or replace function kb_internal.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer, expansions jsonb default null
 )
@@ -347,7 +347,7 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select w.term, w.df, w.weight from kb.lexical_query_terms(query, kb_ids, expansions) as w
+        select w.term, w.df, w.weight from kb_internal.lexical_query_terms(query, kb_ids, expansions) as w
     ),
     probed as (
         select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
@@ -380,7 +380,7 @@ begin
                 and (doc_filter is null or exists (
                     select from kb.documents as d
                     where d.id = c.document_id and d.kb_id = any(kb_ids)
-                        and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+                        and kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
                 ))
             offset 0
         ) as c
@@ -390,17 +390,18 @@ begin
 end
 $$;
 
--- Which BM25 leg serves and why (kb.settings.lexical_leg): 'numpy' (kb.lexical_leg_numpy), 'blocks'
--- (kb.lexical_leg) or 'scan' (kb.lexical_leg_scan); 'auto', the default, is numpy where the server has
--- plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a server without it.
--- The one place of this rule: searches (kb.lexical_engine) and `pgkb db status` read it.
-create or replace function kb.lexical_engine_choice(out engine text, out reason text)
-language plpgsql stable
+-- Admin: which BM25 leg serves and why (kb.settings.lexical_leg): 'numpy' (kb_internal.lexical_leg_numpy),
+-- 'blocks' (kb_internal.lexical_leg) or 'scan' (kb_internal.lexical_leg_scan); 'auto', the default, is numpy
+-- where the server has plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a
+-- server without it. The one place of this rule: searches (kb_admin.lexical_engine) and `pgkb db status`
+-- read it. Runs as the owner, who may call kb_internal's functions.
+create or replace function kb_admin.lexical_engine_choice(out engine text, out reason text)
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    method constant text := kb.setting('lexical_leg');
-    has_python constant boolean := to_regprocedure('kb.numpy_available()') is not null;
+    method constant text := kb_internal.setting('lexical_leg');
+    has_python constant boolean := to_regprocedure('kb_internal.numpy_available()') is not null;
 begin
     if method not in ('auto', 'numpy', 'blocks', 'scan') then
         raise exception 'setting "lexical_leg" must be ''auto'', ''numpy'', ''blocks'' or ''scan'', not "%"',
@@ -411,10 +412,10 @@ begin
         reason := 'kb.settings.lexical_leg chooses it';
         return;
     end if;
-    -- kb.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
+    -- kb_internal.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
     -- the call is planned only where it exists
     if has_python then
-        if kb.numpy_available() then
+        if kb_internal.numpy_available() then
             engine := 'numpy';
             reason := 'posting blocks scored inside the server';
             return;
@@ -432,21 +433,21 @@ begin
 end
 $$;
 
--- The BM25 leg that serves (kb.lexical_engine_choice without its reason).
-create or replace function kb.lexical_engine()
+-- The BM25 leg that serves (kb_admin.lexical_engine_choice without its reason).
+create or replace function kb_admin.lexical_engine()
 returns text
 language sql stable
 set search_path = pg_catalog, pg_temp
-as $$ select c.engine from kb.lexical_engine_choice() as c $$;
+as $$ select c.engine from kb_admin.lexical_engine_choice() as c $$;
 
--- The BM25 legs' top n by the engine kb.lexical_engine() picks, with that engine's budget setting
+-- The BM25 legs' top n by the engine kb_admin.lexical_engine() picks, with that engine's budget setting
 -- (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
 -- lexical_numpy_posting_budget): rows (leg, chunk_id, rank, score) of leg 'lexical' (the query's terms;
 -- when plain, or when expansions is NULL) and of leg 'fuzzy' (when expansions is not NULL: the query's
--- terms and their corrections, {term: weight} from kb.fuzzy_expansions, each correction's idf times its
+-- terms and their corrections, {term: weight} from kb_internal.fuzzy_expansions, each correction's idf times its
 -- weight). Every engine scores the same BM25 over the same visible statistics and returns the exact top n
 -- whenever its budget holds the query's postings; numpy ranks both legs from one read of the postings.
-create or replace function kb.lexical_hits(
+create or replace function kb_internal.lexical_hits(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     expansions jsonb default null, plain boolean default true
 )
@@ -455,32 +456,32 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    engine constant text := kb.lexical_engine();
+    engine constant text := kb_admin.lexical_engine();
     budget integer;
     leg_name text;
 begin
     if engine = 'numpy' then
-        return query select * from kb.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, plain);
+        return query select * from kb_internal.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, plain);
         return;
     end if;
     if engine = 'blocks' then
-        budget := kb.setting_int('lexical_posting_budget');
+        budget := kb_internal.setting_int('lexical_posting_budget');
         if budget < 1 then
             raise exception 'setting "lexical_posting_budget" must be at least 1, not %', budget
                 using errcode = 'invalid_parameter_value';
         end if;
     else
-        budget := kb.setting_int('lexical_probe_budget');
+        budget := kb_internal.setting_int('lexical_probe_budget');
     end if;
     foreach leg_name in array array_remove(array[
         case when plain or expansions is null then 'lexical' end, case when expansions is not null then 'fuzzy' end
     ], null) loop
         if engine = 'blocks' then
-            return query select leg_name, x.* from kb.lexical_leg(
+            return query select leg_name, x.* from kb_internal.lexical_leg(
                 query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
             ) as x;
         else
-            return query select leg_name, x.* from kb.lexical_leg_scan(
+            return query select leg_name, x.* from kb_internal.lexical_leg_scan(
                 query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
             ) as x;
         end if;

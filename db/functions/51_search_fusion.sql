@@ -1,8 +1,8 @@
--- Fusion: kb.search, the one search implementation, runs the legs (50_search_legs.sql) and fuses them
+-- Fusion: kb_internal.search, the one search implementation, runs the legs (50_search_legs.sql) and fuses them
 -- (distribution-based score fusion, or weighted Reciprocal Rank Fusion); kb.search_defaults holds its
 -- defaults. The public functions are its wrappers in 54_search_api.sql.
 
--- The search defaults, in one place: every NULL setting of kb.search (and so of hybrid_search and the
+-- The search defaults, in one place: every NULL setting of kb_internal.search (and so of hybrid_search and the
 -- single-leg wrappers, whose parameters default to NULL) takes its value from here. Tuned by the sweeps
 -- in docs/quality.md. candidates: rows per leg before fusion (at least top_k when left NULL).
 create or replace function kb.search_defaults()
@@ -23,13 +23,13 @@ $$;
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
 -- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
--- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
+-- leg is BM25 over the query's terms and their corrections (kb_internal.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
--- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb.heading_trail and
--- kb.openable_source show them.
-create or replace function kb.search(
+-- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb_internal.heading_trail and
+-- kb_internal.openable_source show them.
+create or replace function kb_internal.search(
     query text,
     top_k integer,
     kb text,
@@ -93,7 +93,7 @@ begin
         raise exception 'filter must be a JSON object (matched with @> against document metadata)'
             using errcode = 'invalid_parameter_value';
     end if;
-    doc_filter := kb.document_filter(filter, metadata_condition);
+    doc_filter := kb_internal.document_filter(filter, metadata_condition);
 
     if search.kb is null then
         kb_ids := kb.visible_kb_ids();
@@ -107,29 +107,29 @@ begin
             raise exception 'query_embedding has % dimensions; model "%" has %',
                 vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
         end if;
-        if embedding is not null and not kb.usable_embedding(embedding) then
+        if embedding is not null and not kb_internal.usable_embedding(embedding) then
             raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
                 using errcode = 'data_exception';
         end if;
         if embedding is null then
-            embedding := kb.embed_query(query, target);
+            embedding := kb_internal.embed_query(query, target);
         end if;
     end if;
 
     if fuzzy_weight > 0 then
-        expansions := kb.fuzzy_expansions(query, kb_ids);
+        expansions := kb_internal.fuzzy_expansions(query, kb_ids);
     end if;
 
     return query
     with vector_hits as (
-        select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
+        select * from kb_internal.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
         where vector_weight > 0 and embedding is not null
     ),
     -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections. Without any the
     -- fuzzy leg would rank as the BM25 leg does: alone (kb.fuzzy_search) it reuses those rows; beside a
     -- BM25 leg it adds nothing, which would only count BM25 twice
     bm25_hits as (
-        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
+        select * from kb_internal.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
             lexical_weight > 0 or expansions is null)
         where lexical_weight > 0 or fuzzy_weight > 0
     ),
@@ -176,8 +176,8 @@ begin
         join kb.documents as d on d.id = c.document_id
         join kb.knowledge_bases as k on k.id = c.kb_id
     )
-    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb.heading_trail(r.title, r.heading_path), r.ordinal,
-        r.content, kb.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
+    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb_internal.heading_trail(r.title, r.heading_path), r.ordinal,
+        r.content, kb_internal.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
         r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, embedding is not null,
         array(
             select distinct o.uri from copies as o

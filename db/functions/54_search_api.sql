@@ -1,5 +1,5 @@
 -- The search API: kb.hybrid_search and the single legs kb.vector_search / lexical_search / fuzzy_search,
--- thin wrappers of kb.search (51_search_fusion.sql) with the same columns, and kb.check_search_input,
+-- thin wrappers of kb_internal.search (51_search_fusion.sql) with the same columns, and kb.check_search_input,
 -- which clients ask before they embed a query.
 
 -- Raise unless query and top_k are acceptable to every search function: a query that is not blank
@@ -11,7 +11,7 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    if query is null or kb.is_blank(query) then
+    if query is null or kb_internal.is_blank(query) then
         raise exception 'query must not be empty (white space and invisible characters alone do not count)'
             using errcode = 'invalid_parameter_value';
     end if;
@@ -26,10 +26,10 @@ begin
 end
 $$;
 
--- Hybrid search: vector + BM25 + fuzzy legs fused (see kb.search: distribution-based score fusion by
+-- Hybrid search: vector + BM25 + fuzzy legs fused (see kb_internal.search: distribution-based score fusion by
 -- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
 -- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.25, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
--- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
+-- Embeds the query in the database when query_embedding is NULL (see kb_internal.embed_query); without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
 -- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).
 create or replace function kb.hybrid_search(
@@ -53,7 +53,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(
+    select * from kb_internal.search(
         query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
         rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition
     )
@@ -74,7 +74,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
+    select * from kb_internal.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
         filter, null, null, 'rrf')
 $$;
 
@@ -91,7 +91,7 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
+    select * from kb_internal.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
         filter, bm25_k1, bm25_b, 'rrf')
 $$;
 
@@ -106,6 +106,6 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
+    select * from kb_internal.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
         filter, null, null, 'rrf')
 $$;

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pgkb.config import Settings
 from pgkb.migrate import MigrationError, migrate
+from pre_split import pre_split_release
 
 
 def test_database_lc_ctype_is_utf8_and_chinese_trigrams_work(db):
@@ -92,8 +93,8 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
     import psycopg
 
     full = Settings.from_env().db_dir
-    old = tmp_path / "db"
-    shutil.copytree(full, old)
+    # a release's db/ and migrator (its functions work on 008's tables; today's need 029's schemas)
+    old, release_migrate = pre_split_release(tmp_path)
     for later in (old / "migrations").glob("*.sql"):
         if later.name >= "009":
             later.unlink()
@@ -107,7 +108,7 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
     try:
         with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname="pgkb_upgrade") as conn:
             conn.autocommit = True
-            migrate(conn, old)
+            release_migrate(conn, old)
             conn.execute(write, ["a.md", "A", "退款会在三个工作日内原路退回"])
             many_terms = " ".join(f"word{i:04d}" for i in range(600))  # a term_freqs large enough to compress
             conn.execute(write, ["b.md", "B", many_terms])
@@ -115,7 +116,9 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
 
             report = migrate(conn, full)
             assert "009_term_array.sql" in report.applied
-            rows = conn.execute("select terms = kb.term_keys(term_freqs), cardinality(terms) from kb.chunks").fetchall()
+            rows = conn.execute(
+                "select terms = kb_internal.term_keys(term_freqs), cardinality(terms) from kb.chunks"
+            ).fetchall()
             assert len(rows) == 2 and all(same and n > 0 for same, n in rows)
             assert conn.execute(compression).fetchone()[0] == "lz4"
             assert conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall() == [("a.md",)]
@@ -158,18 +161,18 @@ def kb_indexes(db) -> dict[str, str]:
 
 
 def test_expected_indexes_are_the_ones_the_migrations_create(db):
-    """kb.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
-    default model's HNSW index), and kb.restore_indexes re-creates each one as it was."""
+    """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
+    default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it was."""
     created = kb_indexes(db)
-    expected = {r[0] for r in db.execute("select index_name from kb.expected_indexes()").fetchall()}
+    expected = {r[0] for r in db.execute("select index_name from kb_internal.expected_indexes()").fetchall()}
     assert expected == set(created)
     for name in created:
         db.execute(f"drop index kb.{name}")
-    assert {r[0] for r in db.execute("select index_name from kb.index_problems()").fetchall()} == expected
-    restored = dict(db.execute("select index_name, action from kb.restore_indexes()").fetchall())
+    assert {r[0] for r in db.execute("select index_name from kb_admin.index_problems()").fetchall()} == expected
+    restored = dict(db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall())
     assert restored == dict.fromkeys(expected, "created (was missing)")
     assert kb_indexes(db) == created
-    assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
 
 
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):

@@ -15,8 +15,8 @@ from pgkb.search import MODE_SETTINGS, query_rows, rerank
 __all__ = ["DEFAULT_DEPTH", "FUSIONS", "MAX_TOP_K", "SETTING_TYPES", "SearchSettings", "embed_queries", "search_mode"]
 
 DEFAULT_DEPTH = 50
-MAX_TOP_K = 100  # kb.search's own limit
-FUSIONS = ("dbsf", "rrf")  # kb.search's fusion methods
+MAX_TOP_K = 100  # kb_internal.search's own limit
+FUSIONS = ("dbsf", "rrf")  # kb_internal.search's fusion methods
 
 
 # kb.hybrid_search's settings a run may set, with their types; the defaults are the database's own
