@@ -53,6 +53,10 @@ RELEASES = {
         "19926f6195c95d9ed401f76e088642327a3fd6b2",
         "issue 19's term dictionary landed: 001-023, before API keys (024), image caption RLS and duplicates",
     ),
+    "issue-22": Release(
+        "60c1bae3120e58775be4d77e5d4840f72adf3d3c",
+        "issue 22 landed: 001-027, the last release before the schema split (028: kb_internal, kb_service, kb_admin)",
+    ),
 }
 
 

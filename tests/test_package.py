@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pgkb.migrate import SCHEMAS
 
 try:
     import tomllib
@@ -109,10 +110,11 @@ def test_the_wheel_migrates_ingests_and_searches(venv, empty_database, db, tmp_p
     assert migrated.returncode == 0, migrated.stderr
     assert "pgkb: applied migration 001_foundation.sql" in migrated.stdout
     assert "pgkb: applied db/functions" in migrated.stdout
-    functions = "select p.oid::regprocedure::text from pg_proc as p where p.pronamespace = 'kb'::regnamespace"
+    functions = "select p.oid::regprocedure::text from pg_proc as p where p.pronamespace::regnamespace::text = any(%s)"
     with psycopg.connect(empty_database) as conn:
-        wheel_functions = {r[0] for r in conn.execute(functions)}
-    assert wheel_functions == {r[0] for r in db.execute(functions)}  # the test template, migrated from db/
+        wheel_functions = {r[0] for r in conn.execute(functions, [list(SCHEMAS)])}
+    assert wheel_functions == {r[0] for r in db.execute(functions, [list(SCHEMAS)])}  # the template, from db/
+    assert "kb_internal.search" in {f.split("(")[0] for f in wheel_functions}
     assert "kb.hybrid_search" in {f.split("(")[0] for f in wheel_functions}
 
     docs = tmp_path / "docs"

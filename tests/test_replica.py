@@ -4,7 +4,7 @@ under ``default_transaction_read_only`` on the session's test cluster.
 
 Replication waits on the LSN (the standby's pg_last_wal_replay_lsn() reaching the primary's
 pg_current_wal_lsn()), never on a fixed sleep. Queries are embedded inside the database (plpython3u
-kb.http_embedding) or by the client, both through the shared fake_embeddings endpoint, whose vectors are
+kb_internal.http_embedding) or by the client, both through the shared fake_embeddings endpoint, whose vectors are
 bags of words: a query shares its nearest chunk's words.
 
 The module's primary starts once (about 10 s with its replica); the primary-down test stops it with

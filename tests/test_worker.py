@@ -371,12 +371,12 @@ def test_failing_embedder_backs_off_parks_and_can_be_retried(db, settings, embed
     assert all("unreachable" in r[5] for r in parked)
     assert db.execute("select status from kb.documents").fetchone()[0] == "embedding"
 
-    assert db.execute("select kb.retry_parked_embeddings('multilingual-e5-small')").fetchone()[0] == 3
+    assert db.execute("select kb_admin.retry_parked_embeddings('multilingual-e5-small')").fetchone()[0] == 3
     assert db.execute("select count(*) from kb.parked_embeddings").fetchone()[0] == 0
     assert all(r[1] == 0 and not r[2] and r[4] <= 0 for r in queue(db))
     assert run_worker(settings, once=True, embedder=embedder).embedded == 3
     assert db.execute("select status from kb.documents").fetchone()[0] == "ready"
-    assert db.execute("select kb.retry_parked_embeddings()").fetchone()[0] == 0
+    assert db.execute("select kb_admin.retry_parked_embeddings()").fetchone()[0] == 0
 
 
 def test_fail_embedding_batch_reports_counts_and_ignores_unknown_ids(db):
@@ -402,7 +402,7 @@ def test_parked_view_and_retry_are_for_admins_only(db, connect_as):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select * from kb.parked_embeddings")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        alice.execute("select kb.retry_parked_embeddings()")
+        alice.execute("select kb_admin.retry_parked_embeddings()")
     db.execute("grant select on kb.parked_embeddings to pgkb_user")  # even if granted by mistake:
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="table embedding_queue"):  # security_invoker
         alice.execute("select count(*) from kb.parked_embeddings")
@@ -521,7 +521,7 @@ def test_notification_wakes_a_waiting_worker_and_stop_event_stops_it(db, setting
         ("select * from kb.fail_embedding_batch(null, '{1}', '  ')", "error must be a non-empty message"),
         ("select * from kb.fail_embedding_batch(null, '{1}', null)", "error must be a non-empty message"),
         ("select * from kb.fail_embedding_batch(null, '{1}', 'x', 1000)", "max_attempts must be between"),
-        ("select kb.retry_parked_embeddings('nope')", 'unknown embedding model "nope"'),
+        ("select kb_admin.retry_parked_embeddings('nope')", 'unknown embedding model "nope"'),
     ],
 )
 def test_bad_input_is_a_clear_error(db, sql, message):

@@ -77,7 +77,7 @@ $$;
 -- Latin letters are A-Z and a-z; every character of three or more UTF-8 bytes (Han, kana, Hangul, CJK
 -- punctuation) counts as CJK, four times (one says what a word of ~4 letters says). Identifiers in a
 -- Chinese text do not make it Latin, while "退款 creatUser" is both. Cheap: no regular expression.
-create or replace function kb.text_scripts(input text)
+create or replace function kb_internal.text_scripts(input text)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -103,7 +103,7 @@ $$;
 -- words (how, does, the, what, should ...). They name no topic, yet in a knowledge base of Chinese documents
 -- they are rare, so BM25 weighed them high and matched English documents of any topic to English questions.
 -- (Not "who": WHO; not "us": US.) A query of function words only keeps them all.
-create or replace function kb.query_terms(query text)
+create or replace function kb_internal.query_terms(query text)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -135,6 +135,16 @@ as $$
     from (select term, count(*) as n from unnest(terms) as term group by term) as counted
 $$;
 
+-- The keys of a {term: frequency} object, i.e. a chunk's distinct lexical terms (kb.chunks.terms, a
+-- generated column under the term GIN index, computes it; migration 009 made it). Immutable.
+create or replace function kb_internal.term_keys(term_freqs jsonb)
+returns text[]
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(array_agg(k.key order by k.key), '{}') from jsonb_object_keys(term_freqs) as k (key)
+$$;
+
 -- The text a chunk is indexed under: document title, heading path and content.
 create or replace function kb.indexed_text(title text, heading_path text[], content text)
 returns text
@@ -148,7 +158,7 @@ $$;
 -- including U+00A0 no-break and U+3000 ideographic spaces), default-ignorable characters (zero-width
 -- spaces and joiners, word joiner, BOM, bidi marks, variation selectors, Hangul fillers, tags) and
 -- control characters. Used for chunk contents, queries and document keys alike.
-create or replace function kb.is_blank(input text)
+create or replace function kb_internal.is_blank(input text)
 returns boolean
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp

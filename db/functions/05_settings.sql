@@ -3,7 +3,7 @@
 -- silent fallback to a literal written somewhere else.
 
 -- The value of a setting; raises when the key is missing.
-create or replace function kb.setting(key text)
+create or replace function kb_internal.setting(key text)
 returns text
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -21,13 +21,13 @@ end
 $$;
 
 -- The value of an integer setting; raises when the key is missing or its value is not an integer.
-create or replace function kb.setting_int(key text)
+create or replace function kb_internal.setting_int(key text)
 returns integer
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    raw text := kb.setting(key);
+    raw text := kb_internal.setting(key);
 begin
     if raw !~ '^\s*-?\d{1,9}\s*$' then
         raise exception 'setting "%" must be an integer, not "%"', key, left(raw, 50)

@@ -1,5 +1,6 @@
--- Identity and visibility: who the caller is, which knowledge bases they may read or write, the
--- row-level-security policies on every table, and the admin API for users, teams and knowledge bases.
+-- Identity and visibility: who the caller is, which knowledge bases they may read or write (the
+-- row-level-security policies built on it: 15_row_security.sql), and the admin API for users, teams and
+-- knowledge bases.
 -- Identity comes from session_user (the login role; SET ROLE cannot change it). Only members of
 -- pgkb_service may act for another user, by setting pgkb.acting_user.
 
@@ -106,6 +107,25 @@ begin
 end
 $$;
 
+-- Internal: the id of knowledge base kb if the caller may write to it; else the error kb.resolve_kb gives
+-- (unknown or invisible: no_data_found), or insufficient_privilege (readable only). The one write check of
+-- every function that writes into a named knowledge base.
+create or replace function kb_internal.writable_kb(kb text)
+returns integer
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb integer := kb.resolve_kb(writable_kb.kb);
+begin
+    if not kb.can_write_kb(target_kb) then
+        raise exception 'you may not write to knowledge base "%"', writable_kb.kb
+            using errcode = 'insufficient_privilege';
+    end if;
+    return target_kb;
+end
+$$;
+
 -- Raise unless the caller administers pgkb.
 create or replace function kb.require_admin(action text)
 returns void
@@ -120,7 +140,7 @@ end
 $$;
 
 -- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
--- pgkb_user and bounded by the default timeouts (kb.bound_sessions). Returns the user id.
+-- pgkb_user and bounded by the default timeouts (kb_internal.bound_sessions). Returns the user id.
 create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
 returns bigint
 language plpgsql volatile security definer
@@ -140,7 +160,7 @@ begin
     returning u.id into uid;
     if db_role is not null then
         execute format('grant pgkb_user to %I', db_role);
-        perform kb.bound_sessions(db_role);
+        perform kb_internal.bound_sessions(db_role);
     end if;
     return uid;
 end
@@ -152,7 +172,7 @@ $$;
 -- behind a stuck lock or runs for at most that long, and stops soon after its client is gone. A user may
 -- still SET them in a session; the search functions also bound their own work (top_k, candidates, query
 -- terms, conditions). Superusers and settings a role was already given are left alone.
-create or replace function kb.bound_sessions(login_role name)
+create or replace function kb_internal.bound_sessions(login_role name)
 returns void
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
@@ -177,7 +197,7 @@ begin
     loop
         if not exists (select from unnest(given) as g where starts_with(g, parameter || '=')) then
             execute format('alter role %I in database %I set %I = %L', login_role, current_database(), parameter,
-                kb.setting(setting_key));
+                kb_internal.setting(setting_key));
         end if;
     end loop;
 exception when insufficient_privilege then
@@ -304,67 +324,11 @@ begin
 end
 $$;
 
--- Row-level security on every table, as a second line: end-user roles hold no privilege on these tables
--- (they read through 55_reads.sql), but a role granted SELECT by hand still sees only visible rows.
-alter table kb.users enable row level security;
-alter table kb.teams enable row level security;
-alter table kb.memberships enable row level security;
-alter table kb.knowledge_bases enable row level security;
-alter table kb.documents enable row level security;
-alter table kb.chunks enable row level security;
-alter table kb.term_stats enable row level security;
-alter table kb.embeddings enable row level security;
-alter table kb.embedding_queue enable row level security;
-alter table kb.embedding_models enable row level security;
-alter table kb.ingest_failures enable row level security;
-
-drop policy if exists users_visible on kb.users;
-create policy users_visible on kb.users for select
-using (id = (select kb.current_user_id()) or (select kb.current_is_admin()));
-
-drop policy if exists teams_visible on kb.teams;
-create policy teams_visible on kb.teams for select
-using ((select kb.current_is_admin()) or exists (
-    select from kb.memberships as m
-    where m.team_id = teams.id and m.user_id = (select kb.current_user_id())
-));
-
-drop policy if exists memberships_visible on kb.memberships;
-create policy memberships_visible on kb.memberships for select
-using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
-
-drop policy if exists knowledge_bases_visible on kb.knowledge_bases;
-create policy knowledge_bases_visible on kb.knowledge_bases for select
-using (id = any((select kb.visible_kb_ids())::integer[]));
-
--- Everything that belongs to a knowledge base: visible with it.
-do $kb_rows$
-declare
-    tbl text;
-begin
-    foreach tbl in array array[
-        'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
-        'image_captions'
-    ] loop
-        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016
-        execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
-        execute format(
-            'create policy %1$I on kb.%2$I for select'
-            ' using (kb_id = any((select kb.visible_kb_ids())::integer[]))',
-            tbl || '_visible', tbl
-        );
-    end loop;
-end
-$kb_rows$;
-
-drop policy if exists embedding_models_visible on kb.embedding_models;
-create policy embedding_models_visible on kb.embedding_models for select using (true);
-
 -- Why a role must not serve end users, with the statement that fixes it; all NULL when it is fit to. reason:
 -- 'superuser', 'admin' (in pgkb_admin), 'owner' (of schema kb), 'mapped' (to a pgkb administrator) -- the
 -- roles that administer pgkb -- or 'bypassrls'; each sees more than the users it acts for.
--- kb.service_role_problem asks it for the session's login role, kb.doctor for every member of pgkb_service.
-create or replace function kb.role_problem(role_name name, out reason text, out problem text, out fix text)
+-- kb.service_role_problem asks it for the session's login role, kb_admin.doctor for every member of pgkb_service.
+create or replace function kb_internal.role_problem(role_name name, out reason text, out problem text, out fix text)
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -397,12 +361,12 @@ as $$
     where r.rolname = role_name
 $$;
 
--- Why the session's login role must not serve end users, or NULL when it is fit to (kb.role_problem).
+-- Why the session's login role must not serve end users, or NULL when it is fit to (kb_internal.role_problem).
 -- Evaluated on session_user, whatever pgkb.acting_user says. pgkb mcp refuses to start on a non-NULL answer.
 create or replace function kb.service_role_problem()
 returns text
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select (kb.role_problem(session_user)).problem
+    select (kb_internal.role_problem(session_user)).problem
 $$;

@@ -2,12 +2,12 @@
 -- is "pgkb_<key_id>_<secret>": key_id is 16 hex digits, public (it names the key in lists and revocations);
 -- secret is 64 hex digits (256 random bits), returned once by kb.create_api_key and stored only as its
 -- SHA-256. Users make, list and revoke their own keys, administrators anyone's; only the service role
--- (pgkb_service, the servers) may check a key (kb.verify_api_key). No end-user role may read the table.
+-- (pgkb_service, the servers) may check a key (kb_service.verify_api_key). No end-user role may read the table.
 
 -- Internal: the id of the pgkb user whose keys a call manages: the caller's own for NULL or their own
 -- name; another user's only for administrators (checked before the name is looked up, so nobody else
 -- learns which users exist). Raises for a caller that is no pgkb user and for an unknown user.
-create or replace function kb.api_key_user_id(username text, action text)
+create or replace function kb_internal.api_key_user_id(username text, action text)
 returns bigint
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -69,7 +69,7 @@ begin
         raise exception 'expires_at must be a finite time in the future, got %', coalesce(expires_at::text, 'NULL')
             using errcode = 'invalid_parameter_value', hint = 'e.g. now() + interval ''90 days''';
     end if;
-    owner_id := kb.api_key_user_id(username, 'create API keys');
+    owner_id := kb_internal.api_key_user_id(username, 'create API keys');
     insert into kb.api_keys (key_id, user_id, name, secret_hash, expires_at)
     values (new_id, owner_id, key_name, sha256(convert_to(secret, 'UTF8')), create_api_key.expires_at);
     return query select new_id, 'pgkb_' || new_id || '_' || secret;
@@ -91,7 +91,7 @@ declare
     owner_id bigint;
 begin
     if username is not null then
-        owner_id := kb.api_key_user_id(username, 'list API keys');
+        owner_id := kb_internal.api_key_user_id(username, 'list API keys');
     elsif not kb.current_is_admin() then
         owner_id := kb.current_user_id();
         if owner_id is null then
@@ -142,7 +142,7 @@ $$;
 -- for a malformed, unknown, wrong, revoked or expired one (one answer for all). The digests are compared
 -- blinded by a random nonce, so timing tells nothing of the stored hash. Records last use at most once a
 -- minute per key (never on a standby or in a read-only transaction, and never waiting for a row lock).
-create or replace function kb.verify_api_key(key_id text, secret_sha256 bytea)
+create or replace function kb_service.verify_api_key(key_id text, secret_sha256 bytea)
 returns text
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
@@ -174,15 +174,3 @@ begin
     return (select u.name from kb.users as u where u.id = owner_id);
 end
 $$;
-
--- Row-level security (enabled by migration 024) as a second line: end-user roles hold no privilege on
--- kb.api_keys at all, but a role granted SELECT by hand still sees only its own keys.
-do $api_keys$
-begin
-    if to_regclass('kb.api_keys') is not null then  -- NULL: a schema before migration 024
-        drop policy if exists api_keys_visible on kb.api_keys;
-        create policy api_keys_visible on kb.api_keys for select
-        using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
-    end if;
-end
-$api_keys$;

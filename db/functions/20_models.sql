@@ -38,8 +38,8 @@ as $$
 $$;
 
 -- The statement that creates one model's partial HNSW expression index (cosine) with these parameters:
--- kb.register_embedding_model runs it, kb.expected_indexes lists it.
-create or replace function kb.hnsw_index_definition(
+-- kb.register_embedding_model runs it, kb_internal.expected_indexes lists it.
+create or replace function kb_internal.hnsw_index_definition(
     model_id integer, dimension integer, m integer, ef_construction integer
 )
 returns text
@@ -72,8 +72,8 @@ as $$
 declare
     existing kb.embedding_models;
     mid integer;
-    m integer := coalesce(hnsw_m, kb.setting_int('hnsw_m'));
-    efc integer := coalesce(hnsw_ef_construction, kb.setting_int('hnsw_ef_construction'));
+    m integer := coalesce(hnsw_m, kb_internal.setting_int('hnsw_m'));
+    efc integer := coalesce(hnsw_ef_construction, kb_internal.setting_int('hnsw_ef_construction'));
 begin
     perform kb.require_admin('register embedding models');
     if name is null or btrim(name) = '' or length(name) > 200 then
@@ -102,7 +102,7 @@ begin
         insert into kb.embedding_models as e (name, dimension, query_prefix, passage_prefix)
         values (name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''))
         returning e.id into mid;
-        execute kb.hnsw_index_definition(mid, dimension, m, efc);
+        execute kb_internal.hnsw_index_definition(mid, dimension, m, efc);
         insert into kb.embedding_queue (chunk_id, model_id, kb_id)
         select c.id, mid, c.kb_id from kb.chunks as c
         on conflict do nothing;
@@ -145,7 +145,7 @@ $$;
 -- distance to it is NaN, and one NaN score turns every fused score NaN) nor so small or large (outside
 -- 1e-15 .. 1e15) that pgvector's float4 arithmetic under- or overflows. NaN and infinite components
 -- never get this far: pgvector refuses them on input.
-create or replace function kb.usable_embedding(embedding vector)
+create or replace function kb_internal.usable_embedding(embedding vector)
 returns boolean
 language sql immutable strict parallel safe
 set search_path = pg_catalog, public, pg_temp

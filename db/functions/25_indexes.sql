@@ -1,11 +1,11 @@
 -- The indexes pgkb expects: the ones db/migrations create and one HNSW index per registered embedding
 -- model. Searches fall back to sequential scans without them, so `pgkb db status` reports a missing or
--- invalid one (kb.index_problems) and `pgkb db migrate` re-creates it (kb.restore_indexes).
+-- invalid one (kb_admin.index_problems) and `pgkb db migrate` re-creates it (kb_internal.restore_indexes).
 
 -- Every index pgkb expects in schema kb and the statement that creates it (a model's HNSW index with the
 -- current kb.settings hnsw_m / hnsw_ef_construction). Keep it in step with db/migrations: a test compares
 -- it with what they create.
-create or replace function kb.expected_indexes()
+create or replace function kb_internal.expected_indexes()
 returns table (index_name text, definition text)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -34,24 +34,25 @@ as $$
     union all
     select
         kb.hnsw_index_name(m.id),
-        kb.hnsw_index_definition(
-            m.id, m.dimension, kb.setting_int('hnsw_m'), kb.setting_int('hnsw_ef_construction')
+        kb_internal.hnsw_index_definition(
+            m.id, m.dimension, kb_internal.setting_int('hnsw_m'), kb_internal.setting_int('hnsw_ef_construction')
         )
     from kb.embedding_models as m
 $$;
 
--- The expected indexes that are missing, or present but not valid (a failed CREATE INDEX CONCURRENTLY
--- or REINDEX leaves one that no query uses), with the statement that creates them; by name.
-create or replace function kb.index_problems()
+-- Admin: the expected indexes that are missing, or present but not valid (a failed CREATE INDEX
+-- CONCURRENTLY or REINDEX leaves one that no query uses), with the statement that creates them; by name.
+-- Runs as the owner, who may call kb_internal.expected_indexes.
+create or replace function kb_admin.index_problems()
 returns table (index_name text, problem text, definition text)
-language sql stable
+language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
     select
         e.index_name,
         case when i.indexrelid is null then 'missing' else 'invalid' end,
         e.definition
-    from kb.expected_indexes() as e
+    from kb_internal.expected_indexes() as e
     left join pg_class as c
         on c.relname = e.index_name and c.relnamespace = 'kb'::regnamespace and c.relkind = 'i'
     left join pg_index as i on c.oid = i.indexrelid
@@ -62,7 +63,7 @@ $$;
 -- Re-create the missing expected indexes and rebuild the invalid ones (REINDEX keeps their own
 -- definition); returns each with what was done. Takes each table's SHARE lock while it builds: reads go
 -- on, writes wait.
-create or replace function kb.restore_indexes()
+create or replace function kb_internal.restore_indexes()
 returns table (index_name text, action text)
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
@@ -70,7 +71,7 @@ as $$
 declare
     p record;
 begin
-    for p in select * from kb.index_problems() loop
+    for p in select * from kb_admin.index_problems() loop
         if p.problem = 'invalid' then
             execute format('reindex index kb.%I', p.index_name);
             index_name := p.index_name;

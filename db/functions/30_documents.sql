@@ -3,8 +3,8 @@
 -- statistics they keep current. All run as the owner (SECURITY DEFINER) after a write-permission check.
 
 -- Internal: array a without its element at position p (a itself when p is NULL). Neither STRICT nor a SET
--- clause, so that the planner inlines it into kb.adjust_term_stats's per-term update; it names no object.
-create or replace function kb.array_without(a anyarray, p integer)
+-- clause, so that the planner inlines it into kb_internal.adjust_term_stats's per-term update; it names no object.
+create or replace function kb_internal.array_without(a anyarray, p integer)
 returns anyarray
 language sql immutable parallel safe
 as $$
@@ -13,11 +13,11 @@ $$;
 
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
 -- BM25 statistics (document frequencies, tiers, N, total length) and postings: added postings join their
--- terms' recent postings in kb.term_stats (moved to blocks at kb.recent_postings_limit()); removed ones
+-- terms' recent postings in kb.term_stats (moved to blocks at kb_internal.recent_postings_limit()); removed ones
 -- leave them, or the blocks (probed only for terms with blocks). Terms whose document frequency drops to
 -- 0 lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
 -- serialised, cannot deadlock on term rows, and chunk ids only grow within its posting lists.
-create or replace function kb.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
+create or replace function kb_internal.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -41,7 +41,7 @@ begin
         with upserted as (
             insert into kb.term_stats as s (kb_id, term, df, tiers, recent_ids, recent_tfs, recent_dls)
             -- one aggregate node feeds every row to all three array_aggs in the same order: aligned
-            select target_kb, x.term, count(*), bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)),
+            select target_kb, x.term, count(*), bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)),
                 array_agg(x.id), array_agg(x.tf), array_agg(x.dl)
             from (
                 select t.term, c.id, t.tf::integer as tf, c.term_count as dl
@@ -57,9 +57,9 @@ begin
             returning s.term, cardinality(s.recent_ids) as recent
         )
         select array_agg(u.term) into limit_reached
-        from upserted as u where u.recent >= kb.recent_postings_limit();
+        from upserted as u where u.recent >= kb_internal.recent_postings_limit();
         if limit_reached is not null then
-            perform kb.flush_recent_postings(target_kb, limit_reached);
+            perform kb_internal.flush_recent_postings(target_kb, limit_reached);
         end if;
     else
         with removed as (
@@ -73,16 +73,16 @@ begin
             update kb.term_stats as s
             set df = s.df - r.n,
                 recent_ids = case when r.n = 1
-                    then kb.array_without(s.recent_ids, array_position(s.recent_ids, r.lo))
+                    then kb_internal.array_without(s.recent_ids, array_position(s.recent_ids, r.lo))
                     else array(select x.id from unnest(s.recent_ids) as x (id) where x.id <> all(r.ids)) end,
                 recent_tfs = case when r.n = 1
-                    then kb.array_without(s.recent_tfs, array_position(s.recent_ids, r.lo))
+                    then kb_internal.array_without(s.recent_tfs, array_position(s.recent_ids, r.lo))
                     else array(
                         select x.tf from unnest(s.recent_ids, s.recent_tfs) with ordinality as x (id, tf, o)
                         where x.id <> all(r.ids) order by x.o
                     ) end,
                 recent_dls = case when r.n = 1
-                    then kb.array_without(s.recent_dls, array_position(s.recent_ids, r.lo))
+                    then kb_internal.array_without(s.recent_dls, array_position(s.recent_ids, r.lo))
                     else array(
                         select x.dl from unnest(s.recent_ids, s.recent_dls) with ordinality as x (id, dl, o)
                         where x.id <> all(r.ids) order by x.o
@@ -93,7 +93,7 @@ begin
         )
         select array_agg(u.term) into in_blocks from updated as u where u.blocked;
         if in_blocks is not null then
-            perform kb.remove_block_postings(target_kb, chunk_ids, in_blocks);
+            perform kb_internal.remove_block_postings(target_kb, chunk_ids, in_blocks);
         end if;
     end if;
 
@@ -119,7 +119,7 @@ $$;
 -- NFC-normalised (so 'café.md' typed composed or decomposed names one document), must show something
 -- (not only white space or invisible characters) and are at most 1000 characters and 2000 bytes
 -- (UTF-8; btree index entries are limited to about 2.7 kB).
-create or replace function kb.canonical_doc_key(doc_key text)
+create or replace function kb_internal.canonical_doc_key(doc_key text)
 returns text
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -127,7 +127,7 @@ as $$
 declare
     canonical text := normalize(doc_key, nfc);
 begin
-    if canonical is null or kb.is_blank(canonical) then
+    if canonical is null or kb_internal.is_blank(canonical) then
         raise exception 'doc_key must be a non-empty string (not only white space or invisible characters)'
             using errcode = 'invalid_parameter_value';
     end if;
@@ -144,9 +144,9 @@ $$;
 -- malformed chunk (by position) or one whose content exceeds 100000 characters (the chunker's are at most
 -- max_chars, 800 by default), a duplicate ordinal, an empty or oversized array, and embeddings that
 -- do not fit model (NULL: no chunk may carry one): wrong dimension, non-numbers, values beyond float4,
--- zero or degenerate norm (kb.usable_embedding). Linear: one scan of the array, then a hash aggregate
+-- zero or degenerate norm (kb_internal.usable_embedding). Linear: one scan of the array, then a hash aggregate
 -- over the ordinals. Returns the number of chunks.
-create or replace function kb.check_chunks(chunks jsonb, model kb.embedding_models)
+create or replace function kb_internal.check_chunks(chunks jsonb, model kb.embedding_models)
 returns integer
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
@@ -176,7 +176,7 @@ begin
         select e.i, case
             when jsonb_typeof(e.item) <> 'object' then array[
                 '22023', format('chunk %s must be a JSON object, got %s', e.i, jsonb_typeof(e.item))]
-            when jsonb_typeof(e.item -> 'content') is distinct from 'string' or kb.is_blank(e.item ->> 'content')
+            when jsonb_typeof(e.item -> 'content') is distinct from 'string' or kb_internal.is_blank(e.item ->> 'content')
                 then array['22023', format('chunk %s needs a non-empty "content" string (white space, '
                     'zero-width and control characters alone do not count)', e.i)]
             when length(e.item ->> 'content') > 100000 then array['54000', format(
@@ -203,7 +203,7 @@ begin
                 '22000', format('chunk %s: embedding dimension does not match model "%s" (%s dimensions, got %s)',
                     e.i, model.name, model.dimension, jsonb_array_length(e.item -> 'embedding'))]
             when jsonb_path_exists(e.item -> 'embedding', '$[*] ? (@ > 3.4e38 || @ < -3.4e38)')
-                or not kb.usable_embedding((e.item -> 'embedding')::text::vector) then array[
+                or not kb_internal.usable_embedding((e.item -> 'embedding')::text::vector) then array[
                 '22000', format('chunk %s: "embedding" has a zero or degenerate norm (or values beyond float4); '
                     'cosine distance to it is undefined', e.i)]
         end as problem
@@ -236,7 +236,7 @@ $$;
 -- Internal: whether failure_key records a failed image of document doc_key: doc_key + '#img/' + path (an
 -- image a Markdown document references) or doc_key + '#page-' (an image inside a PDF page). Such records
 -- go when the document is replaced or deleted; the ingest path records them again if still failing.
-create or replace function kb.is_image_failure_of(failure_key text, doc_key text)
+create or replace function kb_internal.is_image_failure_of(failure_key text, doc_key text)
 returns boolean
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -247,8 +247,8 @@ $$;
 -- Replace a document's chunks in one transaction: readers see the old or the new version, never a mix.
 -- Creates the knowledge base (private, owned by the caller) if missing and the caller may. Unchanged
 -- content_hash -> no-op (changed = false). Chunks without an "embedding" are queued for every model.
--- doc_key is NFC-normalised (kb.canonical_doc_key); chunks must be a non-empty array (kb.check_chunks).
--- A write clears the recorded failures of the document and of its images (kb.is_image_failure_of).
+-- doc_key is NFC-normalised (kb_internal.canonical_doc_key); chunks must be a non-empty array (kb_internal.check_chunks).
+-- A write clears the recorded failures of the document and of its images (kb_internal.is_image_failure_of).
 -- Returns the document id, its chunk count, whether anything changed and how many chunks were queued.
 create or replace function kb.replace_document(
     kb text,
@@ -266,7 +266,7 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    canonical_key text := kb.canonical_doc_key(replace_document.doc_key);
+    canonical_key text := kb_internal.canonical_doc_key(replace_document.doc_key);
     target_kb integer;
     doc kb.documents;
     new_hash text;
@@ -288,7 +288,7 @@ begin
     if model is not null or jsonb_path_exists(chunks, '$[*].embedding') then
         target_model := kb.resolve_model(model);
     end if;
-    perform kb.check_chunks(chunks, target_model);
+    perform kb_internal.check_chunks(chunks, target_model);
     new_hash := coalesce(nullif(content_hash, ''), encode(sha256(convert_to(
         jsonb_build_array(title, source_url, metadata, source_type, chunks)::text, 'UTF8')), 'hex'));
 
@@ -300,16 +300,14 @@ begin
             select k.id into target_kb from kb.knowledge_bases as k where k.name = replace_document.kb;
         end;
     end if;
-    if not kb.can_write_kb(target_kb) then
-        -- a name taken by a knowledge base the caller cannot see: the same answer create_knowledge_base gives
-        if not target_kb = any(kb.visible_kb_ids()) then
-            raise exception 'knowledge base name "%" is not available', replace_document.kb
-                using errcode = 'unique_violation',
-                    hint = 'knowledge base names are unique across pgkb; choose another name';
-        end if;
-        raise exception 'you may not write to knowledge base "%"', replace_document.kb
-            using errcode = 'insufficient_privilege';
+    -- a name taken by a knowledge base the caller cannot see: the same answer create_knowledge_base gives
+    -- (whoever may write to a knowledge base may read it)
+    if not target_kb = any(kb.visible_kb_ids()) then
+        raise exception 'knowledge base name "%" is not available', replace_document.kb
+            using errcode = 'unique_violation',
+                hint = 'knowledge base names are unique across pgkb; choose another name';
     end if;
+    perform kb_internal.writable_kb(replace_document.kb);
 
     -- unchanged document: report without taking any lock
     select * into doc from kb.documents as d
@@ -332,7 +330,7 @@ begin
     end if;
 
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc.id;
-    perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
+    perform kb_internal.adjust_term_stats(target_kb, old_chunk_ids, -1);
     -- old chunks go with their embeddings and queue entries (ON DELETE CASCADE)
     delete from kb.chunks as c where c.id = any(old_chunk_ids);
 
@@ -369,7 +367,7 @@ begin
     )
     select coalesce(array_agg(inserted.id), '{}') into new_chunk_ids from inserted;
 
-    perform kb.adjust_term_stats(target_kb, new_chunk_ids, 1);
+    perform kb_internal.adjust_term_stats(target_kb, new_chunk_ids, 1);
 
     insert into kb.embedding_queue (chunk_id, model_id, kb_id)
     select c.id, m.id, target_kb
@@ -388,7 +386,7 @@ begin
         status = case when n_queued > 0 then 'embedding' else 'ready' end, updated_at = now()
     where d.id = doc.id;
     delete from kb.ingest_failures as f
-    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb.is_image_failure_of(f.doc_key, canonical_key));
+    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb_internal.is_image_failure_of(f.doc_key, canonical_key));
     return query select doc.id, cardinality(new_chunk_ids), true, n_queued;
 end
 $$;
@@ -401,15 +399,11 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    canonical_key text := kb.canonical_doc_key(delete_document.doc_key);
-    target_kb integer := kb.resolve_kb(delete_document.kb);
+    canonical_key text := kb_internal.canonical_doc_key(delete_document.doc_key);
+    target_kb integer := kb_internal.writable_kb(delete_document.kb);
     doc_id bigint;
     old_chunk_ids bigint[];
 begin
-    if not kb.can_write_kb(target_kb) then
-        raise exception 'you may not write to knowledge base "%"', delete_document.kb
-            using errcode = 'insufficient_privilege';
-    end if;
     perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     select d.id into doc_id from kb.documents as d
     where d.kb_id = target_kb and d.doc_key = canonical_key
@@ -418,16 +412,16 @@ begin
         return false;
     end if;
     select coalesce(array_agg(c.id), '{}') into old_chunk_ids from kb.chunks as c where c.document_id = doc_id;
-    perform kb.adjust_term_stats(target_kb, old_chunk_ids, -1);
+    perform kb_internal.adjust_term_stats(target_kb, old_chunk_ids, -1);
     delete from kb.documents as d where d.id = doc_id;
     delete from kb.ingest_failures as f
-    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb.is_image_failure_of(f.doc_key, canonical_key));
+    where f.kb_id = target_kb and (f.doc_key = canonical_key or kb_internal.is_image_failure_of(f.doc_key, canonical_key));
     return true;
 end
 $$;
 
 -- Store embeddings computed outside the database (ingestion, worker) for one model: checks the
--- dimension and norm (kb.usable_embedding) of every vector, removes the chunks' queue entries and marks
+-- dimension and norm (kb_internal.usable_embedding) of every vector, removes the chunks' queue entries and marks
 -- documents ready once none of their entries is left. Chunk ids that do not exist (any more) or that the
 -- caller may not write are skipped alike, so the answer tells nothing about other users' chunks.
 -- Writers of one document serialise on its row (locked in id order, before anything else), so the last
@@ -466,7 +460,7 @@ begin
             target.name, target.dimension, bad using errcode = 'data_exception';
     end if;
     select x.n into bad from unnest(embeddings) with ordinality as x (e, n)
-    where not kb.usable_embedding(x.e)
+    where not kb_internal.usable_embedding(x.e)
     order by x.n limit 1;
     if bad is not null then
         raise exception 'embeddings[%] has a zero or degenerate norm; cosine distance to it is undefined', bad
@@ -524,14 +518,10 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    target_kb integer := kb.resolve_kb(record_ingest_failure.kb);
+    target_kb integer := kb_internal.writable_kb(record_ingest_failure.kb);
 begin
-    if not kb.can_write_kb(target_kb) then
-        raise exception 'you may not write to knowledge base "%"', record_ingest_failure.kb
-            using errcode = 'insufficient_privilege';
-    end if;
     insert into kb.ingest_failures as f (kb_id, doc_key, error)
-    values (target_kb, kb.canonical_doc_key(doc_key), left(coalesce(error, 'unknown error'), 2000))
+    values (target_kb, kb_internal.canonical_doc_key(doc_key), left(coalesce(error, 'unknown error'), 2000))
     on conflict on constraint ingest_failures_pkey do update set error = excluded.error, failed_at = now();
 end
 $$;

@@ -1,19 +1,55 @@
 -- Posting blocks (kb.postings, migrations 016 and 018): the BM25 leg's inverted lists. A term's postings
 -- in a knowledge base are its newest ones in its kb.term_stats row (recent_ids / recent_tfs / recent_dls,
--- fewer than kb.recent_postings_limit()) and the older ones in blocks per (knowledge base, term, impact
--- tier, first chunk id) of up to kb.posting_block_size() postings, in id order.
+-- fewer than kb_internal.recent_postings_limit()) and the older ones in blocks per (knowledge base, term, impact
+-- tier, first chunk id) of up to kb_internal.posting_block_size() postings, in id order.
 --
 -- Block payload (format 1): n postings of one tier, sorted by chunk id, in three runs:
 --   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, 4 fewer than 2^32,
 --                            else 8)
 --   term frequency           n x tf_bytes (0 for tf classes 1 and 2: the tier says it; 1 for 3..16; 4 for 17+)
 --   chunk length - floor     n x dl_bytes (1 for length classes 0-8: none is 256 wide; 4 for 724+)
--- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb.encode_postings
--- writes it; kb.decode_postings (SQL) and kb.lexical_leg_numpy (numpy) read it, and tests hold them equal.
+-- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb_internal.encode_postings
+-- writes it; kb_internal.decode_postings (SQL) and kb_internal.lexical_leg_numpy (numpy) read it, and tests hold them equal.
+
+-- The impact tier of a posting: tf class (1, 2, 3-4, 5-8, 9-16, 17+) * 10 + length class (floors 0, 45,
+-- 64, 91, 128, 181, 256, 362, 512, 724 terms). Immutable: changing the classes needs a new migration
+-- that rebuilds kb.postings and kb.term_stats.tiers. Neither STRICT nor a SET clause, so that the planner
+-- inlines it (it runs once per posting written: as a function call it cost ~7 us each, a quarter of a
+-- document's write); it names no object, only integer comparisons, so the caller's search_path cannot
+-- change what it does (pg_catalog is searched first).
+create or replace function kb_internal.posting_tier(tf integer, dl integer)
+returns smallint
+language sql immutable parallel safe
+as $$
+    select ((case when tf <= 1 then 0 when tf = 2 then 1 when tf <= 4 then 2 when tf <= 8 then 3
+        when tf <= 16 then 4 else 5 end) * 10
+        + (case when dl < 45 then 0 when dl < 64 then 1 when dl < 91 then 2 when dl < 128 then 3
+            when dl < 181 then 4 when dl < 256 then 5 when dl < 362 then 6 when dl < 512 then 7
+            when dl < 724 then 8 else 9 end))::smallint
+$$;
+
+-- The limits of a tier (kb_internal.posting_tier): the highest tf (NULL: unbounded) and the lowest chunk length of
+-- its postings. BM25's tf part grows with tf and falls with length, so these bound it.
+create or replace function kb_internal.posting_tier_limits(tier integer, out tf_max integer, out dl_min integer)
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select (array[1, 2, 4, 8, 16, null]::integer[])[tier / 10 + 1],
+        (array[0, 45, 64, 91, 128, 181, 256, 362, 512, 724])[tier % 10 + 1]
+$$;
+
+-- How many recent postings a term keeps in its kb.term_stats row before they move to kb.postings. Small
+-- enough that the row stays well below PostgreSQL's 2 kB TOAST threshold; large enough that most terms
+-- (rare ones) never need a block and a common term's move happens once per ~64 of its postings.
+create or replace function kb_internal.recent_postings_limit()
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 64 $$;
 
 -- The most postings a block holds: a flush of recent postings rewrites at most a list's last block, a
 -- delete the blocks that held the removed postings.
-create or replace function kb.posting_block_size()
+create or replace function kb_internal.posting_block_size()
 returns integer
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -22,7 +58,7 @@ as $$ select 256 $$;
 -- The payload field widths of a tier's blocks (see the format above) and what they are relative to: the
 -- tf a tier implies (tf_bytes = 0) and the tier's length floor. No SET clause (it names no object), so
 -- that the decoder that calls it stays inlinable.
-create or replace function kb.posting_fields(
+create or replace function kb_internal.posting_fields(
     tier integer, out tf_bytes integer, out dl_bytes integer, out tf_fixed integer, out dl_min integer
 )
 language sql immutable parallel safe
@@ -36,7 +72,7 @@ $$;
 -- The unsigned big-endian integer of width bytes (0, 1, 2, 4 or 8) at offset o of p (0 for width 0; an
 -- 8-byte one is below 2^63: chunk ids are bigint).
 -- Inlined (no SET clause, names no object).
-create or replace function kb.payload_uint(p bytea, o integer, width integer)
+create or replace function kb_internal.payload_uint(p bytea, o integer, width integer)
 returns bigint
 language sql immutable parallel safe
 as $$
@@ -54,8 +90,8 @@ as $$
 $$;
 
 -- The payload of one block: postings of the given tier, ids ascending (ids[1] is its first_chunk), tfs and
--- lengths inside the tier's classes (kb.posting_tier).
-create or replace function kb.encode_postings(tier integer, ids bigint[], tfs integer[], dls integer[])
+-- lengths inside the tier's classes (kb_internal.posting_tier).
+create or replace function kb_internal.encode_postings(tier integer, ids bigint[], tfs integer[], dls integer[])
 returns bytea
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -64,7 +100,7 @@ as $$
         || coalesce(string_agg(substring(int8send(x.tf::bigint) from 9 - f.tf_bytes), ''::bytea order by x.o)
             filter (where f.tf_bytes > 0), '')
         || string_agg(substring(int8send((x.dl - f.dl_min)::bigint) from 9 - f.dl_bytes), ''::bytea order by x.o)
-    from kb.posting_fields(tier) as f
+    from kb_internal.posting_fields(tier) as f
     cross join (
         select case when ids[cardinality(ids)] - ids[1] < 65536 then 2
             when ids[cardinality(ids)] - ids[1] < 4294967296 then 4 else 8 end as id_bytes
@@ -74,30 +110,30 @@ $$;
 
 -- The postings of one block (kb.postings row), in id order. Inlined into the SQL leg's reads (no SET
 -- clause; it names only kb functions, schema-qualified).
-create or replace function kb.decode_postings(tier integer, first_chunk bigint, n integer, payload bytea)
+create or replace function kb_internal.decode_postings(tier integer, first_chunk bigint, n integer, payload bytea)
 returns table (chunk_id bigint, tf integer, dl integer)
 language sql immutable parallel safe
 as $$
-    select first_chunk + kb.payload_uint(payload, i * w.id_bytes, w.id_bytes),
+    select first_chunk + kb_internal.payload_uint(payload, i * w.id_bytes, w.id_bytes),
         case when f.tf_bytes = 0 then f.tf_fixed
-            else kb.payload_uint(payload, n * w.id_bytes + i * f.tf_bytes, f.tf_bytes)::integer end,
-        f.dl_min + kb.payload_uint(payload, n * (w.id_bytes + f.tf_bytes) + i * f.dl_bytes, f.dl_bytes)::integer
-    from kb.posting_fields(tier) as f
+            else kb_internal.payload_uint(payload, n * w.id_bytes + i * f.tf_bytes, f.tf_bytes)::integer end,
+        f.dl_min + kb_internal.payload_uint(payload, n * (w.id_bytes + f.tf_bytes) + i * f.dl_bytes, f.dl_bytes)::integer
+    from kb_internal.posting_fields(tier) as f
     cross join lateral (select octet_length(payload) / n - f.tf_bytes - f.dl_bytes as id_bytes) as w
     cross join generate_series(0, n - 1) as i
 $$;
 
 -- Internal: move the recent postings of the given terms (kb.term_stats.recent_*) to the ends of their
--- tiers' lists, refilling a list's last block up to kb.posting_block_size() (decoded and written again
+-- tiers' lists, refilling a list's last block up to kb_internal.posting_block_size() (decoded and written again
 -- in place), else starting new ones; their rows keep none and remember the highest id moved (blocked_to). Called by
--- kb.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
-create or replace function kb.flush_recent_postings(target_kb integer, terms text[])
+-- kb_internal.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
+create or replace function kb_internal.flush_recent_postings(target_kb integer, terms text[])
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    block_size constant integer := kb.posting_block_size();
+    block_size constant integer := kb_internal.posting_block_size();
 begin
     with moving as materialized (
         select s.term, s.recent_ids, s.recent_tfs, s.recent_dls
@@ -112,7 +148,7 @@ begin
         where s.kb_id = target_kb and s.term = m.term
     ),
     moved as (
-        select m.term, kb.posting_tier(x.tf, x.dl) as tier, x.id, x.tf, x.dl
+        select m.term, kb_internal.posting_tier(x.tf, x.dl) as tier, x.id, x.tf, x.dl
         from moving as m, unnest(m.recent_ids, m.recent_tfs, m.recent_dls) as x (id, tf, dl)
     ),
     -- the last block of each touched list, when it has room
@@ -129,7 +165,7 @@ begin
     ),
     merged as (
         select t.term, t.tier, d.chunk_id as id, d.tf, d.dl
-        from tail as t cross join lateral kb.decode_postings(t.tier, t.first_chunk, t.n, t.payload) as d
+        from tail as t cross join lateral kb_internal.decode_postings(t.tier, t.first_chunk, t.n, t.payload) as d
         union all
         select m.term, m.tier, m.id, m.tf, m.dl from moved as m
     ),
@@ -143,7 +179,7 @@ begin
         group by x.term, x.tier, x.block
     )
     insert into kb.postings (kb_id, term, tier, first_chunk, n, payload)
-    select target_kb, b.term, b.tier, b.ids[1], cardinality(b.ids), kb.encode_postings(b.tier, b.ids, b.tfs, b.dls)
+    select target_kb, b.term, b.tier, b.ids[1], cardinality(b.ids), kb_internal.encode_postings(b.tier, b.ids, b.tfs, b.dls)
     from blocks as b
     order by b.term, b.tier, b.ids[1]
     -- a refilled last block keeps its first chunk id: it is written again in place
@@ -154,15 +190,15 @@ $$;
 -- Internal: remove the given chunks' postings of the given terms from the blocks that hold them (blocks
 -- left empty go; the others are written again). Per (term, tier) only the blocks that can hold a removed
 -- id are read: from the last one starting at or before the lowest id to the last one starting at or
--- before the highest. Called by kb.adjust_term_stats under the knowledge base's row lock.
-create or replace function kb.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
+-- before the highest. Called by kb_internal.adjust_term_stats under the knowledge base's row lock.
+create or replace function kb_internal.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
     with removed as materialized (
-        select t.term, kb.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
+        select t.term, kb_internal.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
             min(c.id) as lo, max(c.id) as hi
         from kb.chunks as c
         cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
@@ -184,7 +220,7 @@ begin
                 array_agg(d.tf order by d.chunk_id) filter (where d.chunk_id <> all(g.ids)) as tf_list,
                 array_agg(d.dl order by d.chunk_id) filter (where d.chunk_id <> all(g.ids)) as dl_list,
                 bool_or(d.chunk_id = any(g.ids)) as hit
-            from kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d
+            from kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d
         ) as k
         where k.hit
     ),
@@ -197,7 +233,7 @@ begin
     -- a block's new first chunk id stays below the next block's, so the key stays unique
     update kb.postings as p
     set first_chunk = t.id_list[1], n = cardinality(t.id_list),
-        payload = kb.encode_postings(t.tier, t.id_list, t.tf_list, t.dl_list)
+        payload = kb_internal.encode_postings(t.tier, t.id_list, t.tf_list, t.dl_list)
     from touched as t
     where t.id_list is not null and p.kb_id = target_kb and p.term = t.term and p.tier = t.tier
         and p.first_chunk = t.first_chunk;
@@ -206,18 +242,18 @@ $$;
 
 -- Add the postings of the next 100,000 chunks of one knowledge base above chunk id after_id (in id order)
 -- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
--- than kb.recent_postings_limit() postings keep them in their row, the others get blocks of up to
--- kb.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
--- chunk id added (NULL: none left). For kb.build_postings and bulk loads; bounded work per call. Built by
--- kb.build_postings_numpy where the server has numpy, else in SQL here: the same rows.
-create or replace function kb.build_postings_batch(target_kb integer, after_id bigint)
+-- than kb_internal.recent_postings_limit() postings keep them in their row, the others get blocks of up to
+-- kb_internal.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
+-- chunk id added (NULL: none left). For kb_internal.build_postings and bulk loads; bounded work per call. Built by
+-- kb_internal.build_postings_numpy where the server has numpy, else in SQL here: the same rows.
+create or replace function kb_internal.build_postings_batch(target_kb integer, after_id bigint)
 returns bigint
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     lo constant bigint := after_id;
-    block_size constant integer := kb.posting_block_size();
+    block_size constant integer := kb_internal.posting_block_size();
     hi bigint;
 begin
     select max(c.id) into hi
@@ -227,16 +263,16 @@ begin
     end if;
     -- numpy builds the same rows several times faster (53_postings_build_numpy.sql, where plpython3u is);
     -- separate IFs, so the calls are planned only where they exist
-    if to_regprocedure('kb.build_postings_numpy(integer, bigint, bigint)') is not null then
-        if kb.numpy_available() then
-            perform kb.build_postings_numpy(target_kb, lo, hi);
+    if to_regprocedure('kb_internal.build_postings_numpy(integer, bigint, bigint)') is not null then
+        if kb_internal.numpy_available() then
+            perform kb_internal.build_postings_numpy(target_kb, lo, hi);
             return hi;
         end if;
     end if;
     with posting as materialized (
         select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
-            kb.posting_tier(t.tf::integer, c.term_count) as tier,
-            s.df >= kb.recent_postings_limit() as blocked
+            kb_internal.posting_tier(t.tf::integer, c.term_count) as tier,
+            s.df >= kb_internal.recent_postings_limit() as blocked
         from kb.chunks as c
         cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
         inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
@@ -259,7 +295,7 @@ begin
     )
     insert into kb.postings (kb_id, term, tier, first_chunk, n, payload)
     select target_kb, x.term, x.tier, min(x.id), count(*),
-        kb.encode_postings(x.tier, array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
+        kb_internal.encode_postings(x.tier, array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
             array_agg(x.dl order by x.id))
     from (
         select p.term, p.tier, p.id, p.tf, p.dl,
@@ -271,10 +307,10 @@ begin
 end
 $$;
 
--- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb.build_postings_batch.
+-- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb_internal.build_postings_batch.
 -- PL/pgSQL (its statements are checked when run, not when created), like every function here that names
 -- a table, so that today's functions apply to a schema before migration 016 (upgrade tests).
-create or replace function kb.clear_postings(target_kb integer)
+create or replace function kb_internal.clear_postings(target_kb integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -287,10 +323,10 @@ end
 $$;
 
 -- Rebuild the postings and term tiers of one knowledge base from its chunks: reset, then
--- kb.build_postings_batch until no chunk is left, so memory and temporary space stay bounded on any size (a
+-- kb_internal.build_postings_batch until no chunk is left, so memory and temporary space stay bounded on any size (a
 -- batch ends a list's last block early); records the format built. Idempotent; the caller holds the
 -- knowledge base's row lock or is alone.
-create or replace function kb.build_postings(target_kb integer)
+create or replace function kb_internal.build_postings(target_kb integer)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -298,9 +334,9 @@ as $$
 declare
     done_to bigint := 0;
 begin
-    perform kb.clear_postings(target_kb);
+    perform kb_internal.clear_postings(target_kb);
     loop
-        done_to := kb.build_postings_batch(target_kb, done_to);
+        done_to := kb_internal.build_postings_batch(target_kb, done_to);
         exit when done_to is null;
     end loop;
     update kb.knowledge_bases set postings_format = 1 where id = target_kb;
@@ -316,7 +352,7 @@ begin
         select from pg_attribute
         where attrelid = 'kb.knowledge_bases'::regclass and attname = 'postings_format' and not attisdropped
     ) then
-        perform kb.build_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
+        perform kb_internal.build_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
     end if;
 end
 $$;

@@ -3,24 +3,6 @@
 -- entries, so a caption never reaches a user of another knowledge base (not even whether an image with a
 -- given hash was seen there). All run as the owner (SECURITY DEFINER) after a write-permission check.
 
--- Internal: the id of knowledge base kb if the caller may write to it; else the errors kb.resolve_kb
--- (unknown or invisible: no_data_found) and kb.record_ingest_failure (readable only) give.
-create or replace function kb.writable_kb(kb text)
-returns integer
-language plpgsql stable security definer
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    target_kb integer := kb.resolve_kb(writable_kb.kb);
-begin
-    if not kb.can_write_kb(target_kb) then
-        raise exception 'you may not write to knowledge base "%"', writable_kb.kb
-            using errcode = 'insufficient_privilege';
-    end if;
-    return target_kb;
-end
-$$;
-
 -- The cached captions, among image_sha256s, of knowledge base kb for one vision model and language.
 -- Needs write access to kb (the ingest path); at most 10000 hashes per call. Hashes without a caption
 -- are simply absent from the result.
@@ -30,7 +12,7 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    target_kb integer := kb.writable_kb(cached_image_captions.kb);
+    target_kb integer := kb_internal.writable_kb(cached_image_captions.kb);
 begin
     if cardinality(image_sha256s) > 10000 then
         raise exception 'at most 10000 image hashes per call, got %', cardinality(image_sha256s)
@@ -58,13 +40,13 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    target_kb integer := kb.writable_kb(store_image_caption.kb);
+    target_kb integer := kb_internal.writable_kb(store_image_caption.kb);
 begin
     if image_sha256 is null or image_sha256 !~ '^[0-9a-f]{64}$' then
         raise exception 'image_sha256 must be 64 lowercase hex digits (a SHA-256), got "%"', left(image_sha256, 80)
             using errcode = 'invalid_parameter_value';
     end if;
-    if model is null or kb.is_blank(model) or length(model) > 200 then
+    if model is null or kb_internal.is_blank(model) or length(model) > 200 then
         raise exception 'model must be a non-empty name of at most 200 characters'
             using errcode = 'invalid_parameter_value';
     end if;
@@ -72,7 +54,7 @@ begin
         raise exception 'language must be 2-8 lowercase letters (e.g. zh, en), got "%"', left(language, 20)
             using errcode = 'invalid_parameter_value';
     end if;
-    if caption is null or kb.is_blank(caption) or length(caption) > 20000 then
+    if caption is null or kb_internal.is_blank(caption) or length(caption) > 20000 then
         raise exception 'caption must be non-empty text of at most 20000 characters'
             using errcode = 'invalid_parameter_value';
     end if;
@@ -91,7 +73,7 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    target_kb integer := kb.writable_kb(prune_image_captions.kb);
+    target_kb integer := kb_internal.writable_kb(prune_image_captions.kb);
     pruned integer;
 begin
     delete from kb.image_captions as c

@@ -97,7 +97,7 @@ $$;
 
 -- Report that embedding these claimed chunks for one model (NULL: the default) failed: records the
 -- error and retries after 30 s x 2^(attempts - 1), capped at 1 hour; entries claimed max_attempts times
--- are parked (see kb.parked_embeddings, kb.retry_parked_embeddings). Unknown, already embedded or parked
+-- are parked (see kb.parked_embeddings, kb_admin.retry_parked_embeddings). Unknown, already embedded or parked
 -- chunk ids, and those of knowledge bases the caller may not write, are ignored alike (the answer tells
 -- nothing about other users' chunks). Entries are locked in chunk id order, like kb.store_embeddings
 -- does, so a late report racing a store of the same entries cannot deadlock with it.
@@ -176,7 +176,7 @@ where q.parked and (select kb.current_is_admin());
 -- Admin: unpark the parked entries of one model (NULL: all models) so workers try them again from
 -- attempt 0, at once; last_error is kept until the next failure. Wakes waiting workers. Returns the
 -- number of entries unparked.
-create or replace function kb.retry_parked_embeddings(model text default null)
+create or replace function kb_admin.retry_parked_embeddings(model text default null)
 returns integer
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp

@@ -5,7 +5,7 @@
 -- Per registered model: chunks waiting for an embedding (queued, including those backing off after a
 -- failure), chunks given up on (parked, see kb.parked_embeddings) and the age in seconds of the oldest
 -- queued entry (NULL when none is queued). Counts only: no chunk, document or knowledge base is named.
-create or replace function kb.embedding_backlog()
+create or replace function kb_service.embedding_backlog()
 returns table (model text, queued bigint, parked bigint, oldest_queued_seconds double precision)
 language sql stable security definer
 set search_path = pg_catalog, pg_temp

@@ -1,10 +1,10 @@
 -- Redaction of HTTP endpoint secrets: every message about an embedding or chat endpoint (errors, notices,
--- a model's answer and its streamed deltas) passes through kb.redact before a caller can see it, so an
+-- a model's answer and its streamed deltas) passes through kb_internal.redact before a caller can see it, so an
 -- endpoint's key, user info or query string never reaches a search or an answer.
 
 -- An endpoint URL as a message may show it: scheme, host, port and path, without user info, query string
 -- or fragment (any of which may hold a secret). A URL without "scheme://" is shown as "(the configured URL)".
-create or replace function kb.shown_url(url text)
+create or replace function kb_internal.shown_url(url text)
 returns text
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -13,10 +13,10 @@ as $$
         ''), '(the configured URL)')
 $$;
 
--- What kb.redact hides, longest first (a secret inside another is then never left half visible): each of
+-- What kb_internal.redact hides, longest first (a secret inside another is then never left half visible): each of
 -- secrets (API keys; also trimmed) and url's user info, password, query string, fragment and query values
 -- of 4 or more characters. Streams use it to hold back a delta's end that may begin a secret.
-create or replace function kb.endpoint_secrets(url text, secrets text[] default '{}')
+create or replace function kb_internal.endpoint_secrets(url text, secrets text[] default '{}')
 returns text[]
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -37,9 +37,9 @@ as $$
     from (select distinct h.x from hidden as h where coalesce(h.x, '') <> '') as s
 $$;
 
--- message as any caller may see it: url shown as kb.shown_url, then every kb.endpoint_secrets of url and
+-- message as any caller may see it: url shown as kb_internal.shown_url, then every kb_internal.endpoint_secrets of url and
 -- secrets replaced by ***. NULL stays NULL. Every message about an endpoint passes through it.
-create or replace function kb.redact(message text, url text, secrets text[] default '{}')
+create or replace function kb_internal.redact(message text, url text, secrets text[] default '{}')
 returns text
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -48,9 +48,9 @@ declare
     secret text;
 begin
     if coalesce(url, '') <> '' then
-        message := replace(message, url, kb.shown_url(url));
+        message := replace(message, url, kb_internal.shown_url(url));
     end if;
-    foreach secret in array kb.endpoint_secrets(url, secrets) loop
+    foreach secret in array kb_internal.endpoint_secrets(url, secrets) loop
         message := replace(message, secret, '***');
     end loop;
     return message;

@@ -1,15 +1,15 @@
 -- requires: plpython3u
 -- In-database query embedding over HTTP: one POST to an OpenAI-compatible /v1/embeddings endpoint
 -- (pgkb embed-server, Ollama, vLLM, TEI, OpenAI). Skipped by `pgkb db migrate` where plpython3u is not
--- available (managed PostgreSQL); kb.embed_query then reports that queries need a caller-side embedding.
+-- available (managed PostgreSQL); kb_internal.embed_query then reports that queries need a caller-side embedding.
 
 create extension if not exists plpython3u;
 
 -- POST {"model", "input": [text]} to url and return data[0].embedding. Raises with the endpoint's
 -- message on HTTP errors, timeouts and malformed answers (any failure at all), every message through
--- kb.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
+-- kb_internal.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
 -- cannot be reached (refused, unresolvable, timed out). The caller decides how to degrade.
-create or replace function kb.http_embedding(
+create or replace function kb_internal.http_embedding(
     url text, model text, input text, api_key text default '', timeout_ms integer default 3000
 )
 returns real[]
@@ -20,7 +20,7 @@ import json
 import urllib.error
 import urllib.request
 
-redaction = plpy.prepare("select kb.redact($1, $2, $3) as message", ["text", "text", "text[]"])
+redaction = plpy.prepare("select kb_internal.redact($1, $2, $3) as message", ["text", "text", "text[]"])
 
 
 class Failed(Exception):

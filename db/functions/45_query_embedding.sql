@@ -1,21 +1,21 @@
 -- Query embedding for the vector leg when the caller passes none: the model's query prefix, then
--- kb.http_embedding (plpython3u) against kb.settings.embedding_url. Never raises for an unavailable
+-- kb_internal.http_embedding (plpython3u) against kb.settings.embedding_url. Never raises for an unavailable
 -- endpoint: no embedding, and why, so search degrades to the lexical legs and can say so.
 
 -- A query's embedding by a registered model, or NULL and failure: why none can be had, a sentence for
--- people ("the embedding service is not reachable (...)"; endpoint messages through kb.redact: no key,
--- user info or query string). Unreachable (connection refused, timed out): kb.http_embedding's SQLSTATE
+-- people ("the embedding service is not reachable (...)"; endpoint messages through kb_internal.redact: no key,
+-- user info or query string). Unreachable (connection refused, timed out): kb_internal.http_embedding's SQLSTATE
 -- 08000. A vector of the wrong dimension or a zero / degenerate norm counts as no embedding.
-create or replace function kb.query_embedding(
+create or replace function kb_internal.query_embedding(
     query text, model kb.embedding_models, out embedding vector, out failure text
 )
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    url text := kb.setting('embedding_url');
-    api_key text := kb.setting('embedding_api_key');
-    timeout_ms integer := kb.setting_int('embedding_timeout_ms');
+    url text := kb_internal.setting('embedding_url');
+    api_key text := kb_internal.setting('embedding_api_key');
+    timeout_ms integer := kb_internal.setting_int('embedding_timeout_ms');
     result real [];
     why text;
 begin
@@ -23,17 +23,17 @@ begin
         failure := 'no embedding service is configured (the embedding_url setting is empty)';
         return;
     end if;
-    if to_regprocedure('kb.http_embedding(text,text,text,text,integer)') is null then
+    if to_regprocedure('kb_internal.http_embedding(text,text,text,text,integer)') is null then
         failure := 'plpython3u is not installed, so the database cannot embed queries; '
             'pass query_embedding => ...';
         return;
     end if;
     begin
-        execute 'select kb.http_embedding($1, $2, $3, $4, $5)'
+        execute 'select kb_internal.http_embedding($1, $2, $3, $4, $5)'
         into result
         using url, model.name, model.query_prefix || query, api_key, timeout_ms;
     exception when others then
-        why := kb.redact(regexp_replace(sqlerrm, '^plpy\.Error: ', ''), url, array[api_key]);
+        why := kb_internal.redact(regexp_replace(sqlerrm, '^plpy\.Error: ', ''), url, array[api_key]);
         failure := format(
             case when sqlstate = '08000' then 'the embedding service is not reachable (%s)'
                 else 'the embedding service failed (%s)' end, why
@@ -46,16 +46,16 @@ begin
         return;
     end if;
     embedding := result::vector;
-    if not kb.usable_embedding(embedding) then
+    if not kb_internal.usable_embedding(embedding) then
         embedding := null;
         failure := 'the embedding service returned a zero or degenerate vector';
     end if;
 end
 $$;
 
--- Embed a query with a registered model (kb.query_embedding); NULL, and a NOTICE "pgkb: query embedding
+-- Embed a query with a registered model (kb_internal.query_embedding); NULL, and a NOTICE "pgkb: query embedding
 -- failed: <why>; searching with the lexical legs only", if no embedding can be had.
-create or replace function kb.embed_query(query text, model kb.embedding_models)
+create or replace function kb_internal.embed_query(query text, model kb.embedding_models)
 returns vector
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
@@ -63,7 +63,7 @@ as $$
 declare
     attempt record;
 begin
-    select * into attempt from kb.query_embedding(query, model);
+    select * into attempt from kb_internal.query_embedding(query, model);
     if attempt.failure is not null then
         raise notice 'pgkb: query embedding failed: %; searching with the lexical legs only', attempt.failure;
     end if;

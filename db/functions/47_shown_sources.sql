@@ -1,12 +1,12 @@
 -- How a source is shown to readers, one rule for every client (psql, the CLI, MCP, the page, Dify): the
--- headings after its title (kb.heading_trail) and the address of the document (kb.openable_source).
--- kb.search and kb.get_document apply both, kb.list_documents the second.
+-- headings after its title (kb_internal.heading_trail) and the address of the document (kb_internal.openable_source).
+-- kb_internal.search and kb.get_document apply both, kb.list_documents the second.
 
 -- The headings to show after a document's title: heading_path without blank headings and without a heading
 -- equal (white space around it aside) to the part shown before it, the title counting as the part before
 -- the first heading. A Markdown file whose first heading repeats its title is then shown as
 -- "title > section", never "title > title > section". Never NULL.
-create or replace function kb.heading_trail(title text, heading_path text[])
+create or replace function kb_internal.heading_trail(title text, heading_path text[])
 returns text[]
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -23,7 +23,7 @@ $$;
 -- The address of a document that whoever it is shown to can open: its source_url when that is a web
 -- address (scheme://..., other than file://), else NULL -- clients then show kb://<kb>/<doc_key>. A path on
 -- the server (what `pgkb ingest` records without --base-url) never leaves the database through a read.
-create or replace function kb.openable_source(source_url text)
+create or replace function kb_internal.openable_source(source_url text)
 returns text
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp

@@ -6,7 +6,7 @@
 -- A metadata value as a double: a JSON number, or a string holding one (decimal, optional exponent of at
 -- most 3 digits); NULL for anything else and for values beyond double precision's range (1e999), which
 -- therefore match no number. Magnitudes below 1e-300 are 0. Never raises.
-create or replace function kb.metadata_number(value jsonb)
+create or replace function kb_internal.metadata_number(value jsonb)
 returns double precision
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -26,9 +26,9 @@ as $$
     ) as parsed
 $$;
 
--- A metadata value as epoch seconds: a JSON number as is (kb.metadata_number), a string holding an ISO-8601 date or timestamp
+-- A metadata value as epoch seconds: a JSON number as is (kb_internal.metadata_number), a string holding an ISO-8601 date or timestamp
 -- (no zone: UTC) converted; NULL for anything else, including strings that are no valid date. Never raises.
-create or replace function kb.metadata_epoch(value jsonb)
+create or replace function kb_internal.metadata_epoch(value jsonb)
 returns double precision
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -37,7 +37,7 @@ declare
     raw text;
 begin
     if jsonb_typeof(value) = 'number' then
-        return kb.metadata_number(value);
+        return kb_internal.metadata_number(value);
     end if;
     raw := value #>> '{}';
     if jsonb_typeof(value) <> 'string'
@@ -60,7 +60,7 @@ $$;
 -- not empty). The bounds keep a search's filter work small: it runs on every candidate.
 create or replace function kb.check_metadata_condition(condition jsonb)
 returns jsonb
-language plpgsql immutable parallel safe
+language plpgsql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -95,7 +95,7 @@ begin
     for item in select c.item from jsonb_array_elements(condition -> 'conditions') as c (item) loop
         n := n + 1;
         if jsonb_typeof(item) is distinct from 'object' or jsonb_typeof(item -> 'name') is distinct from 'string'
-            or kb.is_blank(item ->> 'name') or length(item ->> 'name') > 200 then
+            or kb_internal.is_blank(item ->> 'name') or length(item ->> 'name') > 200 then
             raise exception 'metadata condition % must be an object with a "name" (a non-empty string)', n
                 using errcode = 'invalid_parameter_value';
         end if;
@@ -122,19 +122,19 @@ begin
                     n, op using errcode = 'invalid_parameter_value';
             end if;
         elsif op in ('=', '≠', '>', '<', '≥', '≤') then
-            if kb.metadata_number(value) is null then
+            if kb_internal.metadata_number(value) is null then
                 raise exception 'metadata condition % (%): value must be a finite number (or a string holding '
                     'one) within double precision''s range, about ±1.8e308', n, op
                     using errcode = 'invalid_parameter_value';
             end if;
-            value := to_jsonb(kb.metadata_number(value));
+            value := to_jsonb(kb_internal.metadata_number(value));
         elsif op in ('before', 'after') then
-            if kb.metadata_epoch(value) is null then
+            if kb_internal.metadata_epoch(value) is null then
                 raise exception 'metadata condition % (%): value must be an ISO-8601 date or time '
                     '(e.g. 2024-05-01 or 2024-05-01T08:00:00Z) or Unix seconds', n, op
                     using errcode = 'invalid_parameter_value';
             end if;
-            value := to_jsonb(kb.metadata_epoch(value));
+            value := to_jsonb(kb_internal.metadata_epoch(value));
         elsif jsonb_typeof(value) in ('string', 'number') then
             value := to_jsonb(value #>> '{}');
         else
@@ -155,10 +155,10 @@ $$;
 
 -- True when document metadata satisfies one normalised condition (kb.check_metadata_condition). String
 -- operators compare the field's text (case-sensitive); on a JSON array field contains / in test its
--- elements. Numeric and date operators need a number (or numeric string, kb.metadata_number) / a date;
+-- elements. Numeric and date operators need a number (or numeric string, kb_internal.metadata_number) / a date;
 -- other fields (and numbers beyond double precision) do not match. The negations (not contains, is not,
 -- not in, ≠) and empty also match a missing field.
-create or replace function kb.metadata_condition_holds(metadata jsonb, item jsonb)
+create or replace function kb_internal.metadata_condition_holds(metadata jsonb, item jsonb)
 returns boolean
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -169,7 +169,7 @@ as $$
     t as (
         select f.*,
             case when jsonb_typeof(f.field) in ('string', 'number', 'boolean') then f.field #>> '{}' end as txt,
-            kb.metadata_number(f.field) as num
+            kb_internal.metadata_number(f.field) as num
         from f
     ),
     verdict as (
@@ -191,8 +191,8 @@ as $$
             when t.op = '<' then t.num < (t.v #>> '{}')::double precision
             when t.op = '≥' then t.num >= (t.v #>> '{}')::double precision
             when t.op = '≤' then t.num <= (t.v #>> '{}')::double precision
-            when t.op = 'before' then kb.metadata_epoch(t.field) < (t.v #>> '{}')::double precision
-            when t.op = 'after' then kb.metadata_epoch(t.field) > (t.v #>> '{}')::double precision
+            when t.op = 'before' then kb_internal.metadata_epoch(t.field) < (t.v #>> '{}')::double precision
+            when t.op = 'after' then kb_internal.metadata_epoch(t.field) > (t.v #>> '{}')::double precision
         end as positive
         from t
     )
@@ -204,10 +204,10 @@ as $$
     from verdict
 $$;
 
--- The filter the search legs apply, built by kb.search from kb.hybrid_search's `filter` (a JSON object,
+-- The filter the search legs apply, built by kb_internal.search from kb.hybrid_search's `filter` (a JSON object,
 -- containment) and `metadata_condition` (checked by kb.check_metadata_condition): NULL when neither is
 -- given, else {"contains": ..., "condition": ...} with the parts that are. Raises for a bad condition.
-create or replace function kb.document_filter(filter jsonb, metadata_condition jsonb)
+create or replace function kb_internal.document_filter(filter jsonb, metadata_condition jsonb)
 returns jsonb
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -218,9 +218,9 @@ as $$
     )) end
 $$;
 
--- True when a document's metadata passes a kb.document_filter (NULL filter: every document). The
+-- True when a document's metadata passes a kb_internal.document_filter (NULL filter: every document). The
 -- conditions combine with their logical_operator; containment is always required as well.
-create or replace function kb.document_matches(metadata jsonb, doc_filter jsonb)
+create or replace function kb_internal.document_matches(metadata jsonb, doc_filter jsonb)
 returns boolean
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -229,22 +229,22 @@ as $$
         (doc_filter -> 'contains' is null or metadata @> (doc_filter -> 'contains'))
         and (doc_filter -> 'condition' is null or (
             select case when doc_filter #>> '{condition,logical_operator}' = 'or'
-                then coalesce(bool_or(kb.metadata_condition_holds(metadata, c.item)), false)
-                else coalesce(bool_and(kb.metadata_condition_holds(metadata, c.item)), true)
+                then coalesce(bool_or(kb_internal.metadata_condition_holds(metadata, c.item)), false)
+                else coalesce(bool_and(kb_internal.metadata_condition_holds(metadata, c.item)), true)
             end
             from jsonb_array_elements(doc_filter #> '{condition,conditions}') as c (item)
         ))
     )
 $$;
 
--- True when a document of knowledge base kb_id passes doc_filter (kb.document_matches) and kb_id is one of
+-- True when a document of knowledge base kb_id passes doc_filter (kb_internal.document_matches) and kb_id is one of
 -- kb_ids; false, untested, for any other document (another user's), so its metadata can neither raise nor
 -- be probed. The legs' EXISTS also restrict kb.documents by kb_id (an index condition): this guard holds
 -- whatever order the planner evaluates their conditions in.
-create or replace function kb.visible_document_matches(kb_id integer, kb_ids integer[], metadata jsonb, doc_filter jsonb)
+create or replace function kb_internal.visible_document_matches(kb_id integer, kb_ids integer[], metadata jsonb, doc_filter jsonb)
 returns boolean
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when kb_id = any(kb_ids) then kb.document_matches(metadata, doc_filter) else false end
+    select case when kb_id = any(kb_ids) then kb_internal.document_matches(metadata, doc_filter) else false end
 $$;

@@ -1,6 +1,6 @@
 -- The fuzzy leg's term dictionary: corrections of the query terms that the searched knowledge bases do
--- not hold, taken from their vocabulary (kb.term_stats), never from chunk text. kb.search scores the query
--- with its corrections through the BM25 engine (kb.lexical_hits with expansions) as the fuzzy leg. Every
+-- not hold, taken from their vocabulary (kb.term_stats), never from chunk text. kb_internal.search scores the query
+-- with its corrections through the BM25 engine (kb_internal.lexical_hits with expansions) as the fuzzy leg. Every
 -- lookup is keyed by the searched kb_ids (the primary key of kb.term_stats and term_stats_bigram_end_idx),
 -- so no other knowledge base's vocabulary is read.
 
@@ -16,7 +16,7 @@
 -- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
 -- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded.
-create or replace function kb.fuzzy_expansions(query text, kb_ids integer[])
+create or replace function kb_internal.fuzzy_expansions(query text, kb_ids integer[])
 returns jsonb
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -73,7 +73,7 @@ as $$
             where not b.known and b.prev_known is null and b.next is null
         ) as x
         order by x.pos, x.sort_key, x.source
-        limit kb.setting_int('fuzzy_max_terms')
+        limit kb_internal.setting_int('fuzzy_max_terms')
     ),
     -- every string one edit away from an absent word, with the letters terms are made of
     edits as (
@@ -160,7 +160,7 @@ as $$
     from (
         select t.term, max(r.weight) as weight
         from ranked as r, unnest(r.terms) as t (term)
-        where r.pos <= kb.setting_int('fuzzy_term_expansions')
+        where r.pos <= kb_internal.setting_int('fuzzy_term_expansions')
         group by t.term
     ) as x
 $$;

@@ -1,12 +1,12 @@
 -- requires: plpython3u
--- The BM25 leg at compiled speed: the same exact Okapi BM25 top n as kb.lexical_leg, computed by numpy
+-- The BM25 leg at compiled speed: the same exact Okapi BM25 top n as kb_internal.lexical_leg, computed by numpy
 -- in the server's Python over the posting blocks' payloads (format in 31_postings.sql). Skipped by
--- `pgkb db migrate` where plpython3u is not available; kb.lexical_engine() then picks the SQL leg.
+-- `pgkb db migrate` where plpython3u is not available; kb_admin.lexical_engine() then picks the SQL leg.
 create extension if not exists plpython3u;
 
 -- True when the server's Python can import numpy (python3-numpy on Debian / Ubuntu; `make setup`
 -- installs it). Cached per backend: the first import costs about 0.3 s, later calls nothing.
-create or replace function kb.numpy_available()
+create or replace function kb_internal.numpy_available()
 returns boolean
 language plpython3u stable
 set search_path = pg_catalog, pg_temp
@@ -20,17 +20,17 @@ if "numpy_ok" not in GD:
 return GD["numpy_ok"]
 $$;
 
--- The BM25 legs' top n (kb.lexical_hits's rows: leg 'lexical' for the query's terms when plain or
+-- The BM25 legs' top n (kb_internal.lexical_hits's rows: leg 'lexical' for the query's terms when plain or
 -- expansions is NULL, leg 'fuzzy' for the query's terms and its corrections when expansions is not NULL;
--- see kb.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and
+-- see kb_internal.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and
 -- avgdl from those knowledge bases only; every posting of the terms (blocks and recent postings) read once
 -- in a few statements, decoded and scored with numpy, summed per chunk for each leg and cut to the n best:
 -- exact BM25 while a leg's terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the
--- most common terms are left out, and when not even the rarest fits, the SQL leg (kb.lexical_leg, within
+-- most common terms are left out, and when not even the rarest fits, the SQL leg (kb_internal.lexical_leg, within
 -- its own budget) answers. With doc_filter, candidates are tested best first until n pass it, at most
 -- lexical_posting_budget of them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than
 -- they saved at 100k chunks.
-create or replace function kb.lexical_legs_numpy(
+create or replace function kb_internal.lexical_legs_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     expansions jsonb, plain boolean
 )
@@ -45,18 +45,18 @@ if "plans" not in SD:
         # the SQL leg, for a query whose rarest term alone exceeds the numpy leg's budget
         "sql_leg": plpy.prepare(
             "select chunk_id, rank, score"
-            " from kb.lexical_leg($1, $2, $3, $4, $5, $6, kb.setting_int('lexical_posting_budget'), $7)",
+            " from kb_internal.lexical_leg($1, $2, $3, $4, $5, $6, kb_internal.setting_int('lexical_posting_budget'), $7)",
             ["text", "integer[]", "integer", "jsonb", "float8", "float8", "jsonb"],
         ),
         # N, total length, and the most candidates a document filter is tested on
         "size": plpy.prepare(
             "select greatest(coalesce(sum(k.chunk_count), 0), 1)::float8 as n_chunks,"
             " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total,"
-            " kb.setting_int('lexical_posting_budget') as filter_budget"
+            " kb_internal.setting_int('lexical_posting_budget') as filter_budget"
             " from kb.knowledge_bases as k where k.id = any($1)",
             ["integer[]"],
         ),
-        # the query terms the legs take (kb.lexical_query_terms: capped, the rarest) with their df over
+        # the query terms the legs take (kb_internal.lexical_query_terms: capped, the rarest) with their df over
         # the visible knowledge bases, and per visible knowledge base their recent postings. Both reads
         # below are a lateral subquery with OFFSET 0: one index lookup per term, keyed by the visible
         # kb_ids, whatever the row estimates (a join was planned as a hash join over every row)
@@ -66,10 +66,10 @@ if "plans" not in SD:
             "select q.term, q.df::float8 as df, q.weight, q.in_query, q.kept_all, q.kept_plain,"
             " s.recent_ids, s.recent_tfs, s.recent_dls"
             " from (select t.term, t.df, t.weight, t.in_query,"
-            " sum(t.df) over w <= kb.setting_int('lexical_numpy_posting_budget') as kept_all,"
+            " sum(t.df) over w <= kb_internal.setting_int('lexical_numpy_posting_budget') as kept_all,"
             " t.in_query and coalesce(sum(t.df) filter (where t.in_query) over w, 0)"
-            " <= kb.setting_int('lexical_numpy_posting_budget') as kept_plain"
-            " from kb.lexical_query_terms($1, $2, $3) as t window w as (order by t.df, t.term)) as q"
+            " <= kb_internal.setting_int('lexical_numpy_posting_budget') as kept_plain"
+            " from kb_internal.lexical_query_terms($1, $2, $3) as t window w as (order by t.df, t.term)) as q"
             " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
             ["text", "integer[]", "jsonb"],
@@ -90,11 +90,11 @@ if "plans" not in SD:
             "select array_agg(c.id) as ids from kb.chunks as c"
             " inner join kb.documents as d on d.id = c.document_id"
             " where c.id = any($1) and d.kb_id = any($3)"
-            " and kb.visible_document_matches(d.kb_id, $3, d.metadata, $2)",
+            " and kb_internal.visible_document_matches(d.kb_id, $3, d.metadata, $2)",
             ["bigint[]", "jsonb", "integer[]"],
         ),
     }
-    # per tier (kb.posting_fields): tf bytes, length bytes, the tf a tier fixes, the length floor
+    # per tier (kb_internal.posting_fields): tf bytes, length bytes, the tf a tier fixes, the length floor
     SD["fields"] = (
         np.array([0 if t // 10 <= 1 else (1 if t // 10 <= 4 else 4) for t in range(60)]),
         np.array([1 if t % 10 <= 8 else 4 for t in range(60)]),
@@ -103,7 +103,7 @@ if "plans" not in SD:
     )
 plans = SD["plans"]
 TF_BYTES, DL_BYTES, TF_FIXED, DL_MIN = SD["fields"]
-FULL = 256  # kb.posting_block_size()
+FULL = 256  # kb_internal.posting_block_size()
 
 
 def binary_array(raw, element):
@@ -223,7 +223,7 @@ if row["n"] is not None:
         dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
         add(ids, tfs, dls, idf[term_of[blk]], term_of[blk])
 
-if not parts_ids:  # df > 0 but no postings: a knowledge base between kb.clear_postings and its build
+if not parts_ids:  # df > 0 but no postings: a knowledge base between kb_internal.clear_postings and its build
     return out
 all_ids = np.concatenate(parts_ids)
 all_w = np.concatenate(parts_w)
@@ -286,10 +286,10 @@ return out
 $$;
 
 
--- The numpy BM25 leg alone (chunk_id, rank, score): the 'fuzzy' ranking of kb.lexical_legs_numpy when
--- expansions is not NULL, else its 'lexical' one. The same ranking as kb.lexical_leg / lexical_leg_scan
+-- The numpy BM25 leg alone (chunk_id, rank, score): the 'fuzzy' ranking of kb_internal.lexical_legs_numpy when
+-- expansions is not NULL, else its 'lexical' one. The same ranking as kb_internal.lexical_leg / lexical_leg_scan
 -- with the same arguments (tests compare them).
-create or replace function kb.lexical_leg_numpy(
+create or replace function kb_internal.lexical_leg_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     expansions jsonb default null
 )
@@ -297,5 +297,5 @@ returns table (chunk_id bigint, rank integer, score double precision)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select x.chunk_id, x.rank, x.score from kb.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, false) as x
+    select x.chunk_id, x.rank, x.score from kb_internal.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, false) as x
 $$;

@@ -1,16 +1,16 @@
 -- requires: plpython3u
--- The posting build at compiled speed: kb.build_postings_batch's work (db/functions/31_postings.sql) done
+-- The posting build at compiled speed: kb_internal.build_postings_batch's work (db/functions/31_postings.sql) done
 -- by numpy in the server's Python, writing the same rows: the same blocks, byte for byte (payload format
 -- 1), the same recent postings, tiers and blocked_to (a test compares the two builders). Skipped by
--- `pgkb db migrate` where plpython3u is not available; kb.build_postings_batch then builds in SQL.
+-- `pgkb db migrate` where plpython3u is not available; kb_internal.build_postings_batch then builds in SQL.
 
--- kb.build_postings_batch for the chunks of target_kb above after_id up to and including up_to (the
+-- kb_internal.build_postings_batch for the chunks of target_kb above after_id up to and including up_to (the
 -- caller's batch; every id already in the lists is below them), with numpy: term frequencies read once
 -- per chunk (term_freqs as text, parsed in Python), postings of terms with a document frequency of at
--- least kb.recent_postings_limit() sorted by (term, tier, id) and cut into blocks of
--- kb.posting_block_size(), each encoded as kb.encode_postings does; the others appended to their terms'
+-- least kb_internal.recent_postings_limit() sorted by (term, tier, id) and cut into blocks of
+-- kb_internal.posting_block_size(), each encoded as kb_internal.encode_postings does; the others appended to their terms'
 -- recent postings. Returns the postings written.
-create or replace function kb.build_postings_numpy(target_kb integer, after_id bigint, up_to bigint)
+create or replace function kb_internal.build_postings_numpy(target_kb integer, after_id bigint, up_to bigint)
 returns bigint
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
@@ -23,7 +23,7 @@ import numpy as np
 if "build_plans" not in SD:
     SD["build_plans"] = {
         "limits": plpy.prepare(
-            "select kb.posting_block_size() as block_size, kb.recent_postings_limit() as recent_limit", []
+            "select kb_internal.posting_block_size() as block_size, kb_internal.recent_postings_limit() as recent_limit", []
         ),
         "vocabulary": plpy.prepare(
             "select array_agg(s.term order by s.term) as terms, array_agg(s.df order by s.term) as dfs"
@@ -35,16 +35,16 @@ if "build_plans" not in SD:
             " where c.kb_id = $1 and c.id > $2 and c.id <= $3 order by c.id",
             ["integer", "bigint", "bigint"],
         ),
-        # the tier of each distinct (tf, length) pair, by kb.posting_tier itself
+        # the tier of each distinct (tf, length) pair, by kb_internal.posting_tier itself
         "tiers": plpy.prepare(
-            "select array_agg(kb.posting_tier(x.tf, x.dl)::integer order by x.o) as tiers"
+            "select array_agg(kb_internal.posting_tier(x.tf, x.dl)::integer order by x.o) as tiers"
             " from unnest($1::integer[], $2::integer[]) with ordinality as x (tf, dl, o)",
             ["integer[]", "integer[]"],
         ),
         "fields": plpy.prepare(
             "select array_agg(f.tf_bytes order by t) as tf_bytes, array_agg(f.dl_bytes order by t) as dl_bytes,"
             " array_agg(f.dl_min order by t) as dl_min"
-            " from generate_series(0, 59) as t cross join lateral kb.posting_fields(t) as f",
+            " from generate_series(0, 59) as t cross join lateral kb_internal.posting_fields(t) as f",
             [],
         ),
         "insert": plpy.prepare(
@@ -102,7 +102,7 @@ chunk_dls = np.frombuffer(lengths, dtype=np.int64)
 if not len(term):  # chunks without terms
     return 0
 
-# tiers by kb.posting_tier itself, asked once for every distinct tf with every distinct chunk length
+# tiers by kb_internal.posting_tier itself, asked once for every distinct tf with every distinct chunk length
 tf_values = np.flatnonzero(np.bincount(tf))
 dl_values, dl_of_chunk = np.unique(chunk_dls, return_inverse=True)
 grid = plpy.execute(plans["tiers"], [np.repeat(tf_values, len(dl_values)).tolist(),

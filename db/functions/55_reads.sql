@@ -44,7 +44,7 @@ $$;
 
 -- The documents of one knowledge base the caller may read (unknown and invisible names raise the same
 -- error), with the content hash incremental ingestion compares and any recorded ingest failure.
--- source_url as kb.openable_source shows it (a server file path is NULL).
+-- source_url as kb_internal.openable_source shows it (a server file path is NULL).
 create or replace function kb.list_documents(kb text)
 returns table (
     doc_key text, title text, source_url text, source_type text, content_hash text, status text,
@@ -54,7 +54,7 @@ language sql stable security definer
 set search_path = pg_catalog, pg_temp
 rows 1000
 as $$
-    select d.doc_key, d.title, kb.openable_source(d.source_url), d.source_type, d.content_hash, d.status,
+    select d.doc_key, d.title, kb_internal.openable_source(d.source_url), d.source_type, d.content_hash, d.status,
         d.chunk_count, d.metadata, d.updated_at
     from kb.documents as d
     where d.kb_id = kb.resolve_kb(list_documents.kb)
@@ -79,7 +79,7 @@ $$;
 -- Internal: the id of the readable document doc_key (kb NULL: in any readable knowledge base), after
 -- checking chunk_index / chunk_window. Unknown and invisible documents raise the same error; a key in
 -- several readable knowledge bases raises listing them; a chunk_index past the end raises with the count.
-create or replace function kb.find_document(
+create or replace function kb_internal.find_document(
     doc_key text, kb text, chunk_index integer, chunk_window integer
 )
 returns bigint
@@ -126,8 +126,8 @@ $$;
 
 -- One readable document with its chunks (jsonb array of {chunk_index, heading_path, chunk_type, content,
 -- metadata}): the whole document for chunk_index -1, else chunks chunk_index ± chunk_window. kb NULL
--- looks in every readable knowledge base. Errors as kb.find_document (unknown = invisible). source_url and
--- heading_path as readers are shown them (kb.openable_source, kb.heading_trail).
+-- looks in every readable knowledge base. Errors as kb_internal.find_document (unknown = invisible). source_url and
+-- heading_path as readers are shown them (kb_internal.openable_source, kb_internal.heading_trail).
 create or replace function kb.get_document(
     doc_key text, kb text default null, chunk_index integer default -1, chunk_window integer default 0
 )
@@ -138,11 +138,11 @@ returns table (
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select k.name, d.doc_key, d.title, kb.openable_source(d.source_url), d.source_type, d.metadata, d.status,
+    select k.name, d.doc_key, d.title, kb_internal.openable_source(d.source_url), d.source_type, d.metadata, d.status,
         d.chunk_count, d.updated_at,
         coalesce((
             select jsonb_agg(jsonb_build_object(
-                'chunk_index', c.ordinal, 'heading_path', to_jsonb(kb.heading_trail(d.title, c.heading_path)),
+                'chunk_index', c.ordinal, 'heading_path', to_jsonb(kb_internal.heading_trail(d.title, c.heading_path)),
                 'chunk_type', c.chunk_type,
                 'content', c.content, 'metadata', c.metadata
             ) order by c.ordinal)
@@ -151,7 +151,7 @@ as $$
                 and ($3 = -1 or c.ordinal between $3 - $4 and $3 + $4)
         ), '[]')
     from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id
-    where d.id = kb.find_document($1, $2, $3, $4)
+    where d.id = kb_internal.find_document($1, $2, $3, $4)
 $$;
 
 -- Embedding progress per registered model over the knowledge bases the caller may read (admins: all):

@@ -25,7 +25,7 @@ language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    floor_raw text := kb.setting('relevance_cosine_floor');
+    floor_raw text := kb_internal.setting('relevance_cosine_floor');
     cos_floor double precision;
     query_terms text [];
     target kb.embedding_models;
@@ -39,7 +39,7 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     cos_floor := floor_raw::double precision;
-    query_terms := array(select distinct t.term from unnest(kb.query_terms(query)) as t (term));
+    query_terms := array(select distinct t.term from unnest(kb_internal.query_terms(query)) as t (term));
     if query_embedding is not null then
         target := kb.resolve_model(model);
     end if;

@@ -4,7 +4,7 @@
 -- hand-crafted hits array naming other users' chunk ids learns nothing (it is no oracle).
 
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
--- coverage (best share of the question's idf mass -- distinct kb.lexical_terms, idf as in kb.lexical_leg
+-- coverage (best share of the question's idf mass -- distinct kb.lexical_terms, idf as in kb_internal.lexical_leg
 -- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's
 -- term_freqs), the chunk it came from, top_coverage (first visible hit), top_known_coverage (its share of
 -- the terms the knowledge bases hold only), per_hit, counts. Raises on a bad question.
@@ -49,7 +49,7 @@ begin
         from kb.knowledge_bases as k, kbs where k.id = any(kbs.ids)
     ),
     query_terms as (
-        select distinct t.term from unnest(kb.query_terms(question)) as t (term)
+        select distinct t.term from unnest(kb_internal.query_terms(question)) as t (term)
     ),
     weighted as (
         select q.term, coalesce(sum(st.df), 0) as df,

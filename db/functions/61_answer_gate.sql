@@ -11,9 +11,9 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    w double precision := kb.setting('answer_vector_weight')::double precision;
-    floor_cos double precision := kb.setting('answer_vector_floor')::double precision;
-    ceiling_cos double precision := kb.setting('answer_vector_ceiling')::double precision;
+    w double precision := kb_internal.setting('answer_vector_weight')::double precision;
+    floor_cos double precision := kb_internal.setting('answer_vector_floor')::double precision;
+    ceiling_cos double precision := kb_internal.setting('answer_vector_ceiling')::double precision;
     coverage double precision;
     cosine double precision;
 begin
@@ -43,7 +43,7 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    min_score := coalesce(min_score, kb.setting('answer_min_score')::double precision);
+    min_score := coalesce(min_score, kb_internal.setting('answer_min_score')::double precision);
     if not coalesce(min_score between 0 and 1, false) then
         raise exception 'min_score must be a number between 0 and 1, got %', min_score
             using errcode = 'invalid_parameter_value';
@@ -63,7 +63,7 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    least_coverage double precision := kb.setting('answer_min_coverage')::double precision;
+    least_coverage double precision := kb_internal.setting('answer_min_coverage')::double precision;
 begin
     if evidence is null or jsonb_typeof(evidence) <> 'object' then
         raise exception 'evidence must be a JSON object (see kb.answer_evidence)'

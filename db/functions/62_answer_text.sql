@@ -1,10 +1,10 @@
 -- Answer text: the chat prompt, citation checking and the offline extractive answer, shared by every
 -- client (psql, CLI, MCP). Pure functions of their arguments: they read no table, so what a hits array
--- holds is all they can tell; kb.ask hands them hits from kb.search, which RLS has filtered.
+-- holds is all they can tell; kb.ask hands them hits from kb_internal.search, which RLS has filtered.
 -- Sources are numbered by their position in hits: [1] is hits[1].
 
 -- True when the text holds a CJK ideograph, kana or hangul: answers and refusals are then Chinese.
-create or replace function kb.has_cjk(input text)
+create or replace function kb_internal.has_cjk(input text)
 returns boolean
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -16,26 +16,26 @@ $$;
 -- English otherwise.
 create or replace function kb.not_found_text(question text)
 returns text
-language sql immutable parallel safe
+language sql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when kb.has_cjk(coalesce(question, '')) then '知识库中未找到相关信息'
+    select case when kb_internal.has_cjk(coalesce(question, '')) then '知识库中未找到相关信息'
         else 'Not found in the knowledge base.' end
 $$;
 
 -- The line that opens a 'closest' answer (closest passages, not an answer) in the question's language.
 create or replace function kb.closest_text(question text)
 returns text
-language sql immutable parallel safe
+language sql immutable parallel safe security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when kb.has_cjk(coalesce(question, '')) then '没有确切答案；以下是最接近的段落：'
+    select case when kb_internal.has_cjk(coalesce(question, '')) then '没有确切答案；以下是最接近的段落：'
         else 'No exact answer; these are the closest passages:' end
 $$;
 
 -- The part of a hit's content that answers read: its first 2000 characters (the chat model sees no more
 -- of a source, kb.answer_prompt), so the work of an answer is bounded whatever a chunk's length.
-create or replace function kb.answer_source(content text)
+create or replace function kb_internal.answer_source(content text)
 returns text
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -48,7 +48,7 @@ $$;
 -- a Markdown heading. line: 1-based line number (sentences of one line share it). Blank pieces and
 -- pieces without a letter or digit (table rules, lone punctuation) are left out. Linear in the text: each
 -- sentence end is marked with a line break in one left-to-right pass (no look-behind), then split there.
-create or replace function kb.answer_sentences(input text)
+create or replace function kb_internal.answer_sentences(input text)
 returns table (ord integer, line integer, heading boolean, sentence text)
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -69,7 +69,7 @@ $$;
 
 -- Raises unless question is a valid query (kb.check_search_input) and hits holds at most 100 sources: the
 -- bound of every function that reads the sources of an answer.
-create or replace function kb.check_answer_input(question text, hits kb.search_result[])
+create or replace function kb_internal.check_answer_input(question text, hits kb.search_result[])
 returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -85,7 +85,7 @@ $$;
 
 -- Weighted overlap of a text with query terms: the sum of the weights of the distinct terms of
 -- kb.lexical_terms(input) present in weights ({term: weight}). 0 when none is.
-create or replace function kb.term_overlap(input text, weights jsonb)
+create or replace function kb_internal.term_overlap(input text, weights jsonb)
 returns double precision
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -99,7 +99,7 @@ $$;
 -- kb.lexical_terms of question, idf = ln(1 + S / (1 + s)) over the S sentences of the hits' contents
 -- (s of them hold the term), so common words of these sources weigh little. Reads only its arguments.
 -- Linear: sentence terms are counted in one hash aggregate, not once per question term.
-create or replace function kb.answer_term_weights(question text, hits kb.search_result[])
+create or replace function kb_internal.answer_term_weights(question text, hits kb.search_result[])
 returns jsonb
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -107,10 +107,10 @@ as $$
     with sentences as (
         select distinct on (s.sentence) s.sentence, kb.lexical_terms(s.sentence) as terms
         from unnest(hits) as h
-        cross join lateral kb.answer_sentences(kb.answer_source(h.content)) as s
+        cross join lateral kb_internal.answer_sentences(kb_internal.answer_source(h.content)) as s
     ),
     total as (select count(*)::double precision as n from sentences),
-    query_terms as (select distinct t.term from unnest(kb.query_terms(question)) as t (term)),
+    query_terms as (select distinct t.term from unnest(kb_internal.query_terms(question)) as t (term)),
     holding as (
         select t.term, count(distinct s.sentence) as s
         from sentences as s cross join unnest(s.terms) as t (term)
@@ -124,7 +124,7 @@ $$;
 -- The chat messages for answering question from hits, as a jsonb array [{role, content}]: a system
 -- message with the rules (only the numbered sources, [n] after every statement, the not-found sentence,
 -- the question's language) and a user message with each source as "[n] title > headings (page p)" and
--- its text, then the question. Each source is cut by kb.answer_source and the sources to 12000 in all.
+-- its text, then the question. Each source is cut by kb_internal.answer_source and the sources to 12000 in all.
 create or replace function kb.answer_prompt(question text, hits kb.search_result[])
 returns jsonb
 language plpgsql stable security definer
@@ -139,7 +139,7 @@ declare
     used integer := 0;
     page text;
 begin
-    perform kb.check_answer_input(question, hits);
+    perform kb_internal.check_answer_input(question, hits);
     foreach hit in array coalesce(hits, '{}') loop
         n := n + 1;
         exit when used >= budget;
@@ -147,7 +147,7 @@ begin
         block := format('[%s] %s', n, concat_ws(' > ', nullif(hit.title, ''), nullif(array_to_string(
             hit.heading_path, ' > '), ''))
         ) || case when page is not null then format(' (page %s)', left(page, 20)) else '' end
-        || E'\n' || left(kb.answer_source(hit.content), budget - used);
+        || E'\n' || left(kb_internal.answer_source(hit.content), budget - used);
         used := used + length(block);
         sources := sources || block || E'\n\n';
     end loop;
@@ -168,7 +168,7 @@ $$;
 -- The Markdown blocks of a text, in order: a fenced code block (``` or ~~~ through its closing fence, or
 -- to the end) is one block; otherwise a run of non-blank lines is one (a paragraph, a list, a table).
 -- kind: 'code', 'table' (every line starts with |) or 'text'. Linear: one pass over the lines.
-create or replace function kb.markdown_blocks(input text)
+create or replace function kb_internal.markdown_blocks(input text)
 returns table (ord integer, kind text, block text)
 language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -241,7 +241,7 @@ declare
     line text;
     cut boolean := false;
 begin
-    perform kb.check_answer_input(question, hits);
+    perform kb_internal.check_answer_input(question, hits);
     if coalesce(cardinality(hits), 0) = 0 then
         return kb.not_found_text(question);
     end if;
@@ -257,7 +257,7 @@ begin
                     common := common[1:cardinality(common) - 1];
                 end loop;
             end loop;
-            -- the document's title, then the passage's heading (kb.search shows no title twice)
+            -- the document's title, then the passage's heading (kb_internal.search shows no title twice)
             piece := '**' || concat_ws(' › ', coalesce(nullif(hit.title, ''), hit.doc_key), common[cardinality(common)])
                 || '**';
             if used + length(piece) + 200 > budget then
@@ -277,7 +277,7 @@ begin
             out := out || piece;
         end loop;
         taken := 0;
-        for b in select * from kb.markdown_blocks(kb.answer_source(hit.content)) as x order by x.ord loop
+        for b in select * from kb_internal.markdown_blocks(kb_internal.answer_source(hit.content)) as x order by x.ord loop
             if used + length(b.block) + 2 <= budget then
                 out := out || b.block;
                 used := used + length(b.block) + 2;
@@ -329,9 +329,9 @@ end
 $$;
 
 -- text with the square brackets inside Markdown code -- fenced blocks and `inline` spans -- replaced by
--- U+E010 / U+E011, so that kb.check_citations reads items[0] or [1, 2] in code as code, not as citation
+-- U+E010 / U+E011, so that kb_internal.check_citations reads items[0] or [1, 2] in code as code, not as citation
 -- markers; translate(x, E'\ue010\ue011', '[]') restores them. Linear in the lines.
-create or replace function kb.mask_code_brackets(input text)
+create or replace function kb_internal.mask_code_brackets(input text)
 returns text
 language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
@@ -366,7 +366,7 @@ $$;
 
 -- The body of kb.cite (its parameter renamed: kb.cite's output column "answer" shadows its parameter).
 -- Internal; the contract is kb.cite's, below.
-create or replace function kb.check_citations(reply text, hits kb.search_result[])
+create or replace function kb_internal.check_citations(reply text, hits kb.search_result[])
 returns table (answer text, citations jsonb, dropped integer, uncited boolean)
 language plpgsql immutable
 set search_path = pg_catalog, pg_temp
@@ -374,7 +374,7 @@ as $$
 declare
     marker constant text := '(?:\[|【)\s*\d{1,6}(?:\s*[,，、–~-]\s*\d{1,6})*\s*(?:\]|】)';
     n_sources integer := coalesce(cardinality(hits), 0);
-    rest text := kb.mask_code_brackets(reply);     -- [n] in code is code, not a citation
+    rest text := kb_internal.mask_code_brackets(reply);     -- [n] in code is code, not a citation
     out text := '';
     statement_start integer := 1;
     m text [];
@@ -453,8 +453,8 @@ begin
         'also_in', to_jsonb(coalesce(h.also_in, '{}')),
         'quote', (
             select s.sentence
-            from kb.answer_sentences(kb.answer_source(h.content)) as s
-            cross join lateral (select kb.term_overlap(s.sentence, (
+            from kb_internal.answer_sentences(kb_internal.answer_source(h.content)) as s
+            cross join lateral (select kb_internal.term_overlap(s.sentence, (
                 select coalesce(jsonb_object_agg(t.term, 1), '{}')
                 from (select distinct u.term from unnest(kb.lexical_terms(c.statements)) as u (term)) as t
             )) as score) as sc
@@ -471,7 +471,7 @@ begin
     uncited := cited = '{}' and btrim(out) <> '' and btrim(out) not in (
         '知识库中未找到相关信息', '知识库中未找到相关信息。', 'Not found in the knowledge base.',
         'Not found in the knowledge base'
-    ) and exists (select from kb.answer_sentences(out));
+    ) and exists (select from kb_internal.answer_sentences(out));
     return next;
 end
 $$;
@@ -481,12 +481,12 @@ $$;
 -- (dropped); the rest are rewritten as [n][m]. citations: one object per cited source, ordered by n,
 -- {n, chunk_id, chunk_index, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote};
 -- also_in: the hit's (other documents holding the same text); quote is the sentence of the chunk's
--- kb.answer_source sharing most terms with the statements citing it (NULL when none shares any).
+-- kb_internal.answer_source sharing most terms with the statements citing it (NULL when none shares any).
 -- uncited: the answer states something (not just the not-found sentence) but cites no valid source.
 create or replace function kb.cite(answer text, hits kb.search_result[])
 returns table (answer text, citations jsonb, dropped integer, uncited boolean)
 language sql immutable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select * from kb.check_citations($1, $2)
+    select * from kb_internal.check_citations($1, $2)
 $$;

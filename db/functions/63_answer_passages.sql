@@ -6,7 +6,7 @@
 -- The chunks to answer question from, in answer order, as kb.search_result rows: the section (the run of
 -- chunks with its heading path, at most 8 each side) of the first visible hit -- for a how-to question
 -- (怎么办, 如何, how do I) its document's first steps section (步骤, 处理, steps …) with subsections, at most
--- 12 chunks -- and of one more hit as relevant by kb.term_overlap from another section (another document
+-- 12 chunks -- and of one more hit as relevant by kb_internal.term_overlap from another section (another document
 -- for a how-to question) with other text. Raises on a bad question or more than 100 hits.
 create or replace function kb.answer_sources(question text, hits kb.search_result[])
 returns kb.search_result[]
@@ -24,15 +24,15 @@ declare
     anchors integer := 0;
     first_section text;
 begin
-    perform kb.check_answer_input(question, hits);
+    perform kb_internal.check_answer_input(question, hits);
     how_to := question ~* ('(怎么办|怎么处理|怎么解决|怎么做|怎么弄|怎么排查|如何|怎样|步骤|排查|处理方法|解决方法'
         || '|\mhow (do|to|can|should|would)\M|\mwhat (should|do) (i|we)\M|\msteps?\M|\mprocedure\M|\mtroubleshoot)');
-    weights := kb.answer_term_weights(question, hits);
+    weights := kb_internal.answer_term_weights(question, hits);
 
     for anchor in
         with candidates as (
             select h.ord, c.id as chunk_id, c.document_id, c.heading_path, c.ordinal, c.content, hits[h.ord] as hit,
-                kb.term_overlap(kb.answer_source(c.content), weights) as overlap
+                kb_internal.term_overlap(kb_internal.answer_source(c.content), weights) as overlap
             from generate_subscripts(hits, 1) as h (ord)
             join kb.chunks as c on c.id = hits[h.ord].chunk_id and c.kb_id = any(visible)
         )
@@ -65,9 +65,9 @@ begin
             limit 1;
         end if;
         section := array(
-            -- shown as kb.search shows a hit (kb.heading_trail, kb.openable_source); also_in: the anchor's
-            select row(c.id, k.name, d.doc_key, d.title, kb.heading_trail(d.title, c.heading_path), c.ordinal,
-                c.content, kb.openable_source(d.source_url), c.chunk_type, c.metadata, (anchor.hit).score,
+            -- shown as kb_internal.search shows a hit (kb_internal.heading_trail, kb_internal.openable_source); also_in: the anchor's
+            select row(c.id, k.name, d.doc_key, d.title, kb_internal.heading_trail(d.title, c.heading_path), c.ordinal,
+                c.content, kb_internal.openable_source(d.source_url), c.chunk_type, c.metadata, (anchor.hit).score,
                 null, null, null, null, null, null, (anchor.hit).vector_used,
                 case when c.id = anchor.chunk_id then (anchor.hit).also_in end)::kb.search_result
             from kb.chunks as c

@@ -8,11 +8,11 @@ create extension if not exists plpython3u;
 -- POST {model, messages, max_tokens, temperature, stream} to url (a base URL gets /chat/completions
 -- appended) and return {content, model, finish_reason}. The bearer key comes from kb.settings chat_api_key,
 -- else the server environment variable named by chat_api_key_env; it never appears in a message, in the
--- content or in a delta (nor does the URL's query or user info): all pass through kb.redact. Raises on
+-- content or in a delta (nor does the URL's query or user info): all pass through kb_internal.redact. Raises on
 -- HTTP errors (status and a short body excerpt), timeouts, malformed answers; timeout_ms bounds the whole
 -- call. stream: SSE, each delta sent as a NOTICE 'pgkb-delta:' || delta while it arrives, except an end
--- that may begin a secret (kb.endpoint_secrets), held back until the next delta shows it is none.
-create or replace function kb.chat_completion(
+-- that may begin a secret (kb_internal.endpoint_secrets), held back until the next delta shows it is none.
+create or replace function kb_internal.chat_completion(
     url text, model text, messages jsonb, timeout_ms integer default 20000, max_tokens integer default 1024,
     temperature double precision default 0, stream boolean default false
 )
@@ -41,7 +41,7 @@ if max_tokens is None or not 1 <= max_tokens <= 1000000:
 if temperature is None or not (isinstance(temperature, float) and math.isfinite(temperature)) or not 0 <= temperature <= 2:
     plpy.error("chat temperature must be a number between 0 and 2", sqlstate="22023")
 
-conf = plpy.execute("select kb.setting('chat_api_key') as key, kb.setting('chat_api_key_env') as env")[0]
+conf = plpy.execute("select kb_internal.setting('chat_api_key') as key, kb_internal.setting('chat_api_key_env') as env")[0]
 api_key = (conf["key"] or "").strip()
 if not api_key and (conf["env"] or "").strip():
     api_key = os.environ.get(conf["env"].strip(), "").strip()
@@ -51,13 +51,13 @@ path = parts.path.rstrip("/")
 if not path.endswith("/chat/completions"):
     path += "/chat/completions"
 target = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-redaction = plpy.prepare("select kb.redact($1, $2, $3) as text", ["text", "text", "text[]"])
-secrets = plpy.execute(plpy.prepare("select kb.endpoint_secrets($1, $2) as s", ["text", "text[]"]),
+redaction = plpy.prepare("select kb_internal.redact($1, $2, $3) as text", ["text", "text", "text[]"])
+secrets = plpy.execute(plpy.prepare("select kb_internal.endpoint_secrets($1, $2) as s", ["text", "text[]"]),
                        [target, [api_key]])[0]["s"] or []
 
 
 def clean(text):
-    """text with the endpoint's secrets blanked out (kb.redact)."""
+    """text with the endpoint's secrets blanked out (kb_internal.redact)."""
     return plpy.execute(redaction, [str(text), target, [api_key]])[0]["text"]
 
 

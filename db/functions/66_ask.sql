@@ -1,16 +1,16 @@
--- kb.ask: retrieve (kb.search, so row-level visibility decides what can be cited), weigh the evidence
+-- kb.ask: retrieve (kb_internal.search, so row-level visibility decides what can be cited), weigh the evidence
 -- (kb.answer_evidence, kb.answer_gate), then answer with numbered citations -- from the chat endpoint
--- (kb.chat_completion) when one is configured, else extractively -- and verify them (kb.cite).
+-- (kb_internal.chat_completion) when one is configured, else extractively -- and verify them (kb.cite).
 
 -- The body of kb.ask (parameters renamed: kb.ask's output column "mode" shadows its parameter; found is
 -- answered here, FOUND being PL/pgSQL's own).
 -- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
 -- evidence.llm_error saying why; a chat answer that is the not-found sentence gives found = false.
 -- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence, and
--- lexical_only ("lexical only: <why>", kb.query_embedding's reason) when the question could not be
+-- lexical_only ("lexical only: <why>", kb_internal.query_embedding's reason) when the question could not be
 -- embedded, so the vector leg did not run. An extractive answer that kb.answer_is_closest judges to rest
 -- on meaning alone is mode 'closest', found false.
-create or replace function kb.ask_answer(
+create or replace function kb_internal.ask_answer(
     q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean
 )
 returns table (
@@ -24,9 +24,9 @@ as $$
 declare
     started timestamptz := clock_timestamp();
     retrieved timestamptz;
-    chat_url text := btrim(kb.setting('chat_url'));
+    chat_url text := btrim(kb_internal.setting('chat_url'));
     can_chat boolean := to_regprocedure(
-        'kb.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
+        'kb_internal.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
     ) is not null;
     hits kb.search_result [];
     embedded record;
@@ -59,10 +59,10 @@ begin
     if kb_name is not null then
         perform kb.resolve_kb(kb_name);     -- an unknown knowledge base fails before the embedding is awaited
     end if;
-    -- embedded here, not by kb.search, to learn why it failed; vector weight 0 then (the same legs run)
-    select * into embedded from kb.query_embedding(q, kb.resolve_model(null));
+    -- embedded here, not by kb_internal.search, to learn why it failed; vector weight 0 then (the same legs run)
+    select * into embedded from kb_internal.query_embedding(q, kb.resolve_model(null));
     hits := array(
-        select h from kb.search(
+        select h from kb_internal.search(
             q, k, kb_name, embedded.embedding, null, case when embedded.embedding is null then 0 end,
             null, null, null, null, doc_filter, null, null, null
         ) as h
@@ -71,7 +71,7 @@ begin
     evidence := kb.answer_evidence(q, hits);
     evidence := evidence || jsonb_build_object(
         'score', kb.answer_score(evidence),
-        'min_score', kb.setting('answer_min_score')::double precision,
+        'min_score', kb_internal.setting('answer_min_score')::double precision,
         'sources', cardinality(hits)
     ) || case when embedded.failure is not null
         then jsonb_build_object('lexical_only', 'lexical only: ' || embedded.failure) else '{}' end;
@@ -92,11 +92,11 @@ begin
 
     if wanted = 'llm' then
         begin
-            execute 'select kb.chat_completion($1, $2, $3, $4, $5, $6, $7)'
+            execute 'select kb_internal.chat_completion($1, $2, $3, $4, $5, $6, $7)'
             into reply
-            using chat_url, kb.setting('chat_model'), kb.answer_prompt(q, hits),
-                kb.setting_int('chat_timeout_ms'), kb.setting_int('chat_max_tokens'),
-                kb.setting('chat_temperature')::double precision, streaming;
+            using chat_url, kb_internal.setting('chat_model'), kb.answer_prompt(q, hits),
+                kb_internal.setting_int('chat_timeout_ms'), kb_internal.setting_int('chat_max_tokens'),
+                kb_internal.setting('chat_temperature')::double precision, streaming;
         exception when others then
             llm_error := sqlerrm;
         end;
@@ -168,5 +168,5 @@ returns table (
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb.ask_answer($1, $2, $3, $4, $5, $6)
+    select * from kb_internal.ask_answer($1, $2, $3, $4, $5, $6)
 $$;

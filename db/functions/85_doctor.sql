@@ -1,12 +1,12 @@
 -- `pgkb db doctor`, the database's half: what a healthy pgkb database looks like, checked from the catalogs
--- and kb's tables. kb.doctor() runs every area below and returns one row per problem, with the command or
+-- and kb's tables. kb_admin.doctor() runs every area below and returns one row per problem, with the command or
 -- statement that fixes it, and 'ok' rows for what is fine ('skipped': cannot be checked here). The client
 -- adds what only it can see (db/ on disk, the embedder it is configured with). Administrators only: it
 -- names roles, grants and the embedding endpoint.
 
 -- The real members of a role, directly or through other roles (pg_has_role would also count every
 -- superuser as a member of everything); none for an unknown role.
-create or replace function kb.role_members(group_name name)
+create or replace function kb_internal.role_members(group_name name)
 returns setof oid
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -24,7 +24,7 @@ $$;
 -- low..high, fraction (a decimal in [0, 1) as kb.retrieve reads it), choice (one of arg), url (empty or
 -- http(s)), duration (a value of the server parameter arg), env (an environment variable name or empty),
 -- text or secret (anything; a secret is never shown). wanted says it in words, for messages.
-create or replace function kb.setting_rules()
+create or replace function kb_internal.setting_rules()
 returns table (key text, kind text, low numeric, high numeric, arg text, wanted text)
 language sql immutable
 set search_path = pg_catalog, pg_temp
@@ -73,10 +73,10 @@ as $$
     ) as r (key, kind, low, high, arg)
 $$;
 
--- What is wrong with value as the setting key (NULL: nothing): outside its rule (kb.setting_rules), or
+-- What is wrong with value as the setting key (NULL: nothing): outside its rule (kb_internal.setting_rules), or
 -- at odds with another setting (hnsw_ef_construction below twice hnsw_m, answer_vector_floor not below
 -- answer_vector_ceiling, lexical_leg 'numpy' on a server without numpy). Changes nothing.
-create or replace function kb.setting_problem(key text, value text)
+create or replace function kb_internal.setting_problem(key text, value text)
 returns text
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -86,7 +86,7 @@ declare
     num numeric;
     other text;
 begin
-    select * into rule from kb.setting_rules() as r where r.key = setting_problem.key;
+    select * into rule from kb_internal.setting_rules() as r where r.key = setting_problem.key;
     if not found then
         return 'not a pgkb setting: nothing reads it';
     end if;
@@ -120,12 +120,12 @@ begin
         end if;
     elsif key = 'answer_vector_floor' then
         select s.value into other from kb.settings as s where s.key = 'answer_vector_ceiling';
-        if kb.setting_problem('answer_vector_ceiling', other) is null and value::numeric >= other::numeric then
+        if kb_internal.setting_problem('answer_vector_ceiling', other) is null and value::numeric >= other::numeric then
             return format('must be below answer_vector_ceiling (%s), or kb.ask ignores the vector score', btrim(other));
         end if;
     elsif key = 'lexical_leg' and value = 'numpy' then
         begin
-            perform kb.lexical_engine_choice();
+            perform kb_admin.lexical_engine_choice();
         exception when others then
             return sqlerrm;
         end;
@@ -136,7 +136,7 @@ $$;
 
 -- Extensions and languages, one row each: vector (0.8 or newer) and pg_trgm, and the language plpython3u
 -- (in-database query embedding, chat answers, the numpy BM25 leg), with how to get each back.
-create or replace function kb.doctor_extensions()
+create or replace function kb_internal.doctor_extensions()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -178,8 +178,8 @@ as $$
 $$;
 
 -- numpy for the server's Python: without it the BM25 leg runs in SQL, several times slower
--- (kb.numpy_available, cached per session). Skipped without plpython3u.
-create or replace function kb.doctor_numpy()
+-- (kb_internal.numpy_available, cached per session). Skipped without plpython3u.
+create or replace function kb_internal.doctor_numpy()
 returns table ("check" text, status text, detail text, fix text)
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -191,12 +191,12 @@ begin
     if not exists (select from pg_extension as e where e.extname = 'plpython3u') then
         status := 'skipped';
         detail := 'needs plpython3u (see extensions)';
-    elsif to_regprocedure('kb.numpy_available()') is null then
+    elsif to_regprocedure('kb_internal.numpy_available()') is null then
         status := 'problem';
-        detail := 'kb.numpy_available() is missing: db/functions are not fully applied';
+        detail := 'kb_internal.numpy_available() is missing: db/functions are not fully applied';
         fix := 'pgkb db migrate';
     else
-        execute 'select kb.numpy_available()' into available;
+        execute 'select kb_internal.numpy_available()' into available;
         if available then
             status := 'ok';
             detail := 'the server''s Python imports numpy: the BM25 leg runs on numpy';
@@ -211,10 +211,10 @@ begin
 end
 $$;
 
--- The indexes pgkb expects (kb.expected_indexes: the migrations' and one HNSW index per model), each
+-- The indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model), each
 -- present and valid (without them searches scan sequentially), and no other kb index invalid (a primary
 -- key's after a failed REINDEX, or the leftover such a failure leaves).
-create or replace function kb.doctor_indexes()
+create or replace function kb_internal.doctor_indexes()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -222,7 +222,7 @@ as $$
     with problems as (
         select format('kb.%s is %s: searches that need it scan sequentially', p.index_name, p.problem) as detail,
             'pgkb db migrate' as fix
-        from kb.index_problems() as p
+        from kb_admin.index_problems() as p
         union all
         select format('kb.%s is invalid', c.relname),
             format('reindex index kb.%I (or drop it, if it is the leftover of a failed REINDEX CONCURRENTLY)',
@@ -230,12 +230,12 @@ as $$
         from pg_index as i
         join pg_class as c on c.oid = i.indexrelid
         where c.relnamespace = 'kb'::regnamespace and not (i.indisvalid and i.indisready)
-            and c.relname not in (select e.index_name from kb.expected_indexes() as e)
+            and c.relname not in (select e.index_name from kb_internal.expected_indexes() as e)
     )
     select 'indexes', 'problem', p.detail, p.fix from problems as p
     union all
     select 'indexes', 'ok',
-        format('all %s indexes pgkb expects are present and valid', (select count(*) from kb.expected_indexes())),
+        format('all %s indexes pgkb expects are present and valid', (select count(*) from kb_internal.expected_indexes())),
         null
     where not exists (select from problems)
 $$;
@@ -243,7 +243,7 @@ $$;
 -- Row-level security, the second line behind the grants: enabled on every kb table but kb.settings and
 -- kb.schema_migrations (which hold no knowledge-base rows), and forced on none (pgkb's functions run as
 -- the tables' owner and write past the SELECT-only policies).
-create or replace function kb.doctor_row_security()
+create or replace function kb_internal.doctor_row_security()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -273,18 +273,19 @@ as $$
 $$;
 
 -- Privileges: end users (pgkb_user, pgkb_service and the roles in them that administer nothing, see
--- kb.role_problem) reach no kb table, view or sequence but SELECT on kb.embedding_models and
--- kb.schema_migrations (90_grants.sql), through any grant they hold or may SET ROLE to; no kb function is
--- executable by PUBLIC.
-create or replace function kb.doctor_privileges()
+-- kb_internal.role_problem) reach no kb table, view or sequence but SELECT on kb.embedding_models and
+-- kb.schema_migrations, through any grant they hold or may SET ROLE to; no kb function is executable by
+-- PUBLIC; kb_service and kb_admin (their schema and functions) are granted to whom 90_grants.sql grants
+-- them and nobody else, kb_internal to nobody but its owner.
+create or replace function kb_internal.doctor_privileges()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     with end_users as (
         select r.oid from pg_roles as r
-        where (r.rolname in ('pgkb_user', 'pgkb_service') or r.oid in (select kb.role_members('pgkb_user')))
-            and coalesce((kb.role_problem(r.rolname)).reason, 'bypassrls') = 'bypassrls'
+        where (r.rolname in ('pgkb_user', 'pgkb_service') or r.oid in (select kb_internal.role_members('pgkb_user')))
+            and coalesce((kb_internal.role_problem(r.rolname)).reason, 'bypassrls') = 'bypassrls'
     ),
     grants as (
         select c.relname, null::name as attname, a.grantee, a.privilege_type
@@ -305,6 +306,28 @@ as $$
             and not (g.privilege_type = 'SELECT' and g.relname in ('embedding_models', 'schema_migrations'))
         group by g.relname, g.attname, r.rolname
     ),
+    -- the schemas whose use 90_grants.sql grants to a few roles, and to which
+    callable (nspname, grantees, rule) as (
+        values
+        ('kb_service', array['pgkb_service', 'pgkb_admin'], 'kb_service is for pgkb_service and pgkb_admin'),
+        ('kb_admin', array['pgkb_admin'], 'kb_admin is for pgkb_admin'),
+        ('kb_internal', array[]::text [], 'kb_internal is its owner''s alone')
+    ),
+    stray_callers as (
+        select o.privilege, o.object, coalesce(quote_ident(r.rolname), 'public') as grantee_name, c.rule
+        from (
+            select n.nspname, 'EXECUTE' as privilege, format('function %s', p.oid::regprocedure) as object,
+                a.grantee, p.proowner as owner
+            from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace,
+                aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) as a
+            union all
+            select n.nspname, a.privilege_type, format('schema %I', n.nspname), a.grantee, n.nspowner
+            from pg_namespace as n, aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) as a
+        ) as o
+        join callable as c on c.nspname = o.nspname
+        left join pg_roles as r on r.oid = o.grantee
+        where o.grantee <> o.owner and (r.rolname is null or r.rolname <> all(c.grantees))
+    ),
     problems as (
         select format(
             '%s on kb.%s%s is granted to %s, so end users have it (they must reach kb tables only through '
@@ -322,27 +345,32 @@ as $$
             format('revoke execute on function %s from public', p.oid::regprocedure)
         from pg_proc as p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) as a
         where p.pronamespace = 'kb'::regnamespace and a.grantee = 0
+        union all
+        select format('%s on %s is granted to %s, but %s', s.privilege, s.object, s.grantee_name, s.rule),
+            format('revoke %s on %s from %s', lower(s.privilege), s.object, s.grantee_name)
+        from stray_callers as s
     )
     select 'privileges', 'problem', p.detail, p.fix from problems as p
     union all
     select 'privileges', 'ok',
-        'end users hold no privilege on kb tables (but SELECT on embedding_models, schema_migrations) and '
-        || 'PUBLIC none on kb functions',
+        'end users hold no privilege on kb tables (but SELECT on embedding_models, schema_migrations), PUBLIC '
+        || 'none on kb functions, and only the roles 90_grants.sql names use kb_service and kb_admin, nobody '
+        || 'kb_internal',
         null
     where not exists (select from problems)
 $$;
 
 -- Service roles: every member of pgkb_service (the roles pgkb mcp and pgkb serve log in as) is no
--- superuser, has no BYPASSRLS, administers nothing (kb.role_problem).
-create or replace function kb.doctor_service_roles()
+-- superuser, has no BYPASSRLS, administers nothing (kb_internal.role_problem).
+create or replace function kb_internal.doctor_service_roles()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     with members as (
         select r.rolname, p.problem, p.fix
-        from pg_roles as r, kb.role_problem(r.rolname) as p
-        where r.oid in (select kb.role_members('pgkb_service'))
+        from pg_roles as r, kb_internal.role_problem(r.rolname) as p
+        where r.oid in (select kb_internal.role_members('pgkb_service'))
     )
     select 'service roles', 'problem',
         format('%s, and it is in pgkb_service: a server logging in as it sees more than the users it acts for',
@@ -360,18 +388,18 @@ as $$
     having count(*) filter (where m.problem is not null) = 0
 $$;
 
--- Settings: every key of kb.settings known and in range (kb.setting_problem), none missing. Values of
+-- Settings: every key of kb.settings known and in range (kb_internal.setting_problem), none missing. Values of
 -- secrets are never shown.
-create or replace function kb.doctor_settings()
+create or replace function kb_internal.doctor_settings()
 returns table ("check" text, status text, detail text, fix text)
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
     with settings as (
         select coalesce(s.key, r.key) as key, s.value, r.kind, r.wanted,
-            case when s.key is null then 'missing' else kb.setting_problem(s.key, s.value) end as problem
+            case when s.key is null then 'missing' else kb_internal.setting_problem(s.key, s.value) end as problem
         from kb.settings as s
-        full join kb.setting_rules() as r on r.key = s.key
+        full join kb_internal.setting_rules() as r on r.key = s.key
     ),
     problems as (
         select
@@ -395,17 +423,17 @@ as $$
     where not exists (select from problems)
 $$;
 
--- The database's own query embedding (kb.embed_query): kb.settings embedding_url answers the default
+-- The database's own query embedding (kb_internal.embed_query): kb.settings embedding_url answers the default
 -- model's query with a vector of its dimension. Skipped without plpython3u; 'ok' with no URL configured.
-create or replace function kb.doctor_query_embedding()
+create or replace function kb_internal.doctor_query_embedding()
 returns table ("check" text, status text, detail text, fix text)
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
-    url text := btrim(kb.setting('embedding_url'));
-    api_key text := kb.setting('embedding_api_key');
-    timeout_ms integer := kb.setting_int('embedding_timeout_ms');
+    url text := btrim(kb_internal.setting('embedding_url'));
+    api_key text := kb_internal.setting('embedding_api_key');
+    timeout_ms integer := kb_internal.setting_int('embedding_timeout_ms');
     model kb.embedding_models;
     result real [];
 begin
@@ -414,7 +442,7 @@ begin
     if url = '' then
         status := 'ok';
         detail := 'embedding_url is empty: searches that pass no query_embedding use the lexical legs only';
-    elsif to_regprocedure('kb.http_embedding(text,text,text,text,integer)') is null then
+    elsif to_regprocedure('kb_internal.http_embedding(text,text,text,text,integer)') is null then
         status := 'skipped';
         detail := 'needs plpython3u (see extensions)';
     elsif model.id is null then
@@ -422,18 +450,18 @@ begin
         detail := 'no default embedding model (see embeddings)';
     else
         begin
-            execute 'select kb.http_embedding($1, $2, $3, $4, $5)' into result
+            execute 'select kb_internal.http_embedding($1, $2, $3, $4, $5)' into result
             using url, model.name, model.query_prefix || 'pgkb doctor', api_key, timeout_ms;
             if cardinality(result) is distinct from model.dimension then
-                detail := format('%s returned %s dimensions; model %s has %s', kb.shown_url(url),
+                detail := format('%s returned %s dimensions; model %s has %s', kb_internal.shown_url(url),
                     coalesce(cardinality(result), 0), model.name, model.dimension);
             end if;
         exception when others then
-            detail := regexp_replace(kb.redact(sqlerrm, url, array[api_key]), '^plpy\.Error: ', '');
+            detail := regexp_replace(kb_internal.redact(sqlerrm, url, array[api_key]), '^plpy\.Error: ', '');
         end;
         if detail is null then
             status := 'ok';
-            detail := format('%s answers %s with %s-d vectors', kb.shown_url(url), model.name, model.dimension);
+            detail := format('%s answers %s with %s-d vectors', kb_internal.shown_url(url), model.name, model.dimension);
         else
             status := 'problem';
             detail := 'searches from SQL that pass no query_embedding run lexical-only: ' || detail;
@@ -448,7 +476,7 @@ $$;
 
 -- Embeddings per registered model: a default model exists, and every chunk has an embedding of each
 -- model, else the chunks waiting in the queue, parked after failures, or in neither (never embedded).
-create or replace function kb.doctor_embeddings()
+create or replace function kb_internal.doctor_embeddings()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -481,7 +509,7 @@ as $$
     select 'embeddings', 'problem',
         format('%s: %s of %s chunks are parked after repeated failures (kb.parked_embeddings says why)',
             c.shown, c.parked, c.total),
-        format('select kb.retry_parked_embeddings(%L); then %s', c.name, c.worker)
+        format('select kb_admin.retry_parked_embeddings(%L); then %s', c.name, c.worker)
     from counts as c where c.parked > 0
     union all
     select 'embeddings', 'problem',
@@ -497,10 +525,10 @@ $$;
 
 -- Admin: the database's health, area by area (the functions above, in this order); an area that cannot
 -- be checked at all (say, a function it needs is gone) is a problem row with the error. Reads only, but
--- for one query embedding through kb.settings embedding_url.
-create or replace function kb.doctor()
+-- for one query embedding through kb.settings embedding_url. Runs as the owner: its areas are kb_internal's.
+create or replace function kb_admin.doctor()
 returns table ("check" text, status text, detail text, fix text)
-language plpgsql volatile
+language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -511,7 +539,7 @@ begin
         'query_embedding', 'embeddings'
     ] loop
         begin
-            return query execute format('select * from kb.doctor_%s()', area);
+            return query execute format('select * from kb_internal.doctor_%s()', area);
         exception when others then
             return query select replace(area, '_', ' '), 'problem', 'could not be checked: ' || sqlerrm,
                 'fix what the error names (the other problems may say how; pgkb db migrate restores functions)';

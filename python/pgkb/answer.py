@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-DELTA_PREFIX = "pgkb-delta:"  # kb.chat_completion's NOTICE prefix for a streamed delta (64_chat_http.sql)
+DELTA_PREFIX = "pgkb-delta:"  # kb_internal.chat_completion's NOTICE prefix for a streamed delta (64_chat_http.sql)
 COLUMNS = (
     "answer",
     "found",

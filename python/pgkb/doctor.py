@@ -1,6 +1,6 @@
 """`pgkb db doctor`: is this pgkb database healthy, and if not, what fixes it.
 
-The database judges itself (``kb.doctor()``, db/functions/85_doctor.sql: extensions, numpy, indexes, row
+The database judges itself (``kb_admin.doctor()``, db/functions/85_doctor.sql: extensions, numpy, indexes, row
 security, privileges, service roles, settings, the database's query embedding, embeddings per model); this
 module adds what only the client can see -- the migration files on disk against ``kb.schema_migrations``
 and the schema (:func:`pgkb.migrate.ledger_state`), and the embedder the PGKB_EMBED_* settings configure --
@@ -22,7 +22,7 @@ from pgkb.models.http_json import shown_url
 
 
 class NotAdministratorError(ConfigError):
-    """The connection's role may not run the doctor (kb.doctor() is for pgkb administrators)."""
+    """The connection's role may not run the doctor (kb_admin.doctor() is for pgkb administrators)."""
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,29 @@ class Finding:
 
 def examine(conn: psycopg.Connection, settings: Settings) -> list[Finding]:
     """Every finding about the database ``conn`` reaches (as an administrator) and the configured embedder:
-    migrations, functions, then kb.doctor()'s areas, then the embedder. Raises NotAdministratorError when
-    the role may not run kb.doctor()."""
+    migrations, functions, then kb_admin.doctor()'s areas, then the embedder. Raises NotAdministratorError when
+    the role may not run kb_admin.doctor()."""
     if conn.execute("select to_regclass('kb.schema_migrations')").fetchone()[0] is None:
         return [
             Finding("migrations", "problem", "this database has no pgkb schema", "pgkb db migrate"),
             Finding("embedder", "skipped", "needs the pgkb schema (its model registry)"),
         ]
-    doctor = conn.execute("select to_regprocedure('kb.doctor()')").fetchone()[0]
-    if doctor and not conn.execute("select has_function_privilege('kb.doctor()', 'execute')").fetchone()[0]:
+    doctor, allowed = conn.execute(  # by the catalog: naming a schema one may not use is an error
+        "select p.oid, has_schema_privilege(p.pronamespace, 'usage') and has_function_privilege(p.oid, 'execute')"
+        " from pg_proc as p where p.pronamespace = to_regnamespace('kb_admin') and p.proname = 'doctor'"
+    ).fetchone() or (None, False)
+    if doctor and not allowed:
         user = conn.execute("select session_user").fetchone()[0]
         raise NotAdministratorError(
-            f"role {user} may not run kb.doctor(): connect as a pgkb administrator (a superuser, the owner of "
+            f"role {user} may not run kb_admin.doctor(): connect as a pgkb administrator (a superuser, the owner of "
             "schema kb or a member of pgkb_admin), e.g. with the URL `pgkb db url` prints"
         )
     findings = _ledger_findings(conn, settings.db_dir)
     if doctor:
-        findings += [Finding(*row) for row in conn.execute('select "check", status, detail, fix from kb.doctor()')]
+        doctor_rows = conn.execute('select "check", status, detail, fix from kb_admin.doctor()')
+        findings += [Finding(*row) for row in doctor_rows]
     else:
-        missing = "kb.doctor() is missing: this pgkb's db/functions are not applied (see above)"
+        missing = "kb_admin.doctor() is missing: this pgkb's db/functions are not applied (see above)"
         findings.append(Finding("database", "skipped", missing))
     findings.append(_embedder_finding(conn, settings))
     return findings

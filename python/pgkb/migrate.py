@@ -9,8 +9,8 @@ while searches run neither deadlocks with them nor stalls them for long.
 A function file whose first line is ``-- requires: <extension>`` is skipped, with the reason reported,
 when that extension cannot be installed (e.g. plpython3u on managed PostgreSQL).
 
-Then the indexes pgkb expects (kb.expected_indexes: the migrations' and one HNSW index per model) are
-checked, and a missing one is re-created, an invalid one rebuilt (kb.restore_indexes), in a transaction of
+Then the indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model) are
+checked, and a missing one is re-created, an invalid one rebuilt (kb_internal.restore_indexes), in a transaction of
 their own: an interrupted bulk load (`pgkb bench`) or a failed REINDEX cannot leave searches on sequential
 scans past the next `pgkb db migrate`. :func:`index_problems` tells which are missing (`pgkb db status`).
 
@@ -35,7 +35,10 @@ LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches
 _VERSION = re.compile(r"\d{3}")
 _MIGRATION_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")  # fullmatch: "$" would let a trailing newline through
 _REQUIRES = re.compile(r"--\s*requires:\s*([a-z0-9_]+)\s*")
-_DEFINES = re.compile(r"create\s+or\s+replace\s+(?:function|view)\s+kb\.([a-z0-9_]+)", re.IGNORECASE)
+SCHEMAS = ("kb", "kb_service", "kb_admin", "kb_internal")  # pgkb's: the API, the servers', admins', internals
+_DEFINES = re.compile(
+    rf"create\s+or\s+replace\s+(?:function|view)\s+((?:{'|'.join(SCHEMAS)})\.[a-z0-9_]+)", re.IGNORECASE
+)
 
 
 class MigrationError(RuntimeError):
@@ -216,7 +219,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                 report.functions_applied = True
         with conn.transaction():  # a transaction of its own, with the functions just applied
             conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
-            report.indexes = conn.execute("select index_name, action from kb.restore_indexes()").fetchall()
+            report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report
@@ -243,18 +246,20 @@ def _functions_checksum(files: list[tuple[Path, str]]) -> str:
 
 
 def _missing_functions(conn: psycopg.Connection, files: list[tuple[Path, str]]) -> list[str]:
-    """The functions and views of schema kb these files define (``create or replace function|view kb.name``)
-    that the database lacks, as ``kb.name``, sorted."""
+    """The functions and views of pgkb's schemas (kb, kb_service, kb_admin, kb_internal) these files define
+    (``create or replace function|view kb.name``) that the database lacks, as ``schema.name``, sorted."""
     defined = {name.lower() for _, text in files for name in _DEFINES.findall(text)}
     present = {
         r[0]
         for r in conn.execute(
-            "select p.proname from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace where n.nspname = 'kb'"
-            " union select c.relname from pg_class as c join pg_namespace as n on n.oid = c.relnamespace"
-            " where n.nspname = 'kb' and c.relkind = 'v'"
+            "select n.nspname || '.' || p.proname from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace"
+            " where n.nspname = any(%(schemas)s)"
+            " union select n.nspname || '.' || c.relname from pg_class as c join pg_namespace as n"
+            " on n.oid = c.relnamespace where n.nspname = any(%(schemas)s) and c.relkind = 'v'",
+            {"schemas": list(SCHEMAS)},
         ).fetchall()
     }
-    return [f"kb.{name}" for name in sorted(defined - present)]
+    return sorted(defined - present)
 
 
 def ledger_state(conn: psycopg.Connection, db_dir: Path) -> LedgerState:
@@ -282,8 +287,8 @@ def ledger_state(conn: psycopg.Connection, db_dir: Path) -> LedgerState:
 
 def index_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
     """(index, "missing" or "invalid") for each index pgkb expects that searches cannot use
-    (kb.index_problems); reads the catalogs only."""
-    return conn.execute("select index_name, problem from kb.index_problems()").fetchall()
+    (kb_admin.index_problems); reads the catalogs only."""
+    return conn.execute("select index_name, problem from kb_admin.index_problems()").fetchall()
 
 
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:

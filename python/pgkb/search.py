@@ -243,7 +243,7 @@ def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None,
         embedder = embedder or load_embedder(settings, spec)
         embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
         norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
-        if not 1e-15 <= norm <= 1e15:  # kb.usable_embedding's bounds: zero, NaN or degenerate vectors
+        if not 1e-15 <= norm <= 1e15:  # kb_internal.usable_embedding's bounds: zero, NaN or degenerate vectors
             raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         return None, model, f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({e})"

@@ -10,7 +10,7 @@ chunks is retried one chunk at a time first, so one poison input does not take i
 
 With ``once`` the worker exits when nothing is due (entries backing off after a failure are left for a
 later run). Otherwise it waits: LISTEN pgkb_embedding_queue (kb.replace_document and
-kb.retry_parked_embeddings NOTIFY), waking at the latest when a backed-off entry becomes due or after
+kb_admin.retry_parked_embeddings NOTIFY), waking at the latest when a backed-off entry becomes due or after
 ``idle_timeout`` seconds. SIGINT / SIGTERM stop it after the current batch (a second signal: at once).
 Work happens on one autocommit connection, LISTEN on a second; when the database goes away (a restart)
 the worker logs it and reconnects with backoff instead of exiting.

@@ -78,7 +78,7 @@ def dsn(db) -> str:
 
 def test_bench_reports_everything(db, datasets, tmp_path):
     out, query_log = tmp_path / "report.md", tmp_path / "mcp-queries.jsonl"
-    chunks = 90  # fewer than kb.vector_leg's hnsw.ef_search (100): see the recall checks
+    chunks = 90  # fewer than kb_internal.vector_leg's hnsw.ef_search (100): see the recall checks
     options = BenchOptions(
         chunks=chunks,
         queries=6,
@@ -199,9 +199,9 @@ def test_bulk_load_matches_replace_document(db, datasets):
         """The postings (blocks and recent ones; the split differs) by (doc_key, ordinal) (chunk ids
         differ), and the term tiers."""
         rows = db.execute(
-            "select x.term, kb.posting_tier(x.tf, x.dl), d.doc_key, c.ordinal, x.tf, x.dl from ("
+            "select x.term, kb_internal.posting_tier(x.tf, x.dl), d.doc_key, c.ordinal, x.tf, x.dl from ("
             " select p.kb_id, p.term, y.* from kb.postings p,"
-            " kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) y (id, tf, dl)"
+            " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) y (id, tf, dl)"
             " union all select s.kb_id, s.term, y.* from kb.term_stats s,"
             " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) y (id, tf, dl)) x"
             " join kb.knowledge_bases k on k.id = x.kb_id"
@@ -307,7 +307,7 @@ def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_pat
             proc.wait()
     assert bench_indexes(db) == before and len(before) == 2, log.read_text()
     assert code == exit_code, log.read_text()
-    assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
     assert db.execute("select to_regclass('public.pgkb_bench_df')").fetchone()[0] is None
 
 

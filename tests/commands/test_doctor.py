@@ -1,4 +1,4 @@
-"""`pgkb db doctor` (pgkb.doctor, kb.doctor()): each broken state is made for real in a test database, the
+"""`pgkb db doctor` (pgkb.doctor, kb_admin.doctor()): each broken state is made for real in a test database, the
 doctor names it with its fix, and the fix (the SQL statement, `pgkb db migrate`, `pgkb worker`) heals it; a
 healthy database exits 0, problems exit 1, no usable connection exits 2."""
 
@@ -205,6 +205,29 @@ def test_end_user_grants_on_internal_tables_are_named_and_revoked(healthy, capsy
             db.execute(f"drop role {role}")
 
 
+def test_grants_beyond_a_schemas_callers_are_named_and_revoked(healthy, capsys):
+    """90_grants.sql grants by schema: kb_internal to nobody, kb_admin to pgkb_admin, kb_service to
+    pgkb_service and pgkb_admin. A grant beyond those, on the schema or one of its functions, is named with
+    its REVOKE."""
+    db = healthy
+    db.execute("grant usage on schema kb_internal to pgkb_admin")
+    db.execute("grant execute on function kb_internal.has_cjk(text) to public")
+    db.execute("grant usage on schema kb_admin to pgkb_user")
+    db.execute("grant execute on function kb_service.embedding_backlog() to pgkb_user")
+    code, report = doctor(capsys)
+    found = problems(report, "privileges")
+    assert code == 1 and {c["fix"] for c in found} == {
+        "revoke usage on schema kb_internal from pgkb_admin",
+        "revoke execute on function kb_internal.has_cjk(text) from public",
+        "revoke usage on schema kb_admin from pgkb_user",
+        "revoke execute on function kb_service.embedding_backlog() from pgkb_user",
+    }
+    details = " ".join(c["detail"] for c in found)
+    assert "USAGE on schema kb_internal is granted to pgkb_admin, but kb_internal is its owner's alone" in details
+    run_sql_fixes(db, found)
+    assert_healthy(capsys)
+
+
 def test_a_privileged_member_of_pgkb_service_is_named(healthy, capsys):
     """A role the servers could log in as that bypasses row security, or is a superuser (roles are
     cluster-wide: made and dropped here)."""
@@ -295,7 +318,7 @@ def test_without_plpython3u_the_doctor_says_what_is_lost_and_migrate_brings_it_b
     assert extension["fix"].startswith("pgkb db migrate")
     skipped = {c["check"] for c in report["checks"] if c["status"] == "skipped"}
     assert skipped == {"numpy", "query embedding"}
-    assert "kb.numpy_available" in problems(report, "functions")[0]["detail"]
+    assert "kb_internal.numpy_available" in problems(report, "functions")[0]["detail"]
     assert main(["db", "migrate"]) == 0
     assert_healthy(capsys)
 
@@ -489,11 +512,11 @@ def test_numpy_missing_for_the_servers_python_is_named(monkeypatch, capsys):
 def test_an_end_user_may_not_run_the_doctor(healthy, monkeypatch, connect_as, capsys):
     healthy.execute("select kb.create_user('alice', 'alice')")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        connect_as("alice").execute("select * from kb.doctor()")
+        connect_as("alice").execute("select * from kb_admin.doctor()")
     monkeypatch.setenv("PGKB_DATABASE_URL", dsn(healthy, "alice"))
     capsys.readouterr()
     assert main(["db", "doctor"]) == 2
-    assert "role alice may not run kb.doctor(): connect as a pgkb administrator" in capsys.readouterr().err
+    assert "role alice may not run kb_admin.doctor(): connect as a pgkb administrator" in capsys.readouterr().err
 
 
 def test_an_unreachable_database_exits_2(monkeypatch, capsys):

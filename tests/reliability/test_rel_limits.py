@@ -275,7 +275,7 @@ def test_a_lone_poison_chunk_is_parked_and_can_be_retried(world, fake):
     parked = world.execute("select doc_key, attempts, last_error from kb.parked_embeddings").fetchall()
     assert embedded == 0 and [p[0] for p in parked] == ["p.md"] and "poisoned input" in parked[0][2]
     fake.set("ok")
-    assert world.execute("select kb.retry_parked_embeddings()").fetchone()[0] == 1
+    assert world.execute("select kb_admin.retry_parked_embeddings()").fetchone()[0] == 1
     assert run_until_settled(world, fake, max_attempts=3)[0] == 1
     assert queue_state(world) == {}
 
@@ -291,7 +291,7 @@ def test_a_poison_chunk_does_not_take_its_batch_mates_down(world, fake):
 
 def test_sql_reads_of_a_login_role_are_bounded_by_a_statement_timeout(world, connect_as, dsn_of):
     """kb.create_user gives a pgkb user's login role a statement and a lock timeout in this database
-    (kb.bound_sessions): a psql read behind a stuck lock ends with a clear error instead of waiting."""
+    (kb_internal.bound_sessions): a psql read behind a stuck lock ends with a clear error instead of waiting."""
     alice = connect_as("alice")  # a fresh session, as psql would open it
     timeout = alice.execute("select current_setting('statement_timeout')").fetchone()[0]
     assert timeout not in ("0", "0ms"), "no statement timeout in a user's session"

@@ -93,7 +93,7 @@ def test_markdown_blocks(db):
         "Intro line one\nline two\n\n- a\n- b\n\n```py\nx = 1\n\ny = 2\n```\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
         "~~~\nunclosed"
     )
-    got = db.execute("select kind, block from kb.markdown_blocks(%s) order by ord", [text]).fetchall()
+    got = db.execute("select kind, block from kb_internal.markdown_blocks(%s) order by ord", [text]).fetchall()
     assert got == [
         ("text", "Intro line one\nline two"),
         ("text", "- a\n- b"),

@@ -35,11 +35,11 @@ def create(conn, user: str | None, name: str = "laptop", expires: str = LATER) -
 
 
 def verify(svc, api_key: str) -> str | None:
-    """kb.verify_api_key as the servers call it: the key id and the SHA-256 of the secret."""
+    """kb_service.verify_api_key as the servers call it: the key id and the SHA-256 of the secret."""
     match = KEY.fullmatch(api_key)
     key_id, secret = match.groups() if match else (api_key[:20], api_key)
     digest = hashlib.sha256(secret.encode()).digest()
-    return svc.execute("select kb.verify_api_key(%s, %s)", [key_id, digest]).fetchone()[0]
+    return svc.execute("select kb_service.verify_api_key(%s, %s)", [key_id, digest]).fetchone()[0]
 
 
 def snapshot(db) -> list:
@@ -147,8 +147,8 @@ def test_end_users_cannot_read_the_key_table(world, connect_as):
             "select has_table_privilege('kb.api_keys', 'SELECT') or has_any_column_privilege('kb.api_keys', 'SELECT')"
         ).fetchone() == (False,)
     for role in ("alice", "mallory"):  # checking keys is the service role's alone
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function verify_api_key"):
-            connect_as(role).execute("select kb.verify_api_key('0123456789abcdef', '\\x00')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for schema kb_service"):
+            connect_as(role).execute("select kb_service.verify_api_key('0123456789abcdef', '\\x00')")
 
 
 def test_explain_over_the_list_learns_nothing(world, connect_as):
@@ -248,7 +248,7 @@ def test_malformed_keys_are_refused_by_verify(world, connect_as, presented):
     before = snapshot(world)
     assert verify(svc, presented) is None
     for key_id, digest in (("0123456789abcdef", b"short"), (None, None), ("0123456789abcdef", None)):
-        assert svc.execute("select kb.verify_api_key(%s, %s)", [key_id, digest]).fetchone()[0] is None
+        assert svc.execute("select kb_service.verify_api_key(%s, %s)", [key_id, digest]).fetchone()[0] is None
     assert snapshot(world) == before
 
 

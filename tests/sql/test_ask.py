@@ -382,8 +382,8 @@ def test_key_is_readable_by_no_pgkb_user(world, connect_as, fake_chat):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         alice.execute("select value from kb.settings where key = 'chat_api_key'")
     for call in (
-        "select kb.chat_completion('http://127.0.0.1:9/v1', 'm', '[]')",
-        "select * from kb.ask_answer('q', 5, null, null, null, false)",
+        "select kb_internal.chat_completion('http://127.0.0.1:9/v1', 'm', '[]')",
+        "select * from kb_internal.ask_answer('q', 5, null, null, null, false)",
     ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             alice.execute(call)
@@ -585,7 +585,9 @@ def test_without_plpython3u_answers_are_extractive(world, connect_as, fake_chat)
     """What a database where 64_chat_http.sql was skipped sees (here: the function dropped)."""
     chat = fake_chat()
     set_settings(world, chat_url=chat.url)
-    world.execute("drop function kb.chat_completion(text, text, jsonb, integer, integer, double precision, boolean)")
+    world.execute(
+        "drop function kb_internal.chat_completion(text, text, jsonb, integer, integer, double precision, boolean)"
+    )
     alice = connect_as("alice")
     row = ask(alice, QUESTION)
     assert row["mode"] == "extractive" and row["found"] is True and "llm_error" not in row["evidence"]

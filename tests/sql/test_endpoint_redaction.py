@@ -3,7 +3,7 @@
 An administrator's embedding URL may carry a key in its query string (``?api-key=…``) besides
 ``embedding_api_key``; a careless endpoint echoes the request line and the Authorization header in its
 errors, or a chat endpoint in its answer. Neither the NOTICE a searcher gets nor an answer, its citations or
-its streamed deltas may show them (kb.redact, db/functions/38_redaction.sql).
+its streamed deltas may show them (kb_internal.redact, db/functions/38_redaction.sql).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ def searcher(db, connect_as):
 def test_redact_hides_key_user_info_and_query(db):
     url = f"https://user:pw-{URL_SECRET}@example.com:8443/v1/embeddings?api-key={URL_SECRET}&x=1#frag-{URL_SECRET}"
     message = f"endpoint {url} said: Bearer {EMBED_KEY} for /v1/embeddings?api-key={URL_SECRET} ({URL_SECRET})"
-    shown = db.execute("select kb.redact(%s, %s, array[%s])", [message, url, EMBED_KEY]).fetchone()[0]
+    shown = db.execute("select kb_internal.redact(%s, %s, array[%s])", [message, url, EMBED_KEY]).fetchone()[0]
     assert URL_SECRET not in shown and EMBED_KEY not in shown and "pw-" not in shown
     assert shown.startswith("endpoint https://example.com:8443/v1/embeddings said: Bearer *** for"), shown
-    assert db.execute("select kb.shown_url('not a url ?k=secret')").fetchone()[0] == "(the configured URL)"
+    assert db.execute("select kb_internal.shown_url('not a url ?k=secret')").fetchone()[0] == "(the configured URL)"
 
 
 @pytest.mark.parametrize("key", [EMBED_KEY, EMBED_KEY + "\n"])  # a newline: http.client's own error quotes it
@@ -93,6 +93,6 @@ def test_chat_errors_show_no_secret(db, searcher, fake_chat):
     set_settings(db, chat_url=f"{chat.url}?token={URL_SECRET}", chat_api_key=CHAT_KEY, embedding_url="")
     set_settings(db, answer_min_score="0")
     with pytest.raises(psycopg.errors.SystemError) as failed:
-        db.execute("select kb.chat_completion(%s, 'm', '[]'::jsonb)", [f"{chat.url}?token={URL_SECRET}"])
+        db.execute("select kb_internal.chat_completion(%s, 'm', '[]'::jsonb)", [f"{chat.url}?token={URL_SECRET}"])
     message = str(failed.value)
     assert "HTTP 500" in message and CHAT_KEY not in message and URL_SECRET not in message, message

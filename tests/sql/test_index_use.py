@@ -83,7 +83,7 @@ def load_corpus(db: psycopg.Connection) -> None:
 
     Loaded in bulk as the administrator rather than through kb.replace_document (which tokenises at
     ~10 ms a chunk): chunk term_freqs are computed here (lower-case a-z words, for which
-    kb.lexical_terms is just the word list; checked below), statistics with kb.adjust_term_stats, and
+    kb.lexical_terms is just the word list; checked below), statistics with kb_internal.adjust_term_stats, and
     the HNSW index is rebuilt after the embeddings are in."""
     rng = random.Random(7)
     vocabulary = [
@@ -126,7 +126,8 @@ def load_corpus(db: psycopg.Connection) -> None:
             [doc_id, kb_id, json.dumps(rows)],
         )
         db.execute(
-            "select kb.adjust_term_stats(%s, array(select id from kb.chunks where kb_id = %s), 1)", [kb_id, kb_id]
+            "select kb_internal.adjust_term_stats(%s, array(select id from kb.chunks where kb_id = %s), 1)",
+            [kb_id, kb_id],
         )
     assert db.execute(
         "select bool_and(term_freqs = kb.term_freqs(kb.lexical_terms(content)))"
@@ -212,7 +213,7 @@ def assert_lexical_plan_uses_postings_index(plan: str) -> None:
 
 
 def fuzzy_plan(notices):
-    """The plan of kb.fuzzy_expansions (the fuzzy leg's lookups of corrections in the vocabulary)."""
+    """The plan of kb_internal.fuzzy_expansions (the fuzzy leg's lookups of corrections in the vocabulary)."""
     return plan_of(notices, "with query_terms as")
 
 
@@ -323,7 +324,7 @@ def test_filtered_vector_search_fills_top_k_on_a_small_slice(admin, connect):
 
 
 def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):
-    """Why kb.vector_leg sets hnsw.iterative_scan: the plain filtered ORDER BY ... LIMIT returns fewer
+    """Why kb_internal.vector_leg sets hnsw.iterative_scan: the plain filtered ORDER BY ... LIMIT returns fewer
     rows than asked for when the filter keeps 2% of the rows."""
     kb_id = admin.execute("select id from kb.knowledge_bases where name = 'kb-00'").fetchone()[0]
     sql = (

@@ -1,6 +1,6 @@
-"""The posting-block BM25 legs (kb.lexical_leg in SQL, kb.lexical_leg_numpy with numpy) against exact BM25
-(kb.lexical_leg_scan without a probe budget), the engine choice, and the posting blocks kept exact by
-kb.replace_document / kb.delete_document."""
+"""The posting-block BM25 legs (kb_internal.lexical_leg in SQL, kb_internal.lexical_leg_numpy with numpy) against
+exact BM25 (kb_internal.lexical_leg_scan without a probe budget), the engine choice, and the posting blocks kept
+exact by kb.replace_document / kb.delete_document."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ EXACT_BUDGET = 1_000_000_000
 # a Zipf-like vocabulary: a few words in most chunks, many in few; CJK text gives bigrams
 WORDS = [f"w{i}" for i in range(60)]
 CJK = "缓存击穿数据库连接超时退款政策登录态失效排查网关限流"
-LEG = "select chunk_id, score from kb.lexical_leg(%s, %s, %s, null, %s, %s)"
-LEG_BUDGET = "select chunk_id, score from kb.lexical_leg(%s, %s, %s, null, %s, %s, %s)"
-NUMPY = "select chunk_id, score from kb.lexical_leg_numpy(%s, %s, %s, null, %s, %s)"
-SCAN = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET})"
+LEG = "select chunk_id, score from kb_internal.lexical_leg(%s, %s, %s, null, %s, %s)"
+LEG_BUDGET = "select chunk_id, score from kb_internal.lexical_leg(%s, %s, %s, null, %s, %s, %s)"
+NUMPY = "select chunk_id, score from kb_internal.lexical_leg_numpy(%s, %s, %s, null, %s, %s)"
+SCAN = f"select chunk_id, score from kb_internal.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET})"
 
 
 def chunk_text(rnd: random.Random) -> str:
@@ -95,11 +95,11 @@ def test_blocks_legs_equal_exact_bm25(corpus, leg, words, cjk, n, both, params, 
     ids = kb_ids(corpus, "kb-a", "kb-b") if both else kb_ids(corpus, "kb-a")
     extra = json.dumps(expansions) if expansions is not None else None
     got = corpus.execute(
-        f"select chunk_id, score from kb.{leg}(%s, %s, %s, null, %s, %s, expansions => %s)",
+        f"select chunk_id, score from kb_internal.{leg}(%s, %s, %s, null, %s, %s, expansions => %s)",
         [query, ids, n, *params, extra],
     ).fetchall()
     want = corpus.execute(
-        f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET}, %s)",
+        f"select chunk_id, score from kb_internal.lexical_leg_scan(%s, %s, %s, null, %s, %s, {EXACT_BUDGET}, %s)",
         [query, ids, n, *params, extra],
     ).fetchall()
     assert_same_ranking(got, want)
@@ -109,7 +109,9 @@ def test_a_corrections_weight_scales_its_terms_bm25(corpus):
     """A correction of weight w adds w times the BM25 its term would add as a query term; a correction
     that is also a query term keeps weight 1."""
     ids = kb_ids(corpus, "kb-a")
-    scan = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, 1000, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
+    scan = (
+        f"select chunk_id, score from kb_internal.lexical_leg_scan(%s, %s, 1000, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
+    )
     alone = dict(corpus.execute(scan, ["w7", ids, None]).fetchall())
     both = dict(corpus.execute(scan, ["w3 w7", ids, None]).fetchall())
     w3 = dict(corpus.execute(scan, ["w3", ids, None]).fetchall())
@@ -160,9 +162,9 @@ def postings_of(conn) -> set[tuple]:
     """Every posting, from the blocks and from the terms' recent postings; each one in one place only."""
     rows = conn.execute(
         "select p.kb_id, p.term, p.tier, x.id, x.tf, x.dl from kb.postings p,"
-        " kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x (id, tf, dl)"
+        " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x (id, tf, dl)"
         " union all"
-        " select s.kb_id, s.term, kb.posting_tier(x.tf, x.dl), x.id, x.tf, x.dl from kb.term_stats s,"
+        " select s.kb_id, s.term, kb_internal.posting_tier(x.tf, x.dl), x.id, x.tf, x.dl from kb.term_stats s,"
         " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) x (id, tf, dl)"
     ).fetchall()
     assert len(rows) == len(set(rows))
@@ -172,7 +174,7 @@ def postings_of(conn) -> set[tuple]:
 def postings_from_chunks(conn) -> set[tuple]:
     return set(
         conn.execute(
-            "select c.kb_id, t.term, kb.posting_tier(t.tf::int, c.term_count), c.id, t.tf::int, c.term_count"
+            "select c.kb_id, t.term, kb_internal.posting_tier(t.tf::int, c.term_count), c.id, t.tf::int, c.term_count"
             " from kb.chunks c, jsonb_each_text(c.term_freqs) t (term, tf)"
         ).fetchall()
     )
@@ -186,14 +188,14 @@ def assert_postings_exact(conn) -> None:
         "select count(*) from kb.postings p cross join lateral ("
         "  select count(*) as n, min(d.chunk_id) as lo, bool_and(d.chunk_id > coalesce(d.prev, -1)) as ascending"
         "  from (select x.chunk_id, lag(x.chunk_id) over () as prev"
-        "        from kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x) d) x"
-        " where p.n not between 1 and kb.posting_block_size() or x.n <> p.n or x.lo <> p.first_chunk"
+        "        from kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x) d) x"
+        " where p.n not between 1 and kb_internal.posting_block_size() or x.n <> p.n or x.lo <> p.first_chunk"
         "  or not x.ascending or octet_length(p.payload) % p.n <> 0"
     ).fetchone()[0]
     assert bad == 0
     overlapping = conn.execute(
         "select count(*) from (select (select max(x.chunk_id)"
-        "   from kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x) as hi,"
+        "   from kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x) as hi,"
         " lead(first_chunk) over (partition by kb_id, term, tier order by first_chunk) as next_lo"
         " from kb.postings p) b where hi >= next_lo"
     ).fetchone()[0]
@@ -206,13 +208,13 @@ def assert_postings_exact(conn) -> None:
     # recent postings: aligned, fewer than the limit, all newer than the term's blocks, whose
     # highest id blocked_to covers
     bad = conn.execute(
-        "select count(*) from kb.term_stats s where cardinality(recent_ids) >= kb.recent_postings_limit()"
+        "select count(*) from kb.term_stats s where cardinality(recent_ids) >= kb_internal.recent_postings_limit()"
         " or cardinality(recent_ids) <> cardinality(recent_tfs) or cardinality(recent_tfs) <> cardinality(recent_dls)"
-        " or (tiers & (select coalesce(bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)), 0)"
+        " or (tiers & (select coalesce(bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)), 0)"
         "     from unnest(recent_tfs, recent_dls) x (tf, dl))) <>"
-        "    (select coalesce(bit_or(1::bigint << kb.posting_tier(x.tf, x.dl)), 0)"
+        "    (select coalesce(bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)), 0)"
         "     from unnest(recent_tfs, recent_dls) x (tf, dl))"
-        " or exists (select from kb.postings p, kb.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x"
+        " or exists (select from kb.postings p, kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x"
         "     where p.kb_id = s.kb_id and p.term = s.term"
         "     and (x.chunk_id >= s.recent_ids[1] or s.blocked_to is null or x.chunk_id > s.blocked_to))"
     ).fetchone()[0]
@@ -267,7 +269,7 @@ def test_migration_rebuild_matches_maintained_postings(db):
     db.execute("select kb.delete_document('kb-r', 'd3.md')")
     before = postings_of(db)
     tiers = db.execute("select term, tiers from kb.term_stats order by 1").fetchall()
-    db.execute("select kb.build_postings(id) from kb.knowledge_bases")
+    db.execute("select kb_internal.build_postings(id) from kb.knowledge_bases")
     assert postings_of(db) == before == postings_from_chunks(db)
     # rebuilt masks are exact; maintained ones may only be supersets after deletes
     for (term, kept), (term2, rebuilt) in zip(
@@ -308,11 +310,11 @@ def test_lexical_leg_setting_switches_and_checks(db):
     for d in range(5):
         write_doc(db, "kb-s", f"d{d}.md", rnd)
     sql = "select chunk_id, score from kb.lexical_search('w0 w1 w2', 20)"
-    assert db.execute("select kb.lexical_engine()").fetchone()[0] == "numpy"  # auto, numpy installed
+    assert db.execute("select kb_admin.lexical_engine()").fetchone()[0] == "numpy"  # auto, numpy installed
     auto = db.execute(sql).fetchall()
     for method in ("numpy", "blocks", "scan"):
         db.execute("update kb.settings set value = %s where key = 'lexical_leg'", [method])
-        assert db.execute("select kb.lexical_engine()").fetchone()[0] == method
+        assert db.execute("select kb_admin.lexical_engine()").fetchone()[0] == method
         got = db.execute(sql).fetchall()
         assert auto and [c for c, _ in got] == [c for c, _ in auto]
         assert [s for _, s in got] == pytest.approx([s for _, s in auto], rel=1e-9)
@@ -368,15 +370,17 @@ def test_numpy_leg_applies_the_document_filter(db):
             ],
         )
     ids = kb_ids(db, "kb-f")
-    doc_filter = db.execute("select kb.document_filter(%s::jsonb, null)", [json.dumps({"team": "a"})]).fetchone()[0]
+    doc_filter = db.execute(
+        "select kb_internal.document_filter(%s::jsonb, null)", [json.dumps({"team": "a"})]
+    ).fetchone()[0]
     for query in ("w0 w1 w2 w3", "w5 w9", "w0"):
         for n in (1, 7, 40):
             got = db.execute(
-                "select chunk_id, score from kb.lexical_leg_numpy(%s, %s, %s, %s, 1.2, 0.75)",
+                "select chunk_id, score from kb_internal.lexical_leg_numpy(%s, %s, %s, %s, 1.2, 0.75)",
                 [query, ids, n, json.dumps(doc_filter)],
             ).fetchall()
             want = db.execute(
-                f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, %s, %s, 1.2, 0.75, {EXACT_BUDGET})",
+                f"select chunk_id, score from kb_internal.lexical_leg_scan(%s, %s, %s, %s, 1.2, 0.75, {EXACT_BUDGET})",
                 [query, ids, n, json.dumps(doc_filter)],
             ).fetchall()
             assert_same_ranking(got, want)
@@ -392,7 +396,7 @@ def test_search_works_without_plpython(db):
     sql = "select chunk_id, score from kb.lexical_search('w0 w1 w2', 10)"
     with_numpy = db.execute(sql).fetchall()
     db.execute("drop extension plpython3u cascade")
-    assert db.execute("select kb.lexical_engine()").fetchone()[0] == "blocks"
+    assert db.execute("select kb_admin.lexical_engine()").fetchone()[0] == "blocks"
     without = db.execute(sql).fetchall()
     assert with_numpy and [c for c, _ in without] == [c for c, _ in with_numpy]
     assert [s for _, s in without] == pytest.approx([s for _, s in with_numpy], rel=1e-9)
@@ -410,7 +414,7 @@ def test_search_works_without_plpython(db):
     seed=st.integers(0, 10_000),
 )
 def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
-    """kb.encode_postings then kb.decode_postings gives the postings back, in every tier and id width
+    """kb_internal.encode_postings then kb_internal.decode_postings gives the postings back, in every tier and id width
     (spans below 65536, below 2^32 and above), with the widest tf and length classes (17+, 724+)."""
     rnd = random.Random(seed)
     tf_lo, tf_hi = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 100_000)][tier // 10]
@@ -420,15 +424,15 @@ def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
         ids.append(ids[-1] + gap)
     tfs = [rnd.randint(tf_lo, tf_hi) for _ in ids]
     dls = [rnd.randint(floors[tier % 10], floors[tier % 10 + 1] - 1) for _ in ids]
-    payload = db.execute("select kb.encode_postings(%s, %s, %s, %s)", [tier, ids, tfs, dls]).fetchone()[0]
+    payload = db.execute("select kb_internal.encode_postings(%s, %s, %s, %s)", [tier, ids, tfs, dls]).fetchone()[0]
     assert all(
         kb_tier == tier
         for (kb_tier,) in db.execute(
-            "select kb.posting_tier(tf, dl) from unnest(%s::int[], %s::int[]) x (tf, dl)", [tfs, dls]
+            "select kb_internal.posting_tier(tf, dl) from unnest(%s::int[], %s::int[]) x (tf, dl)", [tfs, dls]
         ).fetchall()
     )
     assert db.execute(
-        "select array_agg(chunk_id), array_agg(tf), array_agg(dl) from kb.decode_postings(%s, %s, %s, %s)",
+        "select array_agg(chunk_id), array_agg(tf), array_agg(dl) from kb_internal.decode_postings(%s, %s, %s, %s)",
         [tier, ids[0], len(ids), payload],
     ).fetchone() == (ids, tfs, dls)
 
@@ -455,16 +459,19 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
     assert (
         db.execute(
             "select count(*) from kb.postings where octet_length(payload) / n"
-            " > (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 2"
+            " > (select tf_bytes + dl_bytes from kb_internal.posting_fields(tier)) + 2"
         ).fetchone()[0]
         > 0
     )
     assert (
-        db.execute("select count(*) from kb.postings where tier = 59 and n = kb.posting_block_size()").fetchone()[0] > 0
+        db.execute(
+            "select count(*) from kb.postings where tier = 59 and n = kb_internal.posting_block_size()"
+        ).fetchone()[0]
+        > 0
     )
     assert db.execute(
         "select count(*) from kb.postings where octet_length(payload) / n"
-        " = (select tf_bytes + dl_bytes from kb.posting_fields(tier)) + 8"
+        " = (select tf_bytes + dl_bytes from kb_internal.posting_fields(tier)) + 8"
     ).fetchone()[0] > 0
     ids = kb_ids(db, "kb-wide")
     for query in ("wide w0 w1", "long7 wide w3", "w0 w1 w2 w3 w4 long1"):
@@ -537,7 +544,7 @@ def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):
     ids = kb_ids(corpus, "kb-a", "kb-b")
     query = "w0 w1 w2 w40 w41"
     ranked = corpus.execute(
-        "select term, df from kb.lexical_query_terms(%s, %s) order by df, term", [query, ids]
+        "select term, df from kb_internal.lexical_query_terms(%s, %s) order by df, term", [query, ids]
     ).fetchall()
     assert len(ranked) >= 3 and ranked[0][1] < ranked[-1][1]
     assert_same_ranking(
@@ -556,30 +563,30 @@ def test_numpy_leg_work_is_bounded_by_its_posting_budget(corpus):
 
 
 def test_numpy_leg_after_clear_and_when_no_term_fits_its_budget(corpus):
-    """A knowledge base between kb.clear_postings and its build (df > 0, no posting) answers nothing rather
+    """A knowledge base between kb_internal.clear_postings and its build (df > 0, no posting) answers nothing rather
     than an error; when not even the rarest query term fits lexical_numpy_posting_budget, the SQL leg
     answers within its own budget."""
     ids = kb_ids(corpus, "kb-a", "kb-b")
     query = "w0 w1 w2"
     corpus.execute("update kb.settings set value = '1' where key = 'lexical_numpy_posting_budget'")
     want = corpus.execute(
-        "select chunk_id, score from kb.lexical_leg(%s, %s, 10, null, 1.2, 0.75, 40000)", [query, ids]
+        "select chunk_id, score from kb_internal.lexical_leg(%s, %s, 10, null, 1.2, 0.75, 40000)", [query, ids]
     ).fetchall()
     assert want and corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == want
     corpus.execute("update kb.settings set value = '2000000' where key = 'lexical_numpy_posting_budget'")
-    corpus.execute("select kb.clear_postings(id) from kb.knowledge_bases where name in ('kb-a', 'kb-b')")
+    corpus.execute("select kb_internal.clear_postings(id) from kb.knowledge_bases where name in ('kb-a', 'kb-b')")
     assert corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == []
 
 
 @pytest.mark.parametrize("engine", ["numpy", "blocks", "scan"])
 def test_both_bm25_legs_from_one_call_equal_each_leg_alone(corpus, engine):
-    """kb.lexical_hits with corrections and plain: its 'lexical' rows are the query's BM25 ranking, its
+    """kb_internal.lexical_hits with corrections and plain: its 'lexical' rows are the query's BM25 ranking, its
     'fuzzy' rows the ranking with the corrections, as each leg alone gives them (numpy ranks both from one
     read of the postings)."""
     corpus.execute("update kb.settings set value = %s where key = 'lexical_leg'", [engine])
     ids = kb_ids(corpus, "kb-a", "kb-b")
-    both = "select leg, chunk_id, score from kb.lexical_hits(%s, %s, 20, null, 1.2, 0.75, %s, true)"
-    alone = f"select chunk_id, score from kb.lexical_leg_scan(%s, %s, 20, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
+    both = "select leg, chunk_id, score from kb_internal.lexical_hits(%s, %s, 20, null, 1.2, 0.75, %s, true)"
+    alone = f"select chunk_id, score from kb_internal.lexical_leg_scan(%s, %s, 20, null, 1.2, 0.75, {EXACT_BUDGET}, %s)"
     for query, extra in (("w0 w5 w9", {"w1": 0.6, "w30": 0.9}), ("absentword 缓存", {"w2": 0.5, "数据": 0.5})):
         rows = corpus.execute(both, [query, ids, json.dumps(extra)]).fetchall()
         assert {leg for leg, _, _ in rows} == {"lexical", "fuzzy"}
@@ -606,9 +613,9 @@ def built_rows(conn) -> tuple[list, list]:
 
 
 def test_numpy_and_sql_builders_write_the_same_rows(db):
-    """kb.build_postings with numpy (kb.build_postings_numpy) and in SQL (the function hidden, as on a server
-    without plpython3u) write the same blocks byte for byte and the same term statistics, over lists in
-    every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases."""
+    """kb_internal.build_postings with numpy (kb_internal.build_postings_numpy) and in SQL (the function hidden, as
+    on a server without plpython3u) write the same blocks byte for byte and the same term statistics, over lists
+    in every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases."""
     rnd = random.Random(21)
     for d in range(30):
         write_doc(db, "kb-n" if d % 3 else "kb-m", f"d{d}.md", rnd, rnd.randint(4, 20))
@@ -622,17 +629,17 @@ def test_numpy_and_sql_builders_write_the_same_rows(db):
             [f"long{d}.md", json.dumps([{"content": c} for c in chunks] + [{"content": "steady"}] * 60)],
         )
     kbs = [r[0] for r in db.execute("select id from kb.knowledge_bases order by id").fetchall()]
-    assert db.execute("select kb.numpy_available()").fetchone()[0]  # so kb.build_postings takes numpy's path
+    assert db.execute("select kb_internal.numpy_available()").fetchone()[0]  # so build_postings takes numpy's path
     for kb in kbs:
-        db.execute("select kb.build_postings(%s)", [kb])
+        db.execute("select kb_internal.build_postings(%s)", [kb])
     with_numpy = built_rows(db)
-    assert db.execute("select count(*) from kb.postings where n = kb.posting_block_size()").fetchone()[0] > 0
+    assert db.execute("select count(*) from kb.postings where n = kb_internal.posting_block_size()").fetchone()[0] > 0
     assert db.execute("select count(distinct tier) from kb.postings").fetchone()[0] >= 20
     with db.transaction():
-        db.execute("alter function kb.build_postings_numpy(integer, bigint, bigint) rename to hidden_builder")
+        db.execute("alter function kb_internal.build_postings_numpy(integer, bigint, bigint) rename to hidden_builder")
         for kb in kbs:
-            db.execute("select kb.build_postings(%s)", [kb])
+            db.execute("select kb_internal.build_postings(%s)", [kb])
         in_sql = built_rows(db)
-        db.execute("alter function kb.hidden_builder(integer, bigint, bigint) rename to build_postings_numpy")
+        db.execute("alter function kb_internal.hidden_builder(integer, bigint, bigint) rename to build_postings_numpy")
     assert with_numpy == in_sql
     assert_postings_exact(db)

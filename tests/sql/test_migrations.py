@@ -46,7 +46,7 @@ def test_editing_an_applied_migration_is_an_error(db, tmp_path: Path):
 def test_changed_function_files_are_reapplied(db, tmp_path: Path):
     db_dir = tmp_path / "db"
     shutil.copytree(Settings.from_env().db_dir, db_dir)
-    search = db_dir / "functions" / "50_search.sql"
+    search = db_dir / "functions" / "54_search_api.sql"
     search.write_text(search.read_text() + "\n-- touched\n")
     assert migrate(db, db_dir).functions_applied
     assert not migrate(db, db_dir).functions_applied
@@ -141,18 +141,18 @@ def kb_indexes(db) -> dict[str, str]:
 
 
 def test_expected_indexes_are_the_ones_the_migrations_create(db):
-    """kb.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
-    default model's HNSW index), and kb.restore_indexes re-creates each one as it was."""
+    """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
+    default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it was."""
     created = kb_indexes(db)
-    expected = {r[0] for r in db.execute("select index_name from kb.expected_indexes()").fetchall()}
+    expected = {r[0] for r in db.execute("select index_name from kb_internal.expected_indexes()").fetchall()}
     assert expected == set(created)
     for name in created:
         db.execute(f"drop index kb.{name}")
-    assert {r[0] for r in db.execute("select index_name from kb.index_problems()").fetchall()} == expected
-    restored = dict(db.execute("select index_name, action from kb.restore_indexes()").fetchall())
+    assert {r[0] for r in db.execute("select index_name from kb_admin.index_problems()").fetchall()} == expected
+    restored = dict(db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall())
     assert restored == dict.fromkeys(expected, "created (was missing)")
     assert kb_indexes(db) == created
-    assert db.execute("select count(*) from kb.index_problems()").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
 
 
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):

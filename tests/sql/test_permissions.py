@@ -10,10 +10,13 @@ chunk 0 carries an explicit embedding (vector leg), chunk 1 none (so it sits in 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
+from pgkb.migrate import SCHEMAS
 from pgvector import Vector
 
 DIM = 384  # the default model, multilingual-e5-small
@@ -87,122 +90,26 @@ TABLES = [
     "api_keys",
 ]
 
-# Everything pgkb users may call (kb/db/functions/90_grants.sql); all other kb functions are internal.
-PUBLIC_API = {
-    "fold_text",
-    "lexical_terms",
-    "snippet",
-    "retrieve",
-    "check_metadata_condition",
-    "term_freqs",
-    "indexed_text",
-    "current_user_id",
-    "current_is_admin",
-    "visible_kb_ids",
-    "can_write_kb",
-    "resolve_kb",
-    "require_admin",
-    "create_user",
-    "create_team",
-    "add_team_member",
-    "create_knowledge_base",
-    "create_api_key",
-    "list_api_keys",
-    "revoke_api_key",
-    "resolve_model",
-    "hnsw_index_name",
-    "register_embedding_model",
-    "use_embedding_model",
-    "replace_document",
-    "delete_document",
-    "store_embeddings",
-    "record_ingest_failure",
-    "cached_image_captions",
-    "store_image_caption",
-    "prune_image_captions",
-    "claim_embedding_batch",
-    "fail_embedding_batch",
-    "hybrid_search",
-    "vector_search",
-    "lexical_search",
-    "fuzzy_search",
-    "whoami",
-    "list_knowledge_bases",
-    "list_documents",
-    "list_ingest_failures",
-    "get_document",
-    "embedding_status",
-    "service_role_problem",
-    "search_defaults",
-    "check_search_input",
-    "ask",
-    "answer_evidence",
-    "answer_score",
-    "answer_gate",
-    "answer_is_closest",
-    "closest_text",
-    "answer_prompt",
-    "cite",
-    "extractive_answer",
-    "answer_sources",
-    "extractive_reply",
-    "not_found_text",
-}
-# callable by the servers' role (pgkb_service: the servers) besides the public API, never by the users it acts for
-SERVICE_API = {"verify_api_key", "embedding_backlog"}
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
-INTERNAL = [
-    "vector_leg",
-    "lexical_leg",
-    "lexical_leg_scan",
-    "flush_recent_postings",
-    "remove_block_postings",
-    "recent_postings_limit",
-    "build_postings",
-    "build_postings_batch",
-    "clear_postings",
-    "array_without",
-    "posting_tier",
-    "fuzzy_expansions",
-    "lexical_hits",
-    "lexical_query_terms",
-    "search",
-    "adjust_term_stats",
-    "check_chunks",
-    "embed_query",
-    "query_embedding",
-    "http_embedding",
-    "heading_trail",
-    "openable_source",
-    "chat_completion",
-    "ask_answer",
-    "answer_sentences",
-    "term_overlap",
-    "answer_term_weights",
-    "has_cjk",
-    "check_citations",
-    "check_answer_input",
-    "mask_code_brackets",
-    "markdown_blocks",
-    "writable_kb",
-    "is_image_failure_of",
-    "role_problem",
-    "role_members",
-    "setting_rules",
-    "setting_problem",
-    "doctor",
-    "doctor_extensions",
-    "doctor_numpy",
-    "doctor_indexes",
-    "doctor_row_security",
-    "doctor_privileges",
-    "doctor_service_roles",
-    "doctor_settings",
-    "doctor_query_embedding",
-    "doctor_embeddings",
-    "api_key_user_id",
-]
+CALLABLE_SCHEMAS = ("kb", "kb_service", "kb_admin")  # the rest of SCHEMAS, kb_internal, is its owner's alone
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def documented_api() -> dict[str, set[str]]:
+    """The functions README.md's SQL API section names, by schema: kb's (the public API), kb_service's (the
+    servers') and kb_admin's (the administrators')."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## SQL API\n") : text.index("\n### Writing documents\n")]
+    api: dict[str, set[str]] = {schema: set() for schema in CALLABLE_SCHEMAS}
+    for schema, name in re.findall(r"`(kb|kb_service|kb_admin)\.([a-z0-9_]+)`", section):
+        api[schema].add(name)
+    return api
+
+
+def schema_functions(db, schema: str) -> set[str]:
+    rows = db.execute("select proname from pg_proc where pronamespace = %s::regnamespace", [schema]).fetchall()
+    return {name for (name,) in rows}
 
 
 def unit(i: int) -> list[float]:
@@ -356,7 +263,7 @@ def test_admin_direct_select_sees_everything(world, table):
     if table == "postings":  # the world's few postings are all recent ones: move them to blocks, then undo
         with world.transaction(force_rollback=True):
             world.execute(
-                "select kb.flush_recent_postings(g.kb_id, g.terms)"
+                "select kb_internal.flush_recent_postings(g.kb_id, g.terms)"
                 " from (select kb_id, array_agg(term) as terms from kb.term_stats group by 1) g"
             )
             assert table_markers(world, world, table) == ALL
@@ -473,19 +380,20 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
 @pytest.mark.parametrize(
     "call",
     [
-        "select * from kb.vector_leg(%(v)s, (select m from kb.embedding_models m limit 1), "
+        "select * from kb_internal.vector_leg(%(v)s, (select m from kb.embedding_models m limit 1), "
         "array[1, 2, 3, 4], 10, null)",
-        "select * from kb.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75)",
-        "select * from kb.lexical_leg_scan('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
-        "select kb.fuzzy_expansions('sharedwrd', array[1, 2, 3, 4])",
-        "select * from kb.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75, 'dbsf')",
-        "select kb.adjust_term_stats(1, array[1::bigint], 1)",
-        "select kb.check_chunks('[]', null)",
-        "select kb.embed_query('x', (select m from kb.embedding_models m limit 1))",
-        "select * from kb.query_embedding('x', (select m from kb.embedding_models m limit 1))",
-        "select kb.writable_kb('public-kb')",
-        "select * from kb.doctor()",
-        "select * from kb.role_problem('svc')",
+        "select * from kb_internal.lexical_leg('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75)",
+        "select * from kb_internal.lexical_leg_scan('sharedword', array[1, 2, 3, 4], 10, null, 1.2, 0.75, 4000)",
+        "select kb_internal.fuzzy_expansions('sharedwrd', array[1, 2, 3, 4])",
+        "select * from kb_internal.search('sharedword', 10, null, %(v)s, null, 1, 1, 1, 60, 40, null, 1.2, 0.75,"
+        " 'dbsf')",
+        "select kb_internal.adjust_term_stats(1, array[1::bigint], 1)",
+        "select kb_internal.check_chunks('[]', null)",
+        "select kb_internal.embed_query('x', (select m from kb.embedding_models m limit 1))",
+        "select * from kb_internal.query_embedding('x', (select m from kb.embedding_models m limit 1))",
+        "select kb_internal.writable_kb('public-kb')",
+        "select * from kb_admin.doctor()",
+        "select * from kb_internal.role_problem('svc')",
     ],
     ids=[
         "vector_leg",
@@ -503,32 +411,88 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
     ],
 )
 def test_internal_functions_are_not_executable(world, as_, principal, call):
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for schema kb_(internal|admin)"):
         as_(principal).execute(call, {"v": QUERY_VEC})
 
 
-@pytest.mark.parametrize("role", ["alice", "mallory", "svc"])
+def test_the_readme_lists_what_each_callable_schema_holds(db):
+    """kb, kb_service and kb_admin hold exactly the functions README.md's SQL API section names (the one list
+    of them; 90_grants.sql grants by schema): a function added to one of them is callable on purpose, or it
+    belongs in kb_internal."""
+    api = documented_api()
+    assert len(api["kb"]) > 50 and api["kb_service"] and api["kb_admin"]
+    for schema in CALLABLE_SCHEMAS:
+        assert schema_functions(db, schema) == api[schema], schema
+
+
+@pytest.mark.parametrize("role", ["alice", "mallory", "svc", "pgkb_admin"])
 def test_only_the_public_api_is_executable(world, role):
-    executable = {
-        r[0]
-        for r in world.execute(
-            "select p.proname from pg_proc as p where p.pronamespace = 'kb'::regnamespace"
+    """What a role may call, over every pgkb schema (usage of the schema and execute of the function): the
+    public API; the servers' role kb_service's calls too; pgkb_admin those and kb_admin's."""
+    executable = set(
+        world.execute(
+            "select n.nspname, p.proname from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace"
+            " where n.nspname = any(%s) and has_schema_privilege(%s, n.oid, 'USAGE')"
             " and has_function_privilege(%s, p.oid, 'EXECUTE')",
-            [role],
-        )
-    }
-    assert executable == PUBLIC_API | (SERVICE_API if role == "svc" else set())
-    assert not executable & set(INTERNAL)
+            [list(SCHEMAS), role, role],
+        ).fetchall()
+    )
+    schemas = {"svc": ("kb", "kb_service"), "pgkb_admin": CALLABLE_SCHEMAS}.get(role, ("kb",))
+    assert executable == {(schema, name) for schema in schemas for name in documented_api()[schema]}
+
+
+def test_kb_internal_grants_nothing(world):
+    """kb_internal and its functions: no grant but the owner's own, so no other role (PUBLIC, pgkb_user,
+    pgkb_service, pgkb_admin or a login role in them) may use the schema, or even name what is in it."""
+    grants = world.execute(
+        "select a.grantee, a.privilege_type from pg_namespace as n,"
+        " aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) as a"
+        " where n.nspname = 'kb_internal' and a.grantee <> n.nspowner"
+        " union all select a.grantee, a.privilege_type from pg_proc as p,"
+        " aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) as a"
+        " where p.pronamespace = 'kb_internal'::regnamespace and a.grantee <> p.proowner"
+    ).fetchall()
+    assert grants == []
+    assert len(schema_functions(world, "kb_internal")) > 50
+    for role in ("public", "pgkb_user", "pgkb_service", "pgkb_admin", "alice", "mallory", "svc"):
+        assert not world.execute("select has_schema_privilege(%s, 'kb_internal', 'USAGE')", [role]).fetchone()[0]
+
+
+def test_callable_functions_reach_kb_internal_as_its_owner(db):
+    """A function of kb, kb_service or kb_admin that uses kb_internal runs as the owner (SECURITY DEFINER): run
+    as its caller it would fail with "permission denied for schema kb_internal"."""
+    invokers = db.execute(
+        "select p.oid::regprocedure::text from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace"
+        " where n.nspname = any(%s) and not p.prosecdef and p.prosrc like '%%kb\\_internal.%%'",
+        [list(CALLABLE_SCHEMAS)],
+    ).fetchall()
+    assert invokers == []
+    assert db.execute(  # the check sees the callers of kb_internal there are
+        "select count(*) from pg_proc where pronamespace = 'kb'::regnamespace and prosrc like '%kb\\_internal.%'"
+    ).fetchone()[0] > 10
+
+
+
+def test_public_helpers_work_for_users(world, as_):
+    """The public functions that ran as their caller and used internal helpers (failing for every user with
+    "permission denied for function has_cjk" or "is_blank") run as the owner and answer users."""
+    conn = as_("mallory")
+    assert conn.execute("select kb.not_found_text('退款'), kb.closest_text('refund')").fetchone() == (
+        "知识库中未找到相关信息",
+        "No exact answer; these are the closest passages:",
+    )
+    condition = {"conditions": [{"name": "year", "comparison_operator": ">", "value": 2020}]}
+    assert conn.execute("select kb.check_metadata_condition(%s)", [json.dumps(condition)]).fetchone()[0]
 
 
 def test_embedding_backlog_is_the_servers_totals_only(world, as_):
-    """kb.embedding_backlog (the servers' /metrics): counts over every knowledge base for the service role,
+    """kb_service.embedding_backlog (the servers' /metrics): counts over every knowledge base for the service role,
     whoever it acts for; users, mapped or not, may not call it."""
     for principal in ("alice", "mallory"):
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
-            as_(principal).execute("select * from kb.embedding_backlog()")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for schema kb_service"):
+            as_(principal).execute("select * from kb_service.embedding_backlog()")
     for principal in ("svc-as-nobody", "svc-as-bob"):
-        rows = as_(principal).execute("select model, queued, parked from kb.embedding_backlog()").fetchall()
+        rows = as_(principal).execute("select model, queued, parked from kb_service.embedding_backlog()").fetchall()
         assert rows == [("multilingual-e5-small", len(KBS), 0)]  # every knowledge base's unembedded chunk 1
 
 

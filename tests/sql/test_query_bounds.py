@@ -33,10 +33,10 @@ def corpus(db):
 
 
 def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
-    cap = corpus.execute("select kb.setting_int('lexical_max_query_terms')").fetchone()[0]
+    cap = corpus.execute("select kb_internal.setting_int('lexical_max_query_terms')").fetchone()[0]
     query = " ".join(WORDS)
     kb_ids = corpus.execute("select array_agg(id) from kb.knowledge_bases where name = 'big'").fetchone()[0]
-    kept = corpus.execute("select term, df from kb.lexical_query_terms(%s, %s)", [query, kb_ids]).fetchall()
+    kept = corpus.execute("select term, df from kb_internal.lexical_query_terms(%s, %s)", [query, kb_ids]).fetchall()
     everything = corpus.execute(
         "select s.term, s.df from kb.term_stats s where s.kb_id = any(%s) and s.term = any(kb.lexical_terms(%s))"
         " and s.df > 0 order by s.df, s.term",

@@ -9,8 +9,11 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
+from pgkb.migrate import SCHEMAS
 from pgkb.quality.evaluate import SETTING_TYPES, SearchSettings
 from pgvector import Vector
+
+EXPANSIONS = "select kb_internal.fuzzy_expansions(%s, kb.visible_kb_ids())"  # the fuzzy leg's corrections
 
 
 @pytest.fixture
@@ -339,7 +342,8 @@ def test_database_embeds_the_query_itself_through_the_endpoint(kbdb, embedder, f
     assert rows[0]["vector_used"] is True and rows[0]["doc_key"] == "perf/tuning.md"
     # the in-database embedding (model prefix, then the endpoint) equals the client-side one ...
     in_db = kbdb.execute(
-        "select kb.embed_query(%s, m) from kb.embedding_models m where m.name = 'multilingual-e5-small'", [query]
+        "select kb_internal.embed_query(%s, m) from kb.embedding_models m where m.name = 'multilingual-e5-small'",
+        [query],
     ).fetchone()[0]
     direct = embedder.embed(["query: " + query])[0]
     assert np.allclose(np.asarray(in_db.to_numpy() if hasattr(in_db, "to_numpy") else in_db), direct, atol=1e-6)
@@ -426,7 +430,7 @@ def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, co
 def test_fuzzy_leg_corrects_misspelt_terms(kbdb, query, expected_doc, correction):
     """The fuzzy leg corrects the query's terms that the knowledge base does not hold, from its vocabulary,
     and ranks by BM25 of the query with the corrections."""
-    expansions = kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0]
+    expansions = kbdb.execute(EXPANSIONS, [query]).fetchone()[0]
     assert correction in expansions and all(0.5 <= w < 1 for w in expansions.values()), expansions
     rows = search(kbdb, "select * from kb.fuzzy_search(%s, 3)", query)
     assert rows[0]["doc_key"] == expected_doc and rows[0]["fuzzy_rank"] == 1, rows
@@ -439,8 +443,8 @@ def test_question_words_are_not_corrected(kbdb):
     chunks = json.dumps([{"content": text}])
     kbdb.execute("select kb.replace_document('team-docs', 'lighthouse.md', '灯塔', %s)", [chunks])
     for query in ("灯塔于何时建立", "灯塔在哪边", "灯塔有多少座"):
-        assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0] is None, query
-    assert "灯塔" in kbdb.execute("select kb.fuzzy_expansions('灯搭何时建立', kb.visible_kb_ids())").fetchone()[0]
+        assert kbdb.execute(EXPANSIONS, [query]).fetchone()[0] is None, query
+    assert "灯塔" in kbdb.execute(EXPANSIONS, ["灯搭何时建立"]).fetchone()[0]
 
 
 def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
@@ -448,7 +452,7 @@ def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
     from the fuzzy leg alone, and no fuzzy leg in a hybrid search (it would count BM25 twice); the
     corrections are bounded by the two settings."""
     for query in ("缓存击穿 token", "系统响应很慢怎么优化"):
-        assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [query]).fetchone()[0] is None
+        assert kbdb.execute(EXPANSIONS, [query]).fetchone()[0] is None
         fuzzy = kbdb.execute("select chunk_id, fuzzy_score from kb.fuzzy_search(%s, 10)", [query]).fetchall()
         lexical = kbdb.execute("select chunk_id, lexical_score from kb.lexical_search(%s, 10)", [query]).fetchall()
         assert fuzzy == lexical
@@ -457,12 +461,12 @@ def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
     corrected = kbdb.execute("select fuzzy_rank from kb.hybrid_search('creatUser', 3, vector_weight => 0)")
     assert corrected.fetchone()[0] == 1
     both = "tidb_mem_qouta_query creatUser"
-    assert len(kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0]) == 4
+    assert len(kbdb.execute(EXPANSIONS, [both]).fetchone()[0]) == 4
     kbdb.execute("update kb.settings set value = '1' where key = 'fuzzy_max_terms'")  # the longest word only
-    got = kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0]
+    got = kbdb.execute(EXPANSIONS, [both]).fetchone()[0]
     assert set(got) == {"tidb_mem_quota_query"}, got
     kbdb.execute("update kb.settings set value = '0' where key = 'fuzzy_term_expansions'")
-    assert kbdb.execute("select kb.fuzzy_expansions(%s, kb.visible_kb_ids())", [both]).fetchone()[0] is None
+    assert kbdb.execute(EXPANSIONS, [both]).fetchone()[0] is None
 
 
 def test_null_settings_take_the_databases_defaults(kbdb, embedder):
@@ -498,8 +502,9 @@ def test_null_settings_take_the_databases_defaults(kbdb, embedder):
 
 
 def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):
-    """kb.setting is the one reader of kb.settings: no function falls back to a literal of its own. (The
-    doctor, kb.doctor* and kb.setting_problem, reads the table whole: it checks the rows themselves.)"""
+    """kb_internal.setting is the one reader of kb.settings: no function falls back to a literal of its own. (The
+    doctor, kb_admin.doctor, its areas and kb_internal.setting_problem, reads the table whole: it checks the rows
+    themselves.)"""
     kbdb.execute("update kb.settings set value = 'scan' where key = 'lexical_leg'")  # the leg that reads it
     kbdb.execute("update kb.settings set value = 'many' where key = 'lexical_probe_budget'")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match='setting "lexical_probe_budget" must be an integer'):
@@ -508,14 +513,15 @@ def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb)
     with pytest.raises(psycopg.errors.UndefinedObject, match='setting "lexical_probe_budget" is missing'):
         kbdb.execute("select * from kb.lexical_search('退款')")
     bodies = kbdb.execute(
-        "select string_agg(prosrc, ' ') from pg_proc where pronamespace = 'kb'::regnamespace"
-        " and proname not in ('setting', 'setting_problem') and proname not like 'doctor%'"
+        "select string_agg(prosrc, ' ') from pg_proc where pronamespace::regnamespace::text = any(%s)"
+        " and proname not in ('setting', 'setting_problem') and proname not like 'doctor%%'",
+        [list(SCHEMAS)],
     ).fetchone()[0]
     assert "kb.settings" not in bodies.replace("kb.settings.", "")
 
 
 def test_hnsw_ef_search_comes_from_the_settings_and_stays_inside_the_leg(kbdb, embedder):
-    """kb.vector_leg takes hnsw.ef_search from kb.settings.hnsw_ef_search; the caller's own value is back
+    """kb_internal.vector_leg takes hnsw.ef_search from kb.settings.hnsw_ef_search; the caller's own value is back
     after the call, in and out of a transaction."""
     kbdb.execute("set hnsw.ef_search = 77")
     assert hybrid(kbdb, embedder, "退款")

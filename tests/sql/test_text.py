@@ -1,4 +1,4 @@
-"""The SQL text model (db/functions/00_text.sql): kb.fold_text, kb.lexical_terms, kb.is_blank."""
+"""The SQL text model (db/functions/00_text.sql): kb.fold_text, kb.lexical_terms, kb_internal.is_blank."""
 
 from __future__ import annotations
 
@@ -94,4 +94,4 @@ def test_lexical_terms_are_at_most_64_characters(db, text, terms):
     ],
 )
 def test_is_blank(db, text, blank):
-    assert db.execute("select kb.is_blank(%s)", [text]).fetchone()[0] is blank
+    assert db.execute("select kb_internal.is_blank(%s)", [text]).fetchone()[0] is blank

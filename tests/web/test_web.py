@@ -591,7 +591,7 @@ def test_api_key_lifecycle_without_env_tokens(world, connect_as, tmp_path):
     with server_log.open("rb") as f:
         f.seek(log_from)
         database_log = f.read().decode(errors="replace")
-    assert "kb.verify_api_key" in database_log  # the service role's statements were logged
+    assert "kb_service.verify_api_key" in database_log  # the service role's statements were logged
     assert '"user": "alice"' in query_log.read_text()
     for text in (server.stderr_text, query_log.read_text(), database_log):
         assert key[22:] not in text and short[22:] not in text

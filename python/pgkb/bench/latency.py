@@ -81,14 +81,14 @@ def query_params(kb_name: str, query_texts: list[str], dim: int, source: VectorS
 
 
 def shipped_ef_search(conn: psycopg.Connection) -> int:
-    """kb.settings.hnsw_ef_search: what kb.vector_leg uses, and so what the plain baseline runs at."""
-    return int(conn.execute("select kb.setting_int('hnsw_ef_search')").fetchone()[0])
+    """kb.settings.hnsw_ef_search: what kb_internal.vector_leg uses, and so what the plain baseline runs at."""
+    return int(conn.execute("select kb_internal.setting_int('hnsw_ef_search')").fetchone()[0])
 
 
 def time_modes(
     conn: psycopg.Connection, sql: dict[str, str], params: list[dict], ef_search: int
 ) -> dict[str, ModeStats]:
-    """Every query once in every mode; vector_plain at ef_search (the setting kb.vector_leg reads)."""
+    """Every query once in every mode; vector_plain at ef_search (the setting kb_internal.vector_leg reads)."""
     set_ef = _ef_setter(conn)
     ef_of = {m: (40 if m == "vector_plain_ef40" else ef_search) for m in MODES}
 

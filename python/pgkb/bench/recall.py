@@ -7,7 +7,7 @@ scans disabled as well (``set local enable_indexscan = off``). Every statement h
 (``prepare=False``): a cached plan would ignore those settings. Compared with it:
 
 * ``vector_plain`` -- the same query through the HNSW index at ``hnsw.ef_search`` 40 (pgvector's
-  default), 100 (kb.vector_leg's value before kb.settings.hnsw_ef_search), 200, 300 (that setting's
+  default), 100 (kb_internal.vector_leg's value before kb.settings.hnsw_ef_search), 200, 300 (that setting's
   default) and 400, and at the setting's current value if it is none of those;
 * ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search from
   kb.settings.hnsw_ef_search, iterative scan ``relaxed_order``).
@@ -28,7 +28,7 @@ from pgkb.bench.data import Model, log, query_vectors
 __all__ = ["RecallResult", "exact_vector_sql", "measure_recall", "plain_vector_sql"]
 
 TOP_K = 10
-EF_SEARCH = (40, 100, 200, 300, 400)  # pgvector's default, kb.vector_leg's old one, larger ones (300: the default)
+EF_SEARCH = (40, 100, 200, 300, 400)  # pgvector's default, the vector leg's old one, larger ones (300: the default)
 
 
 @dataclass

@@ -44,7 +44,7 @@ class BenchResult:
     chunks: int
     queries: int
     vectors: str
-    ef_search: int  # kb.settings.hnsw_ef_search: kb.vector_leg's and the plain baseline's
+    ef_search: int  # kb.settings.hnsw_ef_search: kb_internal.vector_leg's and the plain baseline's
     load: LoadReport
     machine: dict[str, str]
     settings: dict[str, str]

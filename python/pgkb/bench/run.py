@@ -12,7 +12,7 @@ one to read recall from; see pgkb.bench.data), written in bulk or through ``kb.r
 
    * ``hybrid``        -- ``kb.hybrid_search(q, 10, kb => name, query_embedding => e)``;
    * ``vector_plain``  -- ``select chunk_id from kb.embeddings where model_id = M and kb_id = K
-     order by embedding::vector(384) <=> e limit 10`` at ``kb.vector_leg``'s ``hnsw.ef_search``
+     order by embedding::vector(384) <=> e limit 10`` at ``kb_internal.vector_leg``'s ``hnsw.ef_search``
      (kb.settings.hnsw_ef_search, so both find the same neighbours): the baseline, what an application
      querying pgvector directly would pay;
    * ``vector_plain_ef40`` -- the same at pgvector's default ``hnsw.ef_search = 40``;

@@ -74,12 +74,12 @@ def run(args, settings) -> int:
 
 
 def _lexical_engine(conn) -> str:
-    """Which BM25 leg serves and why (kb.lexical_engine_choice)."""
+    """Which BM25 leg serves and why (kb_admin.lexical_engine_choice)."""
     import psycopg
 
     try:
         with conn.transaction():
-            engine, reason = conn.execute("select engine, reason from kb.lexical_engine_choice()").fetchone()
+            engine, reason = conn.execute("select engine, reason from kb_admin.lexical_engine_choice()").fetchone()
     except psycopg.Error as e:
         return f"unknown ({str(e).strip().splitlines()[0]})"
     return f"{engine} ({reason})" if engine == "numpy" else f"{engine} in SQL ({reason})"
@@ -94,7 +94,7 @@ def _report_indexes(url: str) -> int:
 
     try:
         with connect(url, vector=False) as conn:
-            if conn.execute("select to_regprocedure('kb.index_problems()')").fetchone()[0] is None:
+            if conn.execute("select to_regprocedure('kb_admin.index_problems()')").fetchone()[0] is None:
                 print("indexes: not checked (no pgkb schema of this version: run `pgkb db migrate`)")
                 return 0
             problems = index_problems(conn)

@@ -1,6 +1,6 @@
 """`pgkb embed-server`: an OpenAI-compatible embedding (and optional rerank) HTTP server.
 
-The database's ``kb.http_embedding`` (plpython3u) and ``HttpEmbedder`` call ``POST /v1/embeddings`` with
+The database's ``kb_internal.http_embedding`` (plpython3u) and ``HttpEmbedder`` call ``POST /v1/embeddings`` with
 ``{"model", "input": [text]}``; the default ``kb.settings.embedding_url`` is
 ``http://127.0.0.1:8765/v1/embeddings``, so a bare ``pgkb embed-server`` is all a local install needs.
 

@@ -3,7 +3,7 @@ embedder and reranker are (:class:`JsonEndpoint`).
 
 Retried: connection errors, timeouts, HTTP 5xx and 429. Not retried: other 4xx (the request is wrong).
 Failures raise the caller's error class with the endpoint's message, redacted (:func:`redact`, the rule of
-the database's kb.redact): no key, user info or query string of the endpoint reaches a message.
+the database's kb_internal.redact): no key, user info or query string of the endpoint reaches a message.
 """
 
 from __future__ import annotations

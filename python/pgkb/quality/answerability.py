@@ -44,7 +44,7 @@ from pgkb.quality.datasets import Dataset, EvalError, Query, default_kb, read_js
 from pgkb.quality.searching import embed_queries
 
 DEFAULT_TOP_K = 5  # kb.ask's default top_k
-DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb.search's max)
+DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb_internal.search's max)
 GOAL_REFUSED_UNANSWERABLE = 0.90  # issue goal: >= 90 % of unanswerable questions get "not found"
 GOAL_REFUSED_ANSWERABLE = 0.10  # ... while <= 10 % of answerable ones do
 NEAR_DUPLICATE = 0.95  # cosine at or above which a chunk counts as a copy of a judged one (strict hiding)

@@ -24,8 +24,8 @@ __all__ = [
 ]
 
 DEFAULT_DEPTH = 50
-MAX_TOP_K = 100  # kb.search's own limit
-FUSIONS = ("dbsf", "rrf")  # kb.search's fusion methods
+MAX_TOP_K = 100  # kb_internal.search's own limit
+FUSIONS = ("dbsf", "rrf")  # kb_internal.search's fusion methods
 
 
 # kb.hybrid_search's settings a run may set, with their types; the defaults are the database's own

@@ -29,7 +29,7 @@ SWEEP_MODES = ("hybrid", "lexical", "vector", "fuzzy")
 def parse_grid(items: list[str]) -> list[tuple[dict[str, Any], SearchSettings]]:
     """``["lexical_weight=0.5,1", "fusion=dbsf,rrf"]`` -> every combination as (varied values, settings).
 
-    Raises EvalError for an unknown key, a value of the wrong type or a key given twice; values kb.search
+    Raises EvalError for an unknown key, a value of the wrong type or a key given twice; values kb_internal.search
     refuses are its error at the first query."""
     defaults = SearchSettings()
     axes: dict[str, list[Any]] = {}

@@ -72,7 +72,7 @@ def api_key_parts(token: str) -> tuple[str, bytes] | None:
 def bearer_user(backend, token: str | None) -> str | None:
     """The pgkb user a bearer token acts as, or None -- the one answer to "who is this" for the page, Dify's
     API and the MCP server: a PGKB_MCP_TOKENS token first (for development), then an API key kept in the
-    database (``backend.api_key_user``: kb.verify_api_key; revoked and expired keys are None). Blocks on the
+    database (``backend.api_key_user``: kb_service.verify_api_key; revoked and expired keys are None). Blocks on the
     database: call it from a worker thread. ServiceError when the database cannot answer."""
     if token is None:
         return None

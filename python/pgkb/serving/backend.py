@@ -1,5 +1,5 @@
 """Database access for the servers (MCP tools, `pgkb serve`): the connection pool, the acting user and
-statement timeout per call, API key checks (kb.verify_api_key), the query embedder with its deadline, the
+statement timeout per call, API key checks (kb_service.verify_api_key), the query embedder with its deadline, the
 reads (search, kb.get_document, kb.list_knowledge_bases), and what /readyz and /metrics ask of them (each stage
 of a call is timed in the server's pgkb.serving.metrics)."""
 
@@ -169,7 +169,7 @@ class Backend:
         return None
 
     def embedding_backlog(self) -> list[tuple[str, int, int, float | None]]:
-        """kb.embedding_backlog(): (model, chunks queued, chunks parked, age of the oldest queued one in
+        """kb_service.embedding_backlog(): (model, chunks queued, chunks parked, age of the oldest queued one in
         seconds) per model. Through the pool but outside the call slots, waiting at most
         METRICS_WAIT_SECONDS for a connection: a scrape neither turns a call away nor queues behind them."""
         from psycopg_pool import PoolTimeout
@@ -182,7 +182,7 @@ class Backend:
                 self.acting(conn, None),
             ):
                 return conn.execute(
-                    "select model, queued, parked, oldest_queued_seconds from kb.embedding_backlog()"
+                    "select model, queued, parked, oldest_queued_seconds from kb_service.embedding_backlog()"
                 ).fetchall()
         except PoolTimeout as e:
             raise ServiceError(f"no free database connection within {METRICS_WAIT_SECONDS:g} s") from e
@@ -300,7 +300,7 @@ class Backend:
 
     def api_key_user(self, key_id: str, secret_sha256: bytes) -> str | None:
         """The pgkb user of the database API key ``key_id`` whose secret hashes to ``secret_sha256``, or None
-        for an unknown, wrong, revoked or expired one (kb.verify_api_key, which also records its last use).
+        for an unknown, wrong, revoked or expired one (kb_service.verify_api_key, which also records its last use).
         A verdict is reused for API_KEY_CACHE_SECONDS. ServiceError when the database cannot answer (a fixed
         message: the caller is not authenticated; the details go to the log)."""
         asked_at = time.monotonic()
@@ -318,7 +318,7 @@ class Backend:
                 _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
                 self.acting(conn, None),
             ):
-                user = conn.execute("select kb.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+                user = conn.execute("select kb_service.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
         except ServiceError as e:
             # the caller is not known yet: the database's address and roles are for the log, not for them
             log.warning("could not check an API key: %s", e)

@@ -139,7 +139,7 @@ def backend_gauges(calls: int, calls_limit: int, pool: dict[str, int], pool_limi
 
 
 def backlog_gauges(rows: Iterable[tuple[str, int, int, float | None]]) -> list[Metric]:
-    """The database's embedding queue (kb.embedding_backlog: model, queued, parked, oldest queued age in
+    """The database's embedding queue (kb_service.embedding_backlog: model, queued, parked, oldest queued age in
     seconds), what `pgkb worker` has still to embed."""
     chunks = _gauge(
         "pgkb_embedding_backlog_chunks",

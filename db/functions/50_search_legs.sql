@@ -1,11 +1,10 @@
--- Searching: three legs -- vector (HNSW), BM25 (posting blocks, kb.lexical_hits) and fuzzy (BM25 of the
--- query with its terms' corrections from the vocabulary, kb.fuzzy_expansions) -- fused in kb.search
--- (distribution-based score fusion, or weighted Reciprocal Rank Fusion). The public functions kb.hybrid_search / vector_search / lexical_search / fuzzy_search are
--- thin wrappers with the same columns.
+-- Search legs: vector (HNSW) and BM25 (posting blocks, kb_internal.lexical_hits; the numpy engine is
+-- 52_lexical_numpy.sql), each the top n (chunk_id, rank, score) of the knowledge bases kb_ids; the fuzzy
+-- leg is BM25 of the query's terms with their corrections (kb_internal.fuzzy_expansions, 49_fuzzy_terms.sql).
 -- Visibility is applied by the legs themselves (kb_ids from kb.visible_kb_ids) so indexes stay usable
 -- under row-level security; the legs are not executable by pgkb users. Their doc_filter is a
--- kb.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
--- documents of kb_ids only (kb.visible_document_matches), once per document when the planner hashes them.
+-- kb_internal.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
+-- documents of kb_ids only (kb_internal.visible_document_matches), once per document when the planner hashes them.
 
 -- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
 -- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
@@ -13,16 +12,15 @@
 -- dead duplicate vectors of other knowledge bases before VACUUM), an exact scan of the visible slice
 -- (btree on model_id, kb_id) answers instead, so a small slice is searched exactly whatever n is, and
 -- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
--- hnsw.ef_search comes from kb.settings.hnsw_ef_search (set inside: the SET clause below only scopes it to
--- this call, so the caller's transaction keeps its own value).
-create or replace function kb.vector_leg(
+-- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
+-- is back when the leg returns.
+create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
-set "hnsw.ef_search" = 40
 as $$
 declare
     -- %3$s is empty for the HNSW scan; ' + 0, e.chunk_id' orders by an expression the index cannot serve
@@ -37,36 +35,38 @@ declare
                 and ($4::jsonb is null or exists (
                     select from kb.chunks as c join kb.documents as d on d.id = c.document_id
                     where c.id = e.chunk_id and d.kb_id = any($2)
-                        and kb.visible_document_matches(d.kb_id, $2, d.metadata, $4)
+                        and kb_internal.visible_document_matches(d.kb_id, $2, d.metadata, $4)
                 ))
             order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
             limit $3
         ) as nearest
     $sql$;
     fetch_n constant integer := greatest(n, 40);
+    callers_ef_search constant text := current_setting('hnsw.ef_search', true);
     ids bigint [];
     distances double precision [];
 begin
-    perform set_config('hnsw.ef_search', kb.setting_int('hnsw_ef_search')::text, true);
+    perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, model.dimension, model.id, '')
     into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     if cardinality(ids) < fetch_n then
         execute format(nearest_sql, model.dimension, model.id, ' + 0, e.chunk_id')
         into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
+    perform set_config('hnsw.ef_search', callers_ef_search, true);
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
     from unnest(ids[1:n], distances[1:n]) with ordinality as x (chunk_id, distance, ord);
 end
 $$;
 
 -- The query terms the lexical legs score: the distinct kb.lexical_terms of query (in_query, weight 1) and
--- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb.fuzzy_expansions; a term in
+-- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb_internal.fuzzy_expansions; a term in
 -- both is a query term of weight 1) that occur in the knowledge bases kb_ids, with their document
 -- frequency there, their posting tiers and weight (the legs multiply a term's idf by it). At most
 -- kb.settings.lexical_max_query_terms query terms: the rarest (highest idf; ties by term), so a long query
 -- costs what its most telling terms cost; the corrections are bounded by the fuzzy settings. Rarest first.
 -- (plpgsql: its body is not checked against an older schema.)
-create or replace function kb.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
+create or replace function kb_internal.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
 returns table (term text, df bigint, tiers bigint, weight double precision, in_query boolean)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -81,7 +81,7 @@ begin
             select x.term, max(x.weight) as weight, bool_or(x.in_query) as in_query
             from (
                 select t.term, 1::double precision as weight, true as in_query
-                from unnest(kb.query_terms(query)) as t (term)
+                from unnest(kb_internal.query_terms(query)) as t (term)
                 union all
                 select e.key, e.value::double precision, false from jsonb_each_text(expansions) as e
             ) as x
@@ -94,12 +94,12 @@ begin
         ) as s
         where s.df > 0
     ) as r
-    where not r.in_query or r.pos <= kb.setting_int('lexical_max_query_terms')
+    where not r.in_query or r.pos <= kb_internal.setting_int('lexical_max_query_terms')
     order by r.df, r.term;
 end
 $$;
 
--- Lexical leg: the exact Okapi BM25 top n (the ranking of kb.lexical_leg_scan without a probe budget),
+-- Lexical leg: the exact Okapi BM25 top n (the ranking of kb_internal.lexical_leg_scan without a probe budget),
 -- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
 -- and the terms' recent postings (kb.term_stats) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
 -- postings can add (idf * the tf part at the tier's tf ceiling and length floor, for the k1 / b given).
@@ -110,7 +110,7 @@ $$;
 -- the query terms and the postings above the bound; at worst (many common terms of similar weight) with
 -- all the query terms' postings, never with a candidate's term_freqs size. docs/benchmarks.md, "Lexical
 -- leg design".
-create or replace function kb.lexical_leg(
+create or replace function kb_internal.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     posting_budget integer default null, expansions jsonb default null
 )
@@ -153,7 +153,7 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select * from kb.lexical_query_terms(query, kb_ids, expansions)
+        select * from kb_internal.lexical_query_terms(query, kb_ids, expansions)
     ),
     numbered as (
         select w.term, w.df, w.tiers, w.weight * ln(1 + (n_chunks - w.df + 0.5) / (w.df + 0.5)) as idf,
@@ -166,7 +166,7 @@ begin
                 else l.tf_max * (k1 + 1) / (l.tf_max + k1 * (1 - b + b * l.dl_min / avgdl)) end as bound
         from numbered as q
         cross join generate_series(0, 59) as x (tier)
-        cross join lateral kb.posting_tier_limits(x.tier) as l
+        cross join lateral kb_internal.posting_tier_limits(x.tier) as l
         where (q.tiers >> x.tier) & 1 = 1
     ),
     ordered as (
@@ -218,7 +218,7 @@ begin
                     select pb.first_chunk, pb.n, pb.payload from kb.postings as pb
                     where pb.kb_id = any(kb_ids) and pb.term = terms[s.ti] and pb.tier = s.tier
                 ) as pb
-                cross join lateral kb.decode_postings(s.tier, pb.first_chunk, pb.n, pb.payload) as d
+                cross join lateral kb_internal.decode_postings(s.tier, pb.first_chunk, pb.n, pb.payload) as d
                 union all
                 -- a term's recent postings (any tier) with its first sublist read: the bounds stay bounds
                 select r.ti, unnest(ts.recent_ids), unnest(ts.recent_tfs), unnest(ts.recent_dls)
@@ -235,7 +235,7 @@ begin
             where doc_filter is null or exists (
                 select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
                 where c.id = x.id and d.kb_id = any(kb_ids)
-                    and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+                    and kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
             )
         ),
         top as (
@@ -326,7 +326,7 @@ $$;
 -- always probed; common terms still count in the score of every candidate). Candidates stream through
 -- a top-n sort; each one's term_freqs is decompressed once. Exact BM25 when probe_budget >= the sum of
 -- the query terms' document frequencies.
-create or replace function kb.lexical_leg_scan(
+create or replace function kb_internal.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer, expansions jsonb default null
 )
@@ -347,7 +347,7 @@ begin
     avgdl := avgdl / n_chunks;
 
     with weighted as (
-        select w.term, w.df, w.weight from kb.lexical_query_terms(query, kb_ids, expansions) as w
+        select w.term, w.df, w.weight from kb_internal.lexical_query_terms(query, kb_ids, expansions) as w
     ),
     probed as (
         select w.term, w.df, sum(w.df) over (order by w.df, w.term) - w.df as before
@@ -380,7 +380,7 @@ begin
                 and (doc_filter is null or exists (
                     select from kb.documents as d
                     where d.id = c.document_id and d.kb_id = any(kb_ids)
-                        and kb.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
+                        and kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
                 ))
             offset 0
         ) as c
@@ -390,17 +390,18 @@ begin
 end
 $$;
 
--- Which BM25 leg serves and why (kb.settings.lexical_leg): 'numpy' (kb.lexical_leg_numpy), 'blocks'
--- (kb.lexical_leg) or 'scan' (kb.lexical_leg_scan); 'auto', the default, is numpy where the server has
--- plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a server without it.
--- The one place of this rule: searches (kb.lexical_engine) and `pgkb db status` read it.
-create or replace function kb.lexical_engine_choice(out engine text, out reason text)
-language plpgsql stable
+-- Admin: which BM25 leg serves and why (kb.settings.lexical_leg): 'numpy' (kb_internal.lexical_leg_numpy),
+-- 'blocks' (kb_internal.lexical_leg) or 'scan' (kb_internal.lexical_leg_scan); 'auto', the default, is numpy
+-- where the server has plpython3u and numpy, else blocks. Raises for an unknown value, and for 'numpy' on a
+-- server without it. The one place of this rule: searches (kb_admin.lexical_engine) and `pgkb db status`
+-- read it. Runs as the owner, who may call kb_internal's functions.
+create or replace function kb_admin.lexical_engine_choice(out engine text, out reason text)
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    method constant text := kb.setting('lexical_leg');
-    has_python constant boolean := to_regprocedure('kb.numpy_available()') is not null;
+    method constant text := kb_internal.setting('lexical_leg');
+    has_python constant boolean := to_regprocedure('kb_internal.numpy_available()') is not null;
 begin
     if method not in ('auto', 'numpy', 'blocks', 'scan') then
         raise exception 'setting "lexical_leg" must be ''auto'', ''numpy'', ''blocks'' or ''scan'', not "%"',
@@ -411,10 +412,10 @@ begin
         reason := 'kb.settings.lexical_leg chooses it';
         return;
     end if;
-    -- kb.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
+    -- kb_internal.numpy_available exists only where plpython3u does (52_lexical_numpy.sql); a separate IF, so
     -- the call is planned only where it exists
     if has_python then
-        if kb.numpy_available() then
+        if kb_internal.numpy_available() then
             engine := 'numpy';
             reason := 'posting blocks scored inside the server';
             return;
@@ -432,21 +433,21 @@ begin
 end
 $$;
 
--- The BM25 leg that serves (kb.lexical_engine_choice without its reason).
-create or replace function kb.lexical_engine()
+-- The BM25 leg that serves (kb_admin.lexical_engine_choice without its reason).
+create or replace function kb_admin.lexical_engine()
 returns text
 language sql stable
 set search_path = pg_catalog, pg_temp
-as $$ select c.engine from kb.lexical_engine_choice() as c $$;
+as $$ select c.engine from kb_admin.lexical_engine_choice() as c $$;
 
--- The BM25 legs' top n by the engine kb.lexical_engine() picks, with that engine's budget setting
+-- The BM25 legs' top n by the engine kb_admin.lexical_engine() picks, with that engine's budget setting
 -- (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,
 -- lexical_numpy_posting_budget): rows (leg, chunk_id, rank, score) of leg 'lexical' (the query's terms;
 -- when plain, or when expansions is NULL) and of leg 'fuzzy' (when expansions is not NULL: the query's
--- terms and their corrections, {term: weight} from kb.fuzzy_expansions, each correction's idf times its
+-- terms and their corrections, {term: weight} from kb_internal.fuzzy_expansions, each correction's idf times its
 -- weight). Every engine scores the same BM25 over the same visible statistics and returns the exact top n
 -- whenever its budget holds the query's postings; numpy ranks both legs from one read of the postings.
-create or replace function kb.lexical_hits(
+create or replace function kb_internal.lexical_hits(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     expansions jsonb default null, plain boolean default true
 )
@@ -455,354 +456,35 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    engine constant text := kb.lexical_engine();
+    engine constant text := kb_admin.lexical_engine();
     budget integer;
     leg_name text;
 begin
     if engine = 'numpy' then
-        return query select * from kb.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, plain);
+        return query select * from kb_internal.lexical_legs_numpy(query, kb_ids, n, doc_filter, k1, b, expansions, plain);
         return;
     end if;
     if engine = 'blocks' then
-        budget := kb.setting_int('lexical_posting_budget');
+        budget := kb_internal.setting_int('lexical_posting_budget');
         if budget < 1 then
             raise exception 'setting "lexical_posting_budget" must be at least 1, not %', budget
                 using errcode = 'invalid_parameter_value';
         end if;
     else
-        budget := kb.setting_int('lexical_probe_budget');
+        budget := kb_internal.setting_int('lexical_probe_budget');
     end if;
     foreach leg_name in array array_remove(array[
         case when plain or expansions is null then 'lexical' end, case when expansions is not null then 'fuzzy' end
     ], null) loop
         if engine = 'blocks' then
-            return query select leg_name, x.* from kb.lexical_leg(
+            return query select leg_name, x.* from kb_internal.lexical_leg(
                 query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
             ) as x;
         else
-            return query select leg_name, x.* from kb.lexical_leg_scan(
+            return query select leg_name, x.* from kb_internal.lexical_leg_scan(
                 query, kb_ids, n, doc_filter, k1, b, budget, case when leg_name = 'fuzzy' then expansions end
             ) as x;
         end if;
     end loop;
 end
-$$;
-
--- The search defaults, in one place: every NULL setting of kb.search (and so of hybrid_search and the
--- single-leg wrappers, whose parameters default to NULL) takes its value from here. Tuned by the sweeps
--- in docs/quality.md. candidates: rows per leg before fusion (at least top_k when left NULL).
-create or replace function kb.search_defaults()
-returns table (
-    vector_weight double precision, lexical_weight double precision, fuzzy_weight double precision,
-    rrf_k double precision, candidates integer, bm25_k1 double precision, bm25_b double precision, fusion text
-)
-language sql immutable
-set search_path = pg_catalog, pg_temp
-as $$
-    select 1.0::float8, 0.6::float8, 0.25::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
-$$;
-
--- Raise unless query and top_k are acceptable to every search function: a query that is not blank
--- (white space and invisible characters do not count) of at most 4000 characters, top_k in 1..100.
--- Clients call it before they spend time embedding a query the search would refuse.
-create or replace function kb.check_search_input(query text, top_k integer)
-returns void
-language plpgsql stable security definer
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    if query is null or kb.is_blank(query) then
-        raise exception 'query must not be empty (white space and invisible characters alone do not count)'
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if length(query) > 4000 then
-        raise exception 'query is % characters long; at most 4000 are accepted', length(query)
-            using errcode = 'program_limit_exceeded';
-    end if;
-    if top_k is null or top_k not between 1 and 100 then
-        raise exception 'top_k must be between 1 and 100, got %', coalesce(top_k::text, 'NULL')
-            using errcode = 'invalid_parameter_value';
-    end if;
-end
-$$;
-
--- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
--- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
--- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
--- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
--- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
--- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
--- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
--- leg is BM25 over the query's terms and their corrections (kb.fuzzy_expansions); a query with none has
--- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
--- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
--- kb.text_scripts of the document's title; an English question, Chinese documents), so such a
--- chunk that no term leg found is fused over the legs that can see it: its vector share scaled by (all
--- weights / vector weight), as if the term legs had agreed. Other chunks are fused as before.
--- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
--- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
--- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb.heading_trail and
--- kb.openable_source show them.
-create or replace function kb.search(
-    query text,
-    top_k integer,
-    kb text,
-    query_embedding vector,
-    model text,
-    vector_weight double precision,
-    lexical_weight double precision,
-    fuzzy_weight double precision,
-    rrf_k double precision,
-    candidates integer,
-    filter jsonb,
-    bm25_k1 double precision,
-    bm25_b double precision,
-    fusion text,
-    metadata_condition jsonb default null
-)
-returns setof kb.search_result
-language plpgsql volatile
-set search_path = pg_catalog, public, pg_temp
-as $$
-declare
-    kb_ids integer [];
-    target kb.embedding_models;
-    embedding vector := query_embedding;
-    expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
-    defaults record;
-    doc_filter jsonb;
-    query_scripts text [] := kb.text_scripts(query);
-begin
-    select * into defaults from kb.search_defaults();
-    vector_weight := coalesce(vector_weight, defaults.vector_weight);
-    lexical_weight := coalesce(lexical_weight, defaults.lexical_weight);
-    fuzzy_weight := coalesce(fuzzy_weight, defaults.fuzzy_weight);
-    rrf_k := coalesce(rrf_k, defaults.rrf_k);
-    candidates := coalesce(candidates, greatest(defaults.candidates, top_k));
-    bm25_k1 := coalesce(bm25_k1, defaults.bm25_k1);
-    bm25_b := coalesce(bm25_b, defaults.bm25_b);
-    fusion := coalesce(fusion, defaults.fusion);
-    perform kb.check_search_input(query, top_k);
-    if candidates is null or candidates not between 1 and 1000 then
-        raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
-            using errcode = 'invalid_parameter_value';
-    end if;
-    -- 'NaN' sorts above every number (so "< 0" lets it pass) and 'Infinity' passes any lower bound:
-    -- every float is checked against both ends of a finite range
-    if not coalesce(vector_weight between 0 and 1e6 and lexical_weight between 0 and 1e6
-        and fuzzy_weight between 0 and 1e6 and vector_weight + lexical_weight + fuzzy_weight > 0, false) then
-        raise exception 'leg weights must be >= 0 and not all 0 (finite numbers up to 1e6), got %, %, %',
-            coalesce(vector_weight::text, 'NULL'), coalesce(lexical_weight::text, 'NULL'),
-            coalesce(fuzzy_weight::text, 'NULL') using errcode = 'invalid_parameter_value';
-    end if;
-    if not coalesce(rrf_k > 0 and rrf_k <= 1e6 and bm25_k1 between 0 and 1e6 and bm25_b between 0 and 1, false) then
-        raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
-            'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
-            coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
-    end if;
-    if fusion is null or fusion not in ('dbsf', 'rrf') then
-        raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if filter is not null and jsonb_typeof(filter) <> 'object' then
-        raise exception 'filter must be a JSON object (matched with @> against document metadata)'
-            using errcode = 'invalid_parameter_value';
-    end if;
-    doc_filter := kb.document_filter(filter, metadata_condition);
-
-    if search.kb is null then
-        kb_ids := kb.visible_kb_ids();
-    else
-        kb_ids := array[kb.resolve_kb(search.kb)];
-    end if;
-
-    if vector_weight > 0 then
-        target := kb.resolve_model(model);
-        if embedding is not null and vector_dims(embedding) <> target.dimension then
-            raise exception 'query_embedding has % dimensions; model "%" has %',
-                vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
-        end if;
-        if embedding is not null and not kb.usable_embedding(embedding) then
-            raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
-                using errcode = 'data_exception';
-        end if;
-        if embedding is null then
-            embedding := kb.embed_query(query, target);
-        end if;
-    end if;
-
-    if fuzzy_weight > 0 then
-        expansions := kb.fuzzy_expansions(query, kb_ids);
-    end if;
-
-    return query
-    with vector_hits as (
-        select * from kb.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
-        where vector_weight > 0 and embedding is not null
-    ),
-    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections. Without any the
-    -- fuzzy leg would rank as the BM25 leg does: alone (kb.fuzzy_search) it reuses those rows; beside a
-    -- BM25 leg it adds nothing, which would only count BM25 twice
-    bm25_hits as (
-        select * from kb.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
-            lexical_weight > 0 or expansions is null)
-        where lexical_weight > 0 or fuzzy_weight > 0
-    ),
-    hits as (
-        select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
-        union all
-        select 'lexical', lexical_weight, l.chunk_id, l.rank, l.score from bm25_hits as l
-        where lexical_weight > 0 and l.leg = 'lexical'
-        union all
-        select 'fuzzy', fuzzy_weight, f.chunk_id, f.rank, f.score from bm25_hits as f
-        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null and lexical_weight = 0)
-    ),
-    leg_stats as (
-        select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg
-    ),
-    fused as (
-        select h.chunk_id,
-            sum(case
-                when fusion = 'rrf' then h.weight / (rrf_k + h.rank)
-                when s.sd > 0 then h.weight * (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
-                else h.weight       -- a leg whose hits all score alike: each counts as its best
-            end) as fused_score,
-            min(h.rank) filter (where h.leg = 'vector') as v_rank,
-            min(h.rank) filter (where h.leg = 'lexical') as l_rank,
-            min(h.rank) filter (where h.leg = 'fuzzy') as f_rank,
-            min(h.score) filter (where h.leg = 'vector') as v_score,
-            min(h.score) filter (where h.leg = 'lexical') as l_score,
-            min(h.score) filter (where h.leg = 'fuzzy') as f_score
-        from hits as h join leg_stats as s on s.leg = h.leg
-        group by h.chunk_id
-    ),
-    -- the weights of the legs that ran: a chunk in another script than the query has no term in common
-    -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
-    legs_run as (
-        select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
-            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0)
-            + coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_terms
-        from hits as h
-    ),
-    copies as materialized (
-        -- each fused chunk with where it is and its place among the chunks of the same text (1: the best)
-        select x.*, row_number() over (
-                partition by x.text_hash order by x.fused_score desc, coalesce(x.v_rank, x.l_rank, x.f_rank), x.id
-            ) as place
-        from (
-            select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
-                fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
-                k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
-                format('kb://%s/%s', k.name, d.doc_key) as uri,
-                case
-                    when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
-                        and legs_run.w_vector > 0 and cardinality(query_scripts) > 0
-                        and (kb.text_scripts(d.title))[1] <> all(query_scripts)
-                        then fused.fused_score * (legs_run.w_vector + legs_run.w_terms) / legs_run.w_vector
-                    else fused.fused_score
-                end as fused_score
-            from fused
-            cross join legs_run
-            -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
-            join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
-            join kb.documents as d on d.id = c.document_id
-            join kb.knowledge_bases as k on k.id = c.kb_id
-        ) as x
-    )
-    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb.heading_trail(r.title, r.heading_path), r.ordinal,
-        r.content, kb.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
-        r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, embedding is not null,
-        array(
-            select distinct o.uri from copies as o
-            where o.text_hash = r.text_hash and o.place > 1 and o.uri <> r.uri order by o.uri
-        )
-    from copies as r
-    where r.place = 1
-    order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id
-    limit top_k;
-end
-$$;
-
--- Hybrid search: vector + BM25 + fuzzy legs fused (see kb.search: distribution-based score fusion by
--- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
--- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.25, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
--- Embeds the query in the database when query_embedding is NULL (see kb.embed_query); without an
--- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
--- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).
-create or replace function kb.hybrid_search(
-    query text,
-    top_k integer default 5,
-    kb text default null,
-    query_embedding vector default null,
-    model text default null,
-    vector_weight double precision default null,
-    lexical_weight double precision default null,
-    fuzzy_weight double precision default null,
-    rrf_k double precision default null,
-    candidates integer default null,
-    filter jsonb default null,
-    bm25_k1 double precision default null,
-    bm25_b double precision default null,
-    fusion text default null,
-    metadata_condition jsonb default null
-)
-returns setof kb.search_result
-language sql volatile security definer
-set search_path = pg_catalog, public, pg_temp
-as $$
-    select * from kb.search(
-        query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
-        rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition
-    )
-$$;
-
--- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so each leg is
--- asked for top_k rows only.
--- Vector leg alone (score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
-create or replace function kb.vector_search(
-    query text,
-    top_k integer default 5,
-    kb text default null,
-    query_embedding vector default null,
-    model text default null,
-    filter jsonb default null
-)
-returns setof kb.search_result
-language sql volatile security definer
-set search_path = pg_catalog, public, pg_temp
-as $$
-    select * from kb.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
-        filter, null, null, 'rrf')
-$$;
-
--- BM25 leg alone (same columns; lexical_score is the BM25 score).
-create or replace function kb.lexical_search(
-    query text,
-    top_k integer default 5,
-    kb text default null,
-    filter jsonb default null,
-    bm25_k1 double precision default null,
-    bm25_b double precision default null
-)
-returns setof kb.search_result
-language sql volatile security definer
-set search_path = pg_catalog, public, pg_temp
-as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
-        filter, bm25_k1, bm25_b, 'rrf')
-$$;
-
--- Fuzzy leg alone (same columns; fuzzy_score is the BM25 score of the query with its corrections).
-create or replace function kb.fuzzy_search(
-    query text,
-    top_k integer default 5,
-    kb text default null,
-    filter jsonb default null
-)
-returns setof kb.search_result
-language sql volatile security definer
-set search_path = pg_catalog, public, pg_temp
-as $$
-    select * from kb.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
-        filter, null, null, 'rrf')
 $$;

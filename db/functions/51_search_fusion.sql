@@ -1,0 +1,214 @@
+-- Fusion: kb_internal.search, the one search implementation, runs the legs (50_search_legs.sql) and fuses them
+-- (distribution-based score fusion, or weighted Reciprocal Rank Fusion); kb.search_defaults holds its
+-- defaults. The public functions are its wrappers in 54_search_api.sql.
+
+-- The search defaults, in one place: every NULL setting of kb_internal.search (and so of hybrid_search and the
+-- single-leg wrappers, whose parameters default to NULL) takes its value from here. Tuned by the sweeps
+-- in docs/quality.md. candidates: rows per leg before fusion (at least top_k when left NULL).
+create or replace function kb.search_defaults()
+returns table (
+    vector_weight double precision, lexical_weight double precision, fuzzy_weight double precision,
+    rrf_k double precision, candidates integer, bm25_k1 double precision, bm25_b double precision, fusion text
+)
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select 1.0::float8, 0.6::float8, 0.25::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
+$$;
+
+-- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
+-- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
+-- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
+-- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
+-- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
+-- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
+-- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
+-- leg is BM25 over the query's terms and their corrections (kb_internal.fuzzy_expansions); a query with none has
+-- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
+-- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
+-- kb_internal.text_scripts of the document's title; an English question, Chinese documents), so such a
+-- chunk that no term leg found is fused over the legs that can see it: its vector share scaled by (all
+-- weights / vector weight), as if the term legs had agreed. Other chunks are fused as before.
+-- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
+-- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
+-- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb_internal.heading_trail and
+-- kb_internal.openable_source show them.
+create or replace function kb_internal.search(
+    query text,
+    top_k integer,
+    kb text,
+    query_embedding vector,
+    model text,
+    vector_weight double precision,
+    lexical_weight double precision,
+    fuzzy_weight double precision,
+    rrf_k double precision,
+    candidates integer,
+    filter jsonb,
+    bm25_k1 double precision,
+    bm25_b double precision,
+    fusion text,
+    metadata_condition jsonb default null
+)
+returns setof kb.search_result
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    kb_ids integer [];
+    target kb.embedding_models;
+    embedding vector := query_embedding;
+    expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
+    defaults record;
+    doc_filter jsonb;
+    query_scripts text [] := kb_internal.text_scripts(query);
+begin
+    select * into defaults from kb.search_defaults();
+    vector_weight := coalesce(vector_weight, defaults.vector_weight);
+    lexical_weight := coalesce(lexical_weight, defaults.lexical_weight);
+    fuzzy_weight := coalesce(fuzzy_weight, defaults.fuzzy_weight);
+    rrf_k := coalesce(rrf_k, defaults.rrf_k);
+    candidates := coalesce(candidates, greatest(defaults.candidates, top_k));
+    bm25_k1 := coalesce(bm25_k1, defaults.bm25_k1);
+    bm25_b := coalesce(bm25_b, defaults.bm25_b);
+    fusion := coalesce(fusion, defaults.fusion);
+    perform kb.check_search_input(query, top_k);
+    if candidates is null or candidates not between 1 and 1000 then
+        raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    -- 'NaN' sorts above every number (so "< 0" lets it pass) and 'Infinity' passes any lower bound:
+    -- every float is checked against both ends of a finite range
+    if not coalesce(vector_weight between 0 and 1e6 and lexical_weight between 0 and 1e6
+        and fuzzy_weight between 0 and 1e6 and vector_weight + lexical_weight + fuzzy_weight > 0, false) then
+        raise exception 'leg weights must be >= 0 and not all 0 (finite numbers up to 1e6), got %, %, %',
+            coalesce(vector_weight::text, 'NULL'), coalesce(lexical_weight::text, 'NULL'),
+            coalesce(fuzzy_weight::text, 'NULL') using errcode = 'invalid_parameter_value';
+    end if;
+    if not coalesce(rrf_k > 0 and rrf_k <= 1e6 and bm25_k1 between 0 and 1e6 and bm25_b between 0 and 1, false) then
+        raise exception 'rrf_k must be > 0, bm25_k1 >= 0 (both finite, up to 1e6) and bm25_b in [0, 1], '
+            'got %, %, %', coalesce(rrf_k::text, 'NULL'), coalesce(bm25_k1::text, 'NULL'),
+            coalesce(bm25_b::text, 'NULL') using errcode = 'invalid_parameter_value';
+    end if;
+    if fusion is null or fusion not in ('dbsf', 'rrf') then
+        raise exception 'fusion must be ''dbsf'' or ''rrf'', got %', coalesce(fusion, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if filter is not null and jsonb_typeof(filter) <> 'object' then
+        raise exception 'filter must be a JSON object (matched with @> against document metadata)'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    doc_filter := kb_internal.document_filter(filter, metadata_condition);
+
+    if search.kb is null then
+        kb_ids := kb.visible_kb_ids();
+    else
+        kb_ids := array[kb.resolve_kb(search.kb)];
+    end if;
+
+    if vector_weight > 0 then
+        target := kb.resolve_model(model);
+        if embedding is not null and vector_dims(embedding) <> target.dimension then
+            raise exception 'query_embedding has % dimensions; model "%" has %',
+                vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
+        end if;
+        if embedding is not null and not kb_internal.usable_embedding(embedding) then
+            raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
+                using errcode = 'data_exception';
+        end if;
+        if embedding is null then
+            embedding := kb_internal.embed_query(query, target);
+        end if;
+    end if;
+
+    if fuzzy_weight > 0 then
+        expansions := kb_internal.fuzzy_expansions(query, kb_ids);
+    end if;
+
+    return query
+    with vector_hits as (
+        select * from kb_internal.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
+        where vector_weight > 0 and embedding is not null
+    ),
+    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections. Without any the
+    -- fuzzy leg would rank as the BM25 leg does: alone (kb.fuzzy_search) it reuses those rows; beside a
+    -- BM25 leg it adds nothing, which would only count BM25 twice
+    bm25_hits as (
+        select * from kb_internal.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
+            lexical_weight > 0 or expansions is null)
+        where lexical_weight > 0 or fuzzy_weight > 0
+    ),
+    hits as (
+        select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
+        union all
+        select 'lexical', lexical_weight, l.chunk_id, l.rank, l.score from bm25_hits as l
+        where lexical_weight > 0 and l.leg = 'lexical'
+        union all
+        select 'fuzzy', fuzzy_weight, f.chunk_id, f.rank, f.score from bm25_hits as f
+        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null and lexical_weight = 0)
+    ),
+    leg_stats as (
+        select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg
+    ),
+    fused as (
+        select h.chunk_id,
+            sum(case
+                when fusion = 'rrf' then h.weight / (rrf_k + h.rank)
+                when s.sd > 0 then h.weight * (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
+                else h.weight       -- a leg whose hits all score alike: each counts as its best
+            end) as fused_score,
+            min(h.rank) filter (where h.leg = 'vector') as v_rank,
+            min(h.rank) filter (where h.leg = 'lexical') as l_rank,
+            min(h.rank) filter (where h.leg = 'fuzzy') as f_rank,
+            min(h.score) filter (where h.leg = 'vector') as v_score,
+            min(h.score) filter (where h.leg = 'lexical') as l_score,
+            min(h.score) filter (where h.leg = 'fuzzy') as f_score
+        from hits as h join leg_stats as s on s.leg = h.leg
+        group by h.chunk_id
+    ),
+    -- the weights of the legs that ran: a chunk in another script than the query has no term in common
+    -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
+    legs_run as (
+        select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
+            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0)
+            + coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_terms
+        from hits as h
+    ),
+    copies as materialized (
+        -- each fused chunk with where it is and its place among the chunks of the same text (1: the best)
+        select x.*, row_number() over (
+                partition by x.text_hash order by x.fused_score desc, coalesce(x.v_rank, x.l_rank, x.f_rank), x.id
+            ) as place
+        from (
+            select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
+                fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
+                k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
+                format('kb://%s/%s', k.name, d.doc_key) as uri,
+                case
+                    when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
+                        and legs_run.w_vector > 0 and cardinality(query_scripts) > 0
+                        and (kb_internal.text_scripts(d.title))[1] <> all(query_scripts)
+                        then fused.fused_score * (legs_run.w_vector + legs_run.w_terms) / legs_run.w_vector
+                    else fused.fused_score
+                end as fused_score
+            from fused
+            cross join legs_run
+            -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
+            join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
+            join kb.documents as d on d.id = c.document_id
+            join kb.knowledge_bases as k on k.id = c.kb_id
+        ) as x
+    )
+    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb_internal.heading_trail(r.title, r.heading_path), r.ordinal,
+        r.content, kb_internal.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
+        r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, embedding is not null,
+        array(
+            select distinct o.uri from copies as o
+            where o.text_hash = r.text_hash and o.place > 1 and o.uri <> r.uri order by o.uri
+        )
+    from copies as r
+    where r.place = 1
+    order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id
+    limit top_k;
+end
+$$;
