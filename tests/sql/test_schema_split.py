@@ -1,7 +1,8 @@
-"""Migration 028, the schema split, on a database of the release before it (tests/releases.py "issue-22": its
-db/ and migrator from this repository's history, 001-027 and its functions), holding data written through
-that release's API: `pgkb db migrate` keeps every row and ends with the catalog of a fresh install -- the same functions in the
-same schemas, with the same bodies, settings and grants, the same schema grants, policies and table grants."""
+"""Migration 028, the schema split, on a database of the release before it (tests/releases.py "issue-22":
+its db/ and migrator from this repository's history, 001-027 and its functions), holding data written
+through that release's API: `pgkb db migrate` keeps every row and ends with the catalog of a fresh install --
+the same functions in the same schemas, with the same bodies, settings and grants, the same schema grants,
+policies and table grants."""
 
 from __future__ import annotations
 
