@@ -72,30 +72,27 @@ as $$
     select coalesce(array_agg(terms.term order by terms.pass, terms.ord, terms.sub), '{}') from terms
 $$;
 
--- The scripts a text is written in, for matching questions with documents: 'cjk' and 'latin', each when it
--- holds at least a quarter of the text's letters, the larger share first; none for a text without letters.
--- Latin letters are A-Z and a-z; every character of three or more UTF-8 bytes (Han, kana, Hangul, CJK
--- punctuation) counts as CJK, four times (one says what a word of ~4 letters says). Identifiers in a
--- Chinese text do not make it Latin, while "退款 creatUser" is both. Cheap: no regular expression.
+-- The scripts a text is written in, as far as term matching cares: 'latin' (letters A-Z, a-z) and 'nonlatin'
+-- (Han, kana, Hangul, Cyrillic ...: each extra UTF-8 byte weighs 2, so a Han character 4, ~ a word), each when
+-- it holds a quarter of the weight, the larger first; none without letters. Typographic punctuation (— “ ” …)
+-- does not count. Identifiers in a Chinese text do not make it Latin; "退款 creatUser" is both. No regex.
 create or replace function kb_internal.text_scripts(input text)
 returns text[]
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     select case
-        when n.latin = 0 and n.cjk = 0 then '{}'
-        when 4 * n.cjk < n.latin / 3.0 then '{latin}'
-        when n.latin < 4 * n.cjk / 3.0 then '{cjk}'
-        when 4 * n.cjk >= n.latin then '{cjk,latin}'
-        else '{latin,cjk}'
+        when n.latin = 0 and n.wide = 0 then '{}'
+        when n.wide < n.latin / 3.0 then '{latin}'
+        when n.latin < n.wide / 3.0 then '{nonlatin}'
+        when n.wide >= n.latin then '{nonlatin,latin}'
+        else '{latin,nonlatin}'
     end::text[]
     from (
-        select m.latin, (octet_length(input) - length(input)) / 2 as cjk
-        from (
-            select length(input) - length(translate(
-                input, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', ''
-            )) as latin
-        ) as m
+        select length(t.plain) - length(translate(t.plain, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', ''))
+            as latin,
+            2 * (octet_length(t.plain) - length(t.plain)) as wide
+        from (select translate(input, '—–“”‘’…›‹•·«»€™', '') as plain) as t
     ) as n
 $$;
 

@@ -17,8 +17,8 @@ as $$
 $$;
 
 -- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
--- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf' (default): distribution-based score fusion,
--- each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
+-- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf'
+-- (default): distribution-based score fusion, each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
 -- parameters, unknown kb, model or fusion, wrong dimension or zero norm of query_embedding, a bad
@@ -26,9 +26,9 @@ $$;
 -- leg is BM25 over the query's terms and their corrections (kb_internal.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
 -- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
--- kb_internal.text_scripts of the document's title; an English question, Chinese documents), so such a
--- chunk that no term leg found is fused over the legs that can see it: its vector share scaled by (all
--- weights / vector weight), as if the term legs had agreed. Other chunks are fused as before.
+-- kb_internal.text_scripts of the chunk's title and headings: an English question, Chinese documents), so
+-- for such a chunk each term leg counts its share or the vector leg's, whichever is larger (as if it agreed
+-- with the vector leg; a term hit never lowers a chunk). Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
 -- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb_internal.heading_trail and
@@ -150,28 +150,35 @@ begin
     leg_stats as (
         select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg
     ),
+    shares as (
+        -- each hit's share before its leg's weight: RRF's 1 / (k + rank), or DBSF's place in the leg's spread
+        select h.*, case
+                when fusion = 'rrf' then 1 / (rrf_k + h.rank)
+                when s.sd > 0 then (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
+                else 1.0        -- a leg whose hits all score alike: each counts as its best
+            end as share
+        from hits as h join leg_stats as s on s.leg = h.leg
+    ),
     fused as (
-        select h.chunk_id,
-            sum(case
-                when fusion = 'rrf' then h.weight / (rrf_k + h.rank)
-                when s.sd > 0 then h.weight * (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
-                else h.weight       -- a leg whose hits all score alike: each counts as its best
-            end) as fused_score,
+        select h.chunk_id, sum(h.weight * h.share) as fused_score,
+            coalesce(max(h.share) filter (where h.leg = 'vector'), 0) as v_share,
+            coalesce(max(h.share) filter (where h.leg = 'lexical'), 0) as l_share,
+            coalesce(max(h.share) filter (where h.leg = 'fuzzy'), 0) as f_share,
             min(h.rank) filter (where h.leg = 'vector') as v_rank,
             min(h.rank) filter (where h.leg = 'lexical') as l_rank,
             min(h.rank) filter (where h.leg = 'fuzzy') as f_rank,
             min(h.score) filter (where h.leg = 'vector') as v_score,
             min(h.score) filter (where h.leg = 'lexical') as l_score,
             min(h.score) filter (where h.leg = 'fuzzy') as f_score
-        from hits as h join leg_stats as s on s.leg = h.leg
+        from shares as h
         group by h.chunk_id
     ),
-    -- the weights of the legs that ran: a chunk in another script than the query has no term in common
-    -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
+    -- the weights of the legs that ran: a chunk in a script the query lacks has no term in common with it,
+    -- so the term legs' silence about it is no evidence against it (see the contract above)
     legs_run as (
         select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
-            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0)
-            + coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_terms
+            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0) as w_lexical,
+            coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_fuzzy
         from hits as h
     ),
     copies as materialized (
@@ -185,10 +192,12 @@ begin
                 k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
                 format('kb://%s/%s', k.name, d.doc_key) as uri,
                 case
-                    when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
-                        and legs_run.w_vector > 0 and cardinality(query_scripts) > 0
-                        and (kb_internal.text_scripts(d.title))[1] <> all(query_scripts)
-                        then fused.fused_score * (legs_run.w_vector + legs_run.w_terms) / legs_run.w_vector
+                    when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
+                        and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]
+                        <> all(query_scripts)
+                        then legs_run.w_vector * fused.v_share
+                        + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
+                        + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
                     else fused.fused_score
                 end as fused_score
             from fused

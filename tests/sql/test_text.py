@@ -95,3 +95,24 @@ def test_lexical_terms_are_at_most_64_characters(db, text, terms):
 )
 def test_is_blank(db, text, blank):
     assert db.execute("select kb_internal.is_blank(%s)", [text]).fetchone()[0] is blank
+
+
+@pytest.mark.parametrize(
+    ("text", "scripts"),
+    [
+        ("退款多久到账", ["nonlatin"]),
+        ("How long does a refund take?", ["latin"]),
+        ("列表渲染 v-for 与对象", ["nonlatin"]),  # identifiers in a Chinese title do not make it Latin
+        ("Redis 缓存击穿", ["nonlatin"]),  # one identifier beside four Chinese characters
+        ("退款 creatUser", ["latin", "nonlatin"]),  # both: a document in either script could match a term
+        ("kubectl 回滚", ["nonlatin", "latin"]),
+        ("FAQ — “Login” …", ["latin"]),  # typographic punctuation is no script
+        ("Руководство пользователя", ["nonlatin"]),  # Cyrillic: not Latin letters either
+        ("Réseau local", ["latin"]),
+        ("401", []),
+        ("— …", []),
+        ("", []),
+    ],
+)
+def test_text_scripts(db, text, scripts):
+    assert db.execute("select kb_internal.text_scripts(%s)", [text]).fetchone()[0] == scripts
