@@ -94,6 +94,15 @@ hidden as (
     select coalesce(array_agg(h order by n), '{}') as hits
     from (select h, n from r where (h).doc_key <> all(%(relevant)s) order by n limit %(top_k)s) as x
 ),
+judged as materialized (
+    -- the judged documents' chunk embeddings by the run's model, read once per question
+    select e.embedding, e.model_id from kb.embeddings as e
+    join kb.embedding_models as m on m.id = e.model_id and m.name = %(model)s
+    join kb.chunks as c on c.id = e.chunk_id
+    join kb.documents as d on d.id = c.document_id
+    join kb.knowledge_bases as k on k.id = d.kb_id
+    where k.name = %(kb)s and d.doc_key = any(%(relevant)s)
+),
 strict_hidden as (
     select coalesce(array_agg(h order by n), '{}') as hits
     from (
@@ -101,15 +110,9 @@ strict_hidden as (
         where (h).doc_key <> all(%(relevant)s) and (h).doc_key <> all(%(same_answer)s)
             and not exists (select from unnest(%(answers)s::text[]) as a where strpos((h).content, a) > 0)
             and not exists (
-                select from kb.embeddings as mine
-                join kb.embeddings as judged on judged.model_id = mine.model_id
-                join kb.chunks as jc on jc.id = judged.chunk_id
-                join kb.documents as jd on jd.id = jc.document_id
-                join kb.knowledge_bases as jk on jk.id = jd.kb_id
-                where mine.chunk_id = (h).chunk_id
-                    and mine.model_id = (select m.id from kb.embedding_models as m where m.name = %(model)s)
-                    and jk.name = %(kb)s and jd.doc_key = any(%(relevant)s)
-                    and (mine.embedding <=> judged.embedding) <= 1 - %(near)s
+                select from judged as j
+                join kb.embeddings as mine on mine.chunk_id = (h).chunk_id and mine.model_id = j.model_id
+                where (mine.embedding <=> j.embedding) <= 1 - %(near)s
             )
         order by n limit %(top_k)s
     ) as x
@@ -379,6 +382,7 @@ def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
         "n_queries": len(report.asked),
         "retrieved@top_k": _share(sum(a.retrieved for a in report.asked), len(report.asked)),
         "short_hidden_lists": sum(a.hidden_hits < report.top_k for a in report.asked),
+        "short_strict_lists": sum(a.strict_hits < report.top_k for a in report.asked),
         "default_min_score": default,
         "rows": report.rows,
         "extractive_faithfulness": report.faithfulness,
@@ -441,8 +445,13 @@ def markdown(report: Report, default: str | None = None) -> str:
             f"citation numbers naming no source: {f['dropped_citations']}.",
         ]
     short = sum(a.hidden_hits < report.top_k for a in report.asked)
-    if short:
-        lines += ["", f"{short} questions had fewer than {report.top_k} hits left once their documents were hidden."]
+    strict_short = sum(a.strict_hits < report.top_k for a in report.asked)
+    if short or strict_short:
+        lines += [
+            "",
+            f"Questions with fewer than {report.top_k} hits left once their documents were hidden: {short};"
+            f" in the strict case: {strict_short}.",
+        ]
     return "\n".join(lines)
 
 

@@ -110,9 +110,10 @@ def read_qrels(path: Path) -> dict[str, dict[str, float]]:
 
 
 def _answers(row: dict) -> tuple[str, ...]:
+    """The gold answer strings of at least two characters (a one-character answer is in most texts)."""
     meta = row.get("metadata")
     raw = meta.get("answers") if isinstance(meta, dict) else None
-    return tuple(a.strip() for a in raw if isinstance(a, str) and a.strip()) if isinstance(raw, list) else ()
+    return tuple(a.strip() for a in raw if isinstance(a, str) and len(a.strip()) >= 2) if isinstance(raw, list) else ()
 
 
 def _kind(row: dict) -> str | None:
@@ -203,6 +204,8 @@ def replace_queries(dataset: Dataset, path: Path) -> None:
     kept: list[Query] = []
     for n, row in enumerate(read_jsonl(path, "queries file"), 1):
         qid, text = str(row.get("_id", row.get("id", ""))), row.get("text", row.get("query"))
+        if any(q.id == qid for q in kept):
+            raise EvalError(f"{path}:{n}: question id {qid!r} is given twice")
         if qid not in by_id:
             raise EvalError(f"{path}:{n}: question id {qid!r} is not a judged question of {dataset.name}")
         if not isinstance(text, str) or not text.strip():

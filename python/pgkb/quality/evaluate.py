@@ -139,12 +139,14 @@ def evaluate(
             progress(f"\rsearching: {n}/{len(queries)} queries x {len(modes)} modes")
     if progress:
         progress("\n")
-    searched = [r[0] for r in conn.execute("select name from kb.list_knowledge_bases() order by name")]
+    searched = [kb]
+    if mixed:
+        searched = [r[0] for r in conn.execute("select name from kb.list_knowledge_bases() order by name")]
     return {
         "dataset": dataset.name,
         "model": spec.name,
         "n_queries": len(queries),
-        "searched_kbs": searched if mixed else [kb],
+        "searched_kbs": searched,
         "modes": {m: score_mode(queries, results[m], dataset.any_relevant) for m in modes},
     }
 
@@ -239,6 +241,8 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
     try:
         if args.max_queries is not None and args.max_queries < 1:
             raise EvalError("--max-queries must be at least 1")
+        if getattr(args, "mixed", False) and getattr(args, "answerability", False):
+            raise EvalError("--mixed searches the search modes only; --answerability asks the set's own knowledge base")
         dataset = load_dataset(args, warn)
         if reranker is None:
             reranker = load_reranker()
