@@ -21,6 +21,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it into a new venv
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -96,6 +98,7 @@ def test_the_installed_pgkb_is_the_wheel(venv, tmp_path):
     assert found.returncode == 0, found.stderr
     module, db_dir = (Path(p) for p in found.stdout.split())
     assert module.is_relative_to(venv) and db_dir.is_relative_to(venv)
+    assert (module.parent / "py.typed").is_file()  # type checkers read the installed pgkb's annotations
     assert not db_dir.is_symlink() and sorted(p.name for p in (db_dir / "migrations").glob("*.sql")) == sorted(
         p.name for p in (REPO / "db" / "migrations").glob("*.sql")
     )

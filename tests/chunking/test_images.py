@@ -391,6 +391,7 @@ def test_a_hung_vision_endpoint_times_out_and_the_run_goes_on(db, folder, embedd
     assert "unreachable" in summary.vision_down or "timed out" in summary.vision_down
 
 
+@pytest.mark.slow
 def test_cli_json_summary_counts_images(db, folder, fake_vision):
     (folder / "broken.md").write_text("![坏图](img/broken.png)\n\n正文还在。\n", encoding="utf-8")
     (folder / "img" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")

@@ -451,6 +451,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_numpy_missing_for_the_servers_python_is_named(monkeypatch, capsys):
     """A cluster of its own whose server finds a numpy that fails to import first on its PYTHONPATH: what a
     server without python3-numpy sees. The doctor names it with the install command."""

@@ -168,6 +168,7 @@ def test_cli_json(kbdb):
     assert out["degraded"] is False and out["vector_used"] is True and "search" in out["timings_ms"]
 
 
+@pytest.mark.slow
 def test_cli_text_and_errors(kbdb):
     result = cli(kbdb, "缓存击穿", "--kb", "team-docs")
     assert result.returncode == 0, result.stderr

@@ -35,6 +35,7 @@ def ask(client, **arguments):
     return client.call_tool("ask_knowledge", arguments)
 
 
+@pytest.mark.slow
 def test_ask_knowledge_answers_with_citations_and_says_not_found(ask_world):
     async def main():
         async with Client(
@@ -102,6 +103,7 @@ def test_ask_knowledge_answers_with_citations_and_says_not_found(ask_world):
     anyio.run(main)
 
 
+@pytest.mark.slow
 def test_answer_with_citations_prompt(ask_world):
     async def main():
         async with Client(

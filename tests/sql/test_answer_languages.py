@@ -13,6 +13,8 @@ from pgkb.ingest import IngestOptions, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 from test_ask import NOT_FOUND_EN, ask, set_settings
 
+pytestmark = pytest.mark.slow  # answers across languages from the sample knowledge base
+
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = [json.loads(line) for line in (REPO / "tests/fixtures/cross_language_questions.jsonl").open()]
 # answered "found" from another topic, with the cause measured (docs/quality.md, "Wrong-topic answers"): the

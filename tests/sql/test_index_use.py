@@ -241,6 +241,7 @@ def assert_vector_plan_uses_an_index(plan: str, *, small_slice: bool) -> None:
     assert_vector_plan_uses_hnsw(plan)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["alice", "bob"])
 def test_hybrid_search_legs_use_their_indexes_for_non_owner(explained, role):
     """bob sees 68% of the rows, alice 2%. Every leg is an index scan for both (the BM25 leg reads its

@@ -66,6 +66,7 @@ def recomputed(conn):
     )
 
 
+@pytest.mark.slow
 def test_migration_010_brings_stored_data_in_line(old_db):
     conn = old_db
     # what the current functions store: the reference for the long-term chunk after the migration
