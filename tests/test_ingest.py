@@ -20,6 +20,8 @@ from pgkb.folder import FolderError, read_inside
 from pgkb.ingest import MAX_FILE_BYTES, IngestOptions, discover, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
+pytestmark = pytest.mark.slow  # whole ingest runs, with endpoints and subprocesses of their own
+
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
 LOGIN = """---
 title: 登录态失效排查手册
@@ -283,7 +285,6 @@ def test_defer_embedding_queues_chunks_for_the_worker(db, docs):
     assert queued == summary.chunks and db.execute("select count(*) from kb.embeddings").fetchone()[0] == 0
 
 
-@pytest.mark.slow
 def test_cli_json_summary_and_exit_code(db, docs, tmp_path):
     (docs / "bad.md").write_bytes(b"\xff\xfe bad")
     env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn)
@@ -438,7 +439,6 @@ def test_lost_database_aborts_with_the_summary_so_far(db, docs):
     assert (again["added"], again["unchanged"], again["failed"], again["stopped"]) == (1, 2, 0, None)
 
 
-@pytest.mark.slow
 def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs, dead_embedding_url):
     env = dict(
         os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_embedding_url

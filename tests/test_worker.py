@@ -21,6 +21,8 @@ from pgkb.worker import embedding_text, run_worker
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
+pytestmark = pytest.mark.slow  # embedding workers in threads and processes
+
 MODEL = "multilingual-e5-small"
 
 
@@ -241,7 +243,6 @@ def test_two_workers_storing_the_last_chunks_of_a_document_mark_it_ready(db):
     assert db.execute("select status from kb.documents").fetchone()[0] == "ready"
 
 
-@pytest.mark.slow
 def test_many_concurrent_workers_leave_no_document_embedding(db, settings):
     """Stress: 8 workers (real connections, pgkb.worker with a cheap stand-in model, one chunk per claim)
     over many small documents, several rounds. Every chunk is embedded exactly once, the queue ends

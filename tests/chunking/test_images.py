@@ -27,6 +27,8 @@ from pgkb.models.vision import VisionCaptioner, VisionError, chat_completions_ur
 from pgvector import Vector
 from PIL import Image
 
+pytestmark = pytest.mark.slow  # ingests images with a vision endpoint of its own
+
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
 # the fake endpoint names an image's dominant colour with a word no document contains
 COLOUR_WORDS = {(220, 20, 60): "crimson", (0, 71, 171): "cobalt", (80, 200, 120): "emerald", (255, 191, 0): "amber"}
@@ -391,7 +393,6 @@ def test_a_hung_vision_endpoint_times_out_and_the_run_goes_on(db, folder, embedd
     assert "unreachable" in summary.vision_down or "timed out" in summary.vision_down
 
 
-@pytest.mark.slow
 def test_cli_json_summary_counts_images(db, folder, fake_vision):
     (folder / "broken.md").write_text("![坏图](img/broken.png)\n\n正文还在。\n", encoding="utf-8")
     (folder / "img" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")

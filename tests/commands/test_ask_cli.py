@@ -14,6 +14,8 @@ import fixture_docs
 import pytest
 from pgkb.answer import ask
 
+pytestmark = pytest.mark.slow  # runs `pgkb ask` in a subprocess per test
+
 REFUND = "订单签收后 7 天内可申请无理由退款，退款会在 3 个工作日内原路退回。"
 
 
@@ -41,7 +43,6 @@ def cli(db, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
 def test_extractive_answer_with_numbered_sources_and_not_found(kbdb):
     done = cli(kbdb, "退款多久到账", "--kb", "team-docs")
     assert done.returncode == 0, done.stderr
@@ -77,7 +78,6 @@ def test_bad_input_is_a_clear_error(kbdb, args, message):
     assert done.returncode == 2 and message in done.stderr and done.stdout == ""
 
 
-@pytest.mark.slow
 def test_streamed_answer_arrives_before_the_call_ends(kbdb, fake_chat):
     chat = fake_chat("stream", delay=0.3)
     kbdb.execute("update kb.settings set value = %s where key = 'chat_url'", [chat.url])
@@ -107,7 +107,6 @@ def test_invalid_citations_are_removed_from_what_is_printed(kbdb, fake_chat):
     assert "[9]" not in answer and "[1]" in answer
 
 
-@pytest.mark.slow
 def test_lexical_only_answer_says_so(kbdb, dead_embedding_url):
     """The embedding service down (what `make stop` leaves): the answer comes from the lexical legs, and
     `pgkb ask` says so; with it up, nothing is said."""

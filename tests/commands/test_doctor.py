@@ -18,6 +18,8 @@ from pgkb.cluster import EmbeddedCluster
 from pgkb.config import Settings
 from pgkb.migrate import migrate
 
+pytestmark = pytest.mark.slow  # runs `pgkb db doctor` and servers of its own
+
 DIM = 384  # the default model, multilingual-e5-small
 AREAS = {
     "migrations",
@@ -451,7 +453,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_numpy_missing_for_the_servers_python_is_named(monkeypatch, capsys):
     """A cluster of its own whose server finds a numpy that fails to import first on its PYTHONPATH: what a
     server without python3-numpy sees. The doctor names it with the install command."""

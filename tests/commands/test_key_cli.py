@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs `pgkb key` in a subprocess per test
+
 KEY = re.compile(r"pgkb_([0-9a-f]{16})_([0-9a-f]{64})")
 
 
@@ -69,7 +71,6 @@ def test_a_user_creates_lists_and_revokes_their_own_keys(users):
     assert statuses == {key_id: "revoked", record["key_id"]: "active"}
 
 
-@pytest.mark.slow
 def test_administrator_manages_anyones_keys_and_users_only_their_own(users):
     made = key(users, "create", "for-bob", "--user", "bob", "--expires", "2099-01-31T18:00+08:00")
     assert made.returncode == 0, made.stderr

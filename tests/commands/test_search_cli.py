@@ -20,6 +20,8 @@ from pgkb.config import Settings, packaged_db_dir
 from pgkb.embed_server import start_in_thread
 from pgkb.search import SearchOptions, rerank_text, search
 
+pytestmark = pytest.mark.slow  # runs `pgkb search` in a subprocess per test
+
 
 @pytest.fixture
 def kbdb(db, embedder):
@@ -168,7 +170,6 @@ def test_cli_json(kbdb):
     assert out["degraded"] is False and out["vector_used"] is True and "search" in out["timings_ms"]
 
 
-@pytest.mark.slow
 def test_cli_text_and_errors(kbdb):
     result = cli(kbdb, "缓存击穿", "--kb", "team-docs")
     assert result.returncode == 0, result.stderr

@@ -34,6 +34,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts `pgkb mcp` servers
+
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 
@@ -52,7 +54,6 @@ def text_of(result) -> str:
 # -------------------------------------------------------------------------------------------------- stdio
 
 
-@pytest.mark.slow
 def test_stdio_tools_end_to_end(world, tmp_path):
     log_path = tmp_path / "queries.jsonl"
 
@@ -156,7 +157,6 @@ def test_stdio_legacy_handshake_and_no_user(world):
     run(main)
 
 
-@pytest.mark.slow
 def test_degraded_when_the_embedding_endpoint_is_down(world, dead_embedding_url):
     dead = dead_embedding_url
 
@@ -174,7 +174,6 @@ def test_degraded_when_the_embedding_endpoint_is_down(world, dead_embedding_url)
     run(main)
 
 
-@pytest.mark.slow
 def test_unknown_acting_user_is_a_clear_tool_error(world):
     async def main():
         async with Client(stdio_params(world, PGKB_USER="nobody"), read_timeout_seconds=60) as client:
@@ -214,7 +213,6 @@ def markers(result) -> set[str]:
     return {m for r in result.structured_content["results"] for m in ("zebramarker", "bobmarker") if m in r["content"]}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_http_tokens_map_to_users(http_server, mode):
     async def main():
@@ -233,7 +231,6 @@ def test_http_tokens_map_to_users(http_server, mode):
     run(main)
 
 
-@pytest.mark.slow
 def test_http_sse_transport_for_old_clients(http_server):
     """The deprecated HTTP+SSE transport (protocol 2024-11-05 clients) at /sse, with the same tokens."""
     from mcp.client.sse import sse_client
@@ -287,7 +284,6 @@ def test_http_rejects_missing_tokens_and_foreign_origins(http_server):
     assert statuses and set(statuses) == {401}
 
 
-@pytest.mark.slow
 def test_http_api_key_lifecycle(world, connect_as, tmp_path):
     """An API key from the database next to a PGKB_MCP_TOKENS token (bob's, for development): both act as
     their users; wrong keys are refused; a revoked key is refused within 1 s with no restart; the key is in no
@@ -321,7 +317,6 @@ def test_http_api_key_lifecycle(world, connect_as, tmp_path):
     assert '"user": "alice"' in query_log.read_text()
 
 
-@pytest.mark.slow
 def test_http_off_loopback_needs_a_key_and_refuses_expired_ones(world, connect_as):
     """Bound to another address than loopback with no PGKB_MCP_TOKENS, every request needs an API key
     (anonymous callers used to act as PGKB_USER); an expired key is refused within 1 s of its expiry."""
@@ -339,7 +334,6 @@ def test_http_off_loopback_needs_a_key_and_refuses_expired_ones(world, connect_a
         assert seconds_until(lambda: raw_post(url, {"Authorization": f"Bearer {short}"}) == 401) < 1.0
 
 
-@pytest.mark.slow
 def test_http_loopback_without_tokens_serves_anonymous_callers_as_pgkb_user(world, connect_as):
     """One developer's machine (`pgkb up`): loopback, no PGKB_MCP_TOKENS; a request without a token acts as
     PGKB_USER, one with a token needs a valid one."""
@@ -812,7 +806,6 @@ def test_argument_checks():
     assert message == f'unknown document "{"z" * 200}…" in "{"z" * 200}…"'
 
 
-@pytest.mark.slow
 def test_slow_query_embedding_degrades_to_lexical(world, fake_embeddings):
     """An embedding endpoint that does not answer costs at most PGKB_MCP_EMBED_TIMEOUT_MS: the search comes
     back lexical-only, flagged degraded."""

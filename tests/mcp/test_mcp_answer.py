@@ -14,6 +14,8 @@ import pytest
 from mcp import Client, MCPError
 from test_mcp import stdio_params, text_of, world  # noqa: F401  (world is a fixture)
 
+pytestmark = pytest.mark.slow  # starts `pgkb mcp` with a chat endpoint
+
 
 @pytest.fixture
 def ask_world(world, embedder, fake_embeddings):  # noqa: F811
@@ -35,7 +37,6 @@ def ask(client, **arguments):
     return client.call_tool("ask_knowledge", arguments)
 
 
-@pytest.mark.slow
 def test_ask_knowledge_answers_with_citations_and_says_not_found(ask_world):
     async def main():
         async with Client(
@@ -103,7 +104,6 @@ def test_ask_knowledge_answers_with_citations_and_says_not_found(ask_world):
     anyio.run(main)
 
 
-@pytest.mark.slow
 def test_answer_with_citations_prompt(ask_world):
     async def main():
         async with Client(

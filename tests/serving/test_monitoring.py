@@ -31,6 +31,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts pgkb's HTTP servers
+
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
 SECRET = "qzxwvmarker"  # a query term that must not reach any metric
@@ -131,7 +133,6 @@ def test_health_and_readiness(serve):
     assert status == 405 and headers["allow"] == "GET, HEAD"
 
 
-@pytest.mark.slow
 def test_readyz_says_not_ready_while_the_database_lacks_a_migration(serve, world):
     assert answer(serve + "/readyz")[0] == 200
     version, name, checksum = world.execute(
@@ -174,7 +175,6 @@ def test_readyz_says_not_ready_while_the_database_is_unreachable(db, command):
         assert not [name for name, _ in samples if name.startswith("pgkb_embedding_backlog")]
 
 
-@pytest.mark.slow
 def test_degraded_answers_and_busy_rejections_are_counted(world, dead_embedding_url):
     """The embedding endpoint is down: searches and Dify's retrievals are answered lexical-only and counted as
     degraded. One call at a time (PGKB_MCP_MAX_CONCURRENT=1): while one waits on a locked table, the next is
@@ -218,7 +218,6 @@ def mcp(world):
         yield f"http://127.0.0.1:{port}"
 
 
-@pytest.mark.slow
 def test_mcp_counts_tool_calls_and_keeps_monitoring_out_of_the_tokens(mcp):
     import httpx2
     from mcp import Client
@@ -256,7 +255,6 @@ def test_origin_and_host_checks_apply(base, request):
         assert call(url + path, headers={"Origin": f"http://localhost:{port}"})[0] == 200, path
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", [["serve"], ["mcp", "--transport", "http"]])
 def test_token_mode_needs_a_key_the_server_accepts(world, command):
     port = free_port()

