@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHON VENV
 
-.PHONY: system setup setup-dev run stop test lint pytest bench clean
+.PHONY: system setup setup-dev run stop test check lint typecheck pytest bench clean
 
 ## system: install python3 + python3-venv, PostgreSQL, plpython3u, pg_trgm, pgvector (scripts/setup.sh; as root
 ## or with sudo; quick when everything is there)
@@ -17,8 +17,8 @@ system:
 setup: system
 	@bash scripts/venv.sh run
 
-## setup-dev: setup plus the test/dev extras (pytest, ruff, sqlfluff, sentence-transformers, torch CPU, dbt,
-## selenium) and the headless browser the web page's test drives (chromium, chromium-driver)
+## setup-dev: setup plus the test/dev extras (pytest, ruff, sqlfluff, mypy, sentence-transformers, torch CPU,
+## dbt, selenium) and the headless browser the web page's test drives (chromium, chromium-driver)
 setup-dev:
 	@bash scripts/setup.sh --dev
 	@bash scripts/venv.sh dev
@@ -31,15 +31,24 @@ run: setup
 stop:
 	@if [ -x $(BIN)/pgkb ]; then $(BIN)/pgkb down; else echo "stop: no $(BIN)/pgkb, so nothing was started by make run"; fi
 
-## test: setup-dev, then ruff + sqlfluff + pytest (exit code 5 = no tests collected is a failure)
-test: setup-dev lint pytest
+## test: setup-dev, then ruff + sqlfluff + mypy + every test (CI's command; exit code 5 = no tests collected
+## is a failure)
+test: setup-dev lint typecheck pytest
+
+## check: the fast tier while you work: the same minus the tests marked slow or reliability (README, Tests)
+check: PYTEST_ARGS = -m "not slow and not reliability"
+check: setup-dev lint typecheck pytest
 
 lint: setup-dev
 	$(BIN)/ruff check python tests
 	$(BIN)/sqlfluff lint db examples
 
+typecheck: setup-dev
+	$(BIN)/mypy
+
+# PYTEST_ARGS: which tests (`make check` sets it for itself and its prerequisites)
 pytest: setup-dev
-	@set +e; $(BIN)/pytest; rc=$$?; \
+	@set +e; $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as failure" >&2; exit 1; fi; \
 	exit $$rc
 
@@ -50,4 +59,4 @@ bench: setup
 	$(BIN)/pgkb bench --chunks $(CHUNKS) --queries 200 --out docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache python/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache python/*.egg-info

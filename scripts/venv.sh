@@ -3,7 +3,7 @@
 #
 #   scripts/venv.sh run    pgkb and what running it needs (`pip install -e .`): `make run`
 #   scripts/venv.sh dev    the same plus the test/dev extras (`pip install -e '.[dev]'`: pytest, ruff,
-#                          sqlfluff, sentence-transformers with torch): `make test`
+#                          sqlfluff, mypy, sentence-transformers with torch): `make test`, `make check`
 #
 # A virtualenv that cannot be trusted is removed and made again, without asking:
 #   - its python is missing or does not run;

@@ -54,6 +54,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_tmpdir, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The cases of a parametrized test after its first are slow: `make check` runs each test once, `make
+    test` every case."""
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, pytest.Function) and hasattr(item, "callspec"):
+            test = (str(item.path), item.originalname)
+            if test in seen:
+                item.add_marker(pytest.mark.slow)
+            seen.add(test)
+
+
 def load_schema(host: str, port: int, user: str, dbname: str, **_: object) -> None:
     """Template loader: `pgkb db migrate` plus the login roles the permission tests act as."""
     with psycopg.connect(host=host, port=port, user=user, dbname=dbname, autocommit=True) as conn:

@@ -59,15 +59,32 @@ DOCS = [
 ]
 
 
+_VECTORS: dict[object, list[list[list[float]]]] = {}  # embedder -> each document's chunk vectors (DOCS never change)
+
+
+def _vectors(embedder) -> list[list[list[float]]]:
+    """The passage embeddings of every chunk of DOCS by ``embedder`` (one call per document, as ingestion
+    makes them), computed once per embedder."""
+    if embedder not in _VECTORS:
+        _VECTORS[embedder] = [
+            [
+                [float(x) for x in vec]
+                for vec in embedder.embed(
+                    ["passage: " + title + " > " + " > ".join(path) + "\n" + content for content, path in chunks]
+                )
+            ]
+            for _, title, chunks in DOCS
+        ]
+    return _VECTORS[embedder]
+
+
 def load(conn, embedder, kb: str = "team-docs", source_root: Path | None = None) -> dict[str, int]:
     """Write DOCS with real passage embeddings; returns doc_key -> document id. ``source_root``: record each
     document's source as ``source_root/doc_key``, as `pgkb ingest` of that folder does without --base-url."""
     ids = {}
-    for doc_key, title, chunks in DOCS:
-        texts = ["passage: " + title + " > " + " > ".join(path) + "\n" + content for content, path in chunks]
-        vectors = embedder.embed(texts)
+    for (doc_key, title, chunks), vectors in zip(DOCS, _vectors(embedder), strict=True):
         payload = [
-            {"content": content, "heading_path": path, "embedding": [float(x) for x in vec]}
+            {"content": content, "heading_path": path, "embedding": vec}
             for (content, path), vec in zip(chunks, vectors, strict=True)
         ]
         source = None if source_root is None else str(source_root / doc_key)

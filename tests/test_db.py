@@ -106,6 +106,7 @@ def _free_port() -> int:
             return port
 
 
+@pytest.mark.slow
 def test_embedded_cluster_is_migrated_by_the_first_command_after_db_start():
     root = Path(tempfile.mkdtemp(prefix="pgkb-db-", dir="/tmp"))
     root.chmod(0o755)

@@ -20,6 +20,8 @@ from pgkb.folder import FolderError, read_inside
 from pgkb.ingest import MAX_FILE_BYTES, IngestOptions, discover, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
+pytestmark = pytest.mark.slow  # whole ingest runs, with endpoints and subprocesses of their own
+
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
 LOGIN = """---
 title: 登录态失效排查手册

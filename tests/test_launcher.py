@@ -52,6 +52,7 @@ def sandbox():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
     root, env = sandbox
     docs = root / "docs"

@@ -22,6 +22,8 @@ import psycopg
 import pytest
 from pgkb.migrate import SCHEMAS
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it into a new venv
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -97,6 +99,7 @@ def test_the_installed_pgkb_is_the_wheel(venv, tmp_path):
     assert found.returncode == 0, found.stderr
     module, db_dir = (Path(p) for p in found.stdout.split())
     assert module.is_relative_to(venv) and db_dir.is_relative_to(venv)
+    assert (module.parent / "py.typed").is_file()  # type checkers read the installed pgkb's annotations
     assert not db_dir.is_symlink() and sorted(p.name for p in (db_dir / "migrations").glob("*.sql")) == sorted(
         p.name for p in (REPO / "db" / "migrations").glob("*.sql")
     )

@@ -37,6 +37,8 @@ from pgkb.migrate import migrate
 from pgkb.replica import ReplicaError, add_replica, read_url, remove_replica, replica_states, replicas
 from pgkb.service_role import SERVICE_ROLE, login_url
 
+pytestmark = pytest.mark.slow  # replication: a primary and its standbys
+
 try:
     find_pg_bindir()
 except ClusterError as exc:  # pragma: no cover - depends on the machine

@@ -21,6 +21,8 @@ from pgkb.worker import embedding_text, run_worker
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
+pytestmark = pytest.mark.slow  # embedding workers in threads and processes
+
 MODEL = "multilingual-e5-small"
 
 

@@ -22,6 +22,7 @@ from pgkb import replica as _replica  # noqa: F401 (registers: replicas start an
 from pgkb.cluster import embedded_cluster_from_env
 from pgkb.config import ConfigError, Settings
 from pgkb.migrate import NotMigratedError, migrate, pending_migrations
+from pgkb.rows import one
 from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
 
@@ -72,9 +73,9 @@ def read_database_url(settings: Settings | None = None) -> str:
 def require_writable(conn: psycopg.Connection, what: str = "this command", source: str = "PGKB_DATABASE_URL") -> None:
     """ReadOnlyDatabaseError when ``conn``'s database takes no writes: in recovery (a hot standby), or its
     transactions are read-only by default."""
-    in_recovery, read_only = conn.execute(
-        "select pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'"
-    ).fetchone()
+    in_recovery, read_only = one(
+        conn.execute("select pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+    )
     if in_recovery or read_only:
         why = "a hot standby replaying its primary" if in_recovery else "its sessions are read-only by default"
         raise ReadOnlyDatabaseError(

@@ -19,6 +19,7 @@ from pgkb.config import ConfigError, Settings
 from pgkb.migrate import ledger_state
 from pgkb.models.embedding import EmbeddingError, load_embedder, model_spec, prefixed
 from pgkb.models.http_json import shown_url
+from pgkb.rows import one
 
 
 class NotAdministratorError(ConfigError):
@@ -40,7 +41,7 @@ def examine(conn: psycopg.Connection, settings: Settings) -> list[Finding]:
     """Every finding about the database ``conn`` reaches (as an administrator) and the configured embedder:
     migrations, functions, then kb_admin.doctor()'s areas, then the embedder. Raises NotAdministratorError when
     the role may not run kb_admin.doctor()."""
-    if conn.execute("select to_regclass('kb.schema_migrations')").fetchone()[0] is None:
+    if one(conn.execute("select to_regclass('kb.schema_migrations')"))[0] is None:
         return [
             Finding("migrations", "problem", "this database has no pgkb schema", "pgkb db migrate"),
             Finding("embedder", "skipped", "needs the pgkb schema (its model registry)"),
@@ -50,7 +51,7 @@ def examine(conn: psycopg.Connection, settings: Settings) -> list[Finding]:
         " from pg_proc as p where p.pronamespace = to_regnamespace('kb_admin') and p.proname = 'doctor'"
     ).fetchone() or (None, False)
     if doctor and not allowed:
-        user = conn.execute("select session_user").fetchone()[0]
+        user = one(conn.execute("select session_user"))[0]
         raise NotAdministratorError(
             f"role {user} may not run kb_admin.doctor(): connect as a pgkb administrator (a superuser, the owner of "
             "schema kb or a member of pgkb_admin), e.g. with the URL `pgkb db url` prints"

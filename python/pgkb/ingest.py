@@ -52,6 +52,7 @@ from pgkb.images.captions import Captioning
 from pgkb.images.index import ImageStats
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 from pgkb.models.vision import VisionCaptioner
+from pgkb.rows import one
 from pgkb.sources import (  # DEFAULT_*, MAX_FILE_BYTES and content_hash are pgkb ingest's too
     DEFAULT_EXCLUDE,
     DEFAULT_INCLUDE,
@@ -176,17 +177,17 @@ class _Session:
     _DocumentError), or raises _ConnectionLost when it cannot be."""
 
     def __init__(self, url: str, conn: psycopg.Connection | None = None) -> None:
-        self.url, self.conn, self.owned = url, conn, False
-        if conn is None:
-            self._open(None)
+        self.url, self.owned = url, False
+        self.conn = conn if conn is not None else self._open(None)
 
-    def _open(self, cause: BaseException | None) -> None:
+    def _open(self, cause: BaseException | None) -> psycopg.Connection:
         try:
-            self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
-            self.owned = True
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
         except psycopg.OperationalError as e:
             lost = f"lost the database connection ({_first_line(cause)}); " if cause else ""
             raise _ConnectionLost(f"{lost}cannot connect to the database: {_first_line(e)}") from e
+        self.owned = True
+        return conn
 
     def execute(self, sql: str, params: list | None = None) -> psycopg.Cursor:
         try:
@@ -199,7 +200,7 @@ class _Session:
                 state = f" (SQLSTATE {e.sqlstate})" if e.sqlstate else ""
                 raise _DocumentError(f"database error: {diag or _first_line(e)}{state}") from e
             self.close()
-            self._open(e)
+            self.conn = self._open(e)
             raise _DocumentError(f"the database connection was lost while writing ({_first_line(e)})") from e
 
     def close(self) -> None:
@@ -348,7 +349,7 @@ def ingest(
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
     found = discover(root, options.include, options.exclude)
-    refused = [f for f in found if f.refused]
+    refused = [(f.doc_key, f.refused) for f in found if f.refused]
     # documents first: the image files they reference are indexed with them, not on their own
     ordered = [f for f in found if not f.refused and f.path.suffix.lower() not in IMAGE_SUFFIXES]
     ordered += [f for f in found if not f.refused and f.path.suffix.lower() in IMAGE_SUFFIXES]
@@ -367,8 +368,8 @@ def ingest(
         raise
     summary.vision_calls, summary.vision_down = captioning.calls, captioning.down
     with contextlib.suppress(_ConnectionLost):  # refused: not offered, so an indexed version went (unless
-        for f in refused:  # --no-delete); recorded after that, as a failure of the run
-            _record_failure(cache.session, kb, f.doc_key, f.refused, summary)
+        for doc_key, reason in refused:  # --no-delete); recorded after that, as a failure of the run
+            _record_failure(cache.session, kb, doc_key, reason, summary)
     if options.delete and not summary.stopped:
         with contextlib.suppress(_DocumentError, _ConnectionLost):  # captions of images no chunk shows any more
             cache.session.execute("select kb.prune_image_captions(%s)", [kb])
@@ -400,7 +401,9 @@ def ingest_documents(
     exists = conn.execute("select 1 from kb.list_knowledge_bases() where name = %s", [kb]).fetchone()
     if not exists:
         conn.execute("select kb.create_knowledge_base(%s)", [kb])
-    known = dict(conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall())
+    known: dict[str, str] = dict(
+        conn.execute("select doc_key, content_hash from kb.list_documents(%s)", [kb]).fetchall()
+    )
     run = _Run(_Session(url, conn), kb, spec, embedder, options, known, len(documents))
     writer = run.writer = _Writer(url, kb, spec.name, run.summary, known)
     writer.start()
@@ -431,7 +434,7 @@ def ingest_documents(
             present = {document.doc_key for document in documents} - run.taken
             for doc_key in sorted(set(known) - present):
                 try:
-                    if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+                    if one(session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]))[0]:
                         summary.removed += 1
                 except _DocumentError as e:
                     _record_failure(session, kb, doc_key, f"cannot delete: {e}", summary)
@@ -464,9 +467,9 @@ class _Run:
         self.session, self.kb, self.spec, self.embedder, self.options = session, kb, spec, embedder, options
         self.known, self.total = known, total
         self.summary = IngestSummary()
-        self.writer: _Writer | None = None
+        self.writer: _Writer  # set by ingest_documents before the first document
         self.done = 0  # documents taken so far
-        self.pending: list[_Prepared] = []  # waiting to be embedded together
+        self.pending: list[tuple[_Prepared, list[str]]] = []  # waiting to be embedded together, with their texts
         self.pending_texts = 0
         self.embed_failures = 0  # documents in a row whose embedding failed
         self.taken: set[str] = set()  # documents another one took (not documents of their own)
@@ -500,7 +503,7 @@ class _Run:
                 summary.empty += 1
             if doc_key in self.known:
                 try:
-                    if session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]).fetchone()[0]:
+                    if one(session.execute("select kb.delete_document(%s, %s)", [kb, doc_key]))[0]:
                         with _summary_lock:
                             summary.removed += 1
                 except _DocumentError as e:
@@ -520,7 +523,7 @@ class _Run:
         if job.texts is None:
             self.writer.jobs.put(job)
             return True
-        self.pending.append(job)
+        self.pending.append((job, job.texts))
         self.pending_texts += len(job.texts)
         return self.embed_pending(force=False)
 
@@ -531,17 +534,17 @@ class _Run:
             return True
         pending = self.pending
         try:
-            vectors = self._embed([t for job in pending for t in job.texts]) if len(pending) > 1 else None
+            vectors = self._embed([t for _, texts in pending for t in texts]) if len(pending) > 1 else None
         except _EmbeddingFailed:
             vectors = None  # each document alone, so that only the ones at fault fail
         pos = 0
-        for i, job in enumerate(pending):
+        for i, (job, texts) in enumerate(pending):
             if vectors is not None:
-                job.embeddings = vectors[pos : pos + len(job.texts)]
-                pos += len(job.texts)
+                job.embeddings = vectors[pos : pos + len(texts)]
+                pos += len(texts)
             else:
                 try:
-                    job.embeddings = self._embed(job.texts)
+                    job.embeddings = self._embed(texts)
                 except _EmbeddingFailed as e:
                     _record_failure(self.session, self.kb, job.doc_key, str(e), self.summary)
                     self.embed_failures += 1
@@ -556,6 +559,7 @@ class _Run:
         return True
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
+        assert self.embedder is not None  # documents get texts to embed only when there is an embedder
         try:
             vectors = self.embedder.embed(texts)
         except Exception as e:  # EmbeddingError (endpoint down, bad answer) or the local model's own error

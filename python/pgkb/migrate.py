@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psycopg
 
+from pgkb.rows import one
+
 LOCK_KEY = 0x70676B62  # "pgkb"
 LOCK_WAIT_S = 60.0  # how long to keep trying for the table locks while searches run
 _VERSION = re.compile(r"\d{3}")
@@ -145,7 +147,7 @@ def _unavailable_reason(conn: psycopg.Connection, extension: str) -> str | None:
     row = conn.execute("select 1 from pg_available_extensions where name = %s", [extension]).fetchone()
     if not row:
         return f"extension {extension} is not available on this server"
-    trusted = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
+    trusted = one(conn.execute("select rolsuper from pg_roles where rolname = current_user"))[0]
     if not trusted:
         return f"extension {extension} is untrusted and needs a superuser to install"
     return None
@@ -183,7 +185,9 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
                 " version text primary key, name text not null, checksum text not null,"
                 " applied_at timestamptz not null default now())"
             )
-            applied = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
+            applied: dict[str, str] = dict(
+                conn.execute("select version, checksum from kb.schema_migrations").fetchall()
+            )
             pending = []
             for version, path in _migrations(db_dir):
                 text = path.read_text(encoding="utf-8")
@@ -267,7 +271,7 @@ def ledger_state(conn: psycopg.Connection, db_dir: Path) -> LedgerState:
     connected role must be able to read kb.schema_migrations."""
     state = LedgerState()
     files = _migrations(db_dir)
-    recorded = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
+    recorded: dict[str, str] = dict(conn.execute("select version, checksum from kb.schema_migrations").fetchall())
     functions_checksum = recorded.pop("functions", None)
     for version, path in files:
         checksum = _checksum(path.read_text(encoding="utf-8"))

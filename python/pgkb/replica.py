@@ -41,6 +41,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgkb import cluster as _cluster
 from pgkb.cluster import ClusterError, EmbeddedCluster
+from pgkb.rows import one
 from pgkb.service_role import ensure_service_role
 
 __all__ = [
@@ -216,19 +217,21 @@ def _admin(primary: EmbeddedCluster) -> psycopg.Connection:
 
 def _check_primary(conn: psycopg.Connection) -> None:
     """Fail clearly when the primary's settings cannot feed one more replica."""
-    wal_level, senders, slots = conn.execute(
-        "select current_setting('wal_level'), current_setting('max_wal_senders')::int,"
-        " current_setting('max_replication_slots')::int"
-    ).fetchone()
-    if conn.execute("select pg_is_in_recovery()").fetchone()[0]:
+    wal_level, senders, slots = one(
+        conn.execute(
+            "select current_setting('wal_level'), current_setting('max_wal_senders')::int,"
+            " current_setting('max_replication_slots')::int"
+        )
+    )
+    if one(conn.execute("select pg_is_in_recovery()"))[0]:
         raise ReplicaError("the embedded cluster is itself a standby: replicas are made from the primary")
     if wal_level not in ("replica", "logical"):
         raise ReplicaError(
             f"wal_level is {wal_level!r} on the primary; streaming replication needs 'replica' (the default): "
             "remove the override and restart the database"
         )
-    used_senders = conn.execute("select count(*) from pg_stat_replication").fetchone()[0]
-    used_slots = conn.execute("select count(*) from pg_replication_slots").fetchone()[0]
+    used_senders = one(conn.execute("select count(*) from pg_stat_replication"))[0]
+    used_slots = one(conn.execute("select count(*) from pg_replication_slots"))[0]
     # pg_basebackup -X stream takes two walsenders while it copies
     if senders < used_senders + 2:
         raise ReplicaError(f"max_wal_senders is {senders} with {used_senders} in use: raise it and restart")
@@ -258,7 +261,7 @@ def _ensure_replication_role(conn: psycopg.Connection) -> None:
 def _ensure_hba(conn: psycopg.Connection, primary: EmbeddedCluster) -> None:
     """Put ``local all pgkb_replicator reject`` before every other pg_hba.conf line (once) and reload, so
     the replication role can open replication connections (``local replication all trust``) only."""
-    hba = Path(conn.execute("select current_setting('hba_file')").fetchone()[0])
+    hba = Path(one(conn.execute("select current_setting('hba_file')"))[0])
     text = hba.read_text()
     if _HBA_MARK in text.splitlines():
         return
@@ -447,15 +450,15 @@ def replica_states(primary: EmbeddedCluster) -> list[ReplicaState]:
     if primary.status().running:
         try:
             with _admin(primary) as conn:
-                current_lsn = conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
-                for row in conn.execute(
+                current_lsn = one(conn.execute("select pg_current_wal_lsn()::text"))[0]
+                for slot in conn.execute(
                     "select s.slot_name, r.state, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint,"
                     " extract(epoch from r.replay_lag)::float8"
                     " from pg_replication_slots as s left join pg_stat_replication as r on r.pid = s.active_pid"
                     " where s.slot_name = any(%s)",
                     [[r.slot for r in registered]],
                 ):
-                    primary_rows[row[0]] = row[1:]
+                    primary_rows[slot[0]] = slot[1:]
         except psycopg.OperationalError:
             current_lsn = None
     states = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,7 +54,7 @@ class SearchOptions:
     rerank_min_score: float | None = None
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> SearchOptions:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SearchOptions:
         from pgkb.config import ConfigError
 
         env = os.environ if env is None else env
@@ -215,7 +216,8 @@ def query_rows(
         f"select {_COLUMNS} from {MODE_FUNCTIONS[mode]}(%(query)s, top_k => %(top_k)s, kb => %(kb)s{named})",
         {"query": query, "top_k": top_k, "kb": kb, **settings},
     ).fetchall()
-    hits = [SearchHit(*row[:17], also_in=list(row[17] or [])) for row in rows]
+    # the 17 columns fill the fields before rerank_score (mypy cannot count a tuple slice)
+    hits = [SearchHit(*row[:17], also_in=list(row[17] or [])) for row in rows]  # type: ignore[misc]
     return hits, any(row[-1] for row in rows)
 
 
@@ -224,9 +226,10 @@ def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
     scores = list(reranker.score(query, [rerank_text(h) for h in hits]))
     if len(scores) != len(hits):
         raise RuntimeError(f"reranker returned {len(scores)} scores for {len(hits)} documents")
-    for hit, score in zip(hits, scores, strict=True):
-        hit.rerank_score = float(score)
-    return sorted(hits, key=lambda h: -h.rerank_score)
+    ranked = sorted(zip(hits, (float(s) for s in scores), strict=True), key=lambda pair: -pair[1])
+    for hit, score in ranked:
+        hit.rerank_score = score
+    return [hit for hit, _ in ranked]
 
 
 QUERY_EMBEDDING_FAILED = "query embedding failed"  # how embed_query's reason for a degraded search begins
@@ -298,7 +301,7 @@ def search(
             hits = rerank(reranker, query, hits)
             response.reranked = True
             if options.rerank_min_score is not None:
-                kept = [h for h in hits if h.rerank_score >= options.rerank_min_score]
+                kept = [h for h in hits if h.rerank_score is not None and h.rerank_score >= options.rerank_min_score]
                 response.below_min_score = len(hits) - len(kept)
                 hits = kept
         except Exception as e:  # a reranker is an optional refinement: never fail the search for it

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgkb.config import ConfigError
+from pgkb.rows import one
 
 SERVICE_ROLE = "pgkb_mcp"
 
@@ -26,7 +27,7 @@ def login_url(url: str, user: str) -> str:
     params = conninfo_to_dict(url)
     params["user"] = user
     params.pop("password", None)
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def ensure_service_role(admin: psycopg.Connection, role: str = SERVICE_ROLE) -> None:
@@ -41,7 +42,7 @@ def ensure_service_role(admin: psycopg.Connection, role: str = SERVICE_ROLE) -> 
 
 def refuse_privileged(conn: psycopg.Connection) -> None:
     """Raise PrivilegedRoleError when the connection's login role bypasses visibility."""
-    problem = conn.execute("select kb.service_role_problem()").fetchone()[0]
+    problem = one(conn.execute("select kb.service_role_problem()"))[0]
     if problem:
         raise PrivilegedRoleError(
             f"refusing to serve: {problem}, so it would see every knowledge base whatever user it acts for. "

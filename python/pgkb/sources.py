@@ -94,8 +94,10 @@ class Chunked:
 class SourceDocument(Protocol):
     """One document offered to the ingest engine."""
 
-    doc_key: str
     source_url: str | None
+
+    @property
+    def doc_key(self) -> str: ...
 
     def content_hash(self, options: ChunkingOptions) -> str:
         """What decides whether the stored version is current. DocumentUnreadable or ChunkingError: it cannot

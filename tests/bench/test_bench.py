@@ -76,6 +76,7 @@ def dsn(db) -> str:
     return f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
 
 
+@pytest.mark.slow
 def test_bench_reports_everything(db, datasets, tmp_path):
     out, query_log = tmp_path / "report.md", tmp_path / "mcp-queries.jsonl"
     chunks = 90  # fewer than kb_internal.vector_leg's hnsw.ef_search (100): see the recall checks
@@ -173,6 +174,7 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     assert again.load.reused and again.load.index_builds == r.load.index_builds and again.mcp is None
 
 
+@pytest.mark.slow
 def test_bulk_load_matches_replace_document(db, datasets):
     pools = load_pools(datasets)
     model = default_model(db)
@@ -278,6 +280,7 @@ def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, m
     assert bench_indexes(db) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
 def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_path, signum, exit_code):
     """`pgkb bench` in a subprocess, sent SIGTERM (or SIGINT) once the bulk load has dropped the indexes and

@@ -27,6 +27,8 @@ from pgkb.models.vision import VisionCaptioner, VisionError, chat_completions_ur
 from pgvector import Vector
 from PIL import Image
 
+pytestmark = pytest.mark.slow  # ingests images with a vision endpoint of its own
+
 SPEC = ModelSpec(OFFLINE_MODEL, 384, "query: ", "passage: ")
 # the fake endpoint names an image's dominant colour with a word no document contains
 COLOUR_WORDS = {(220, 20, 60): "crimson", (0, 71, 171): "cobalt", (80, 200, 120): "emerald", (255, 191, 0): "amber"}

@@ -123,6 +123,7 @@ def test_status_of_new_cluster_does_not_create_anything(make_cluster: Callable[[
     assert not cluster.data_dir.exists()
 
 
+@pytest.mark.slow
 def test_lifecycle(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     cluster = make_cluster()
 
@@ -152,6 +153,7 @@ def test_lifecycle(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     assert _query(again.url, "SELECT note FROM marker") == "survives restarts"
 
 
+@pytest.mark.slow
 def test_locale_encoding_and_trigrams(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     cluster = make_cluster()
     url = cluster.ensure_running().url
@@ -171,6 +173,7 @@ def test_locale_encoding_and_trigrams(make_cluster: Callable[[], EmbeddedCluster
         assert conn.execute("SELECT similarity('数据库管理', '数据库')").fetchone()[0] > 0
 
 
+@pytest.mark.slow
 def test_directories_and_ownership(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     cluster = make_cluster()
     st = cluster.ensure_running()
@@ -186,6 +189,7 @@ def test_directories_and_ownership(make_cluster: Callable[[], EmbeddedCluster]) 
     assert cluster.lock_file.is_file()
 
 
+@pytest.mark.slow
 def test_start_failure_reports_server_log(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     cluster = make_cluster()
     cluster.start()
@@ -200,6 +204,7 @@ def test_start_failure_reports_server_log(make_cluster: Callable[[], EmbeddedClu
     assert not cluster.status().running
 
 
+@pytest.mark.slow
 def test_concurrent_ensure_running(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     """Two processes racing on a fresh data dir: one initdb, one server, both get a working URL."""
     cluster = make_cluster()
@@ -228,6 +233,7 @@ def test_concurrent_ensure_running(make_cluster: Callable[[], EmbeddedCluster]) 
     assert _query(url, "SELECT 1") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not IS_ROOT, reason="root only")
 def test_root_rejects_data_dir_postgres_cannot_reach(make_cluster: Callable[[], EmbeddedCluster]) -> None:
     cluster = make_cluster()

@@ -14,6 +14,8 @@ import fixture_docs
 import pytest
 from pgkb.answer import ask
 
+pytestmark = pytest.mark.slow  # runs `pgkb ask` in a subprocess per test
+
 REFUND = "订单签收后 7 天内可申请无理由退款，退款会在 3 个工作日内原路退回。"
 
 

@@ -19,6 +19,8 @@ from pgkb.cluster import EmbeddedCluster
 from pgkb.config import Settings
 from pgkb.migrate import migrate
 
+pytestmark = pytest.mark.slow  # runs `pgkb db doctor` and servers of its own
+
 DIM = 384  # the default model, multilingual-e5-small
 AREAS = {
     "migrations",

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs `pgkb key` in a subprocess per test
+
 KEY = re.compile(r"pgkb_([0-9a-f]{16})_([0-9a-f]{64})")
 
 

@@ -20,6 +20,8 @@ from pgkb.config import Settings, packaged_db_dir
 from pgkb.embed_server import start_in_thread
 from pgkb.search import SearchOptions, rerank_text, search
 
+pytestmark = pytest.mark.slow  # runs `pgkb search` in a subprocess per test
+
 
 @pytest.fixture
 def kbdb(db, embedder):

@@ -478,6 +478,7 @@ def _free_port() -> int:
 CLI = "import sys\nfrom pgkb.cli import main\nsys.exit(main(['embed-server', *sys.argv[1:]]))\n"
 
 
+@pytest.mark.slow
 def test_process_serves_and_stops_gracefully_on_sigterm():
     port = _free_port()
     env = {

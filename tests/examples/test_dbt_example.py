@@ -17,6 +17,8 @@ import pytest
 from pgvector import Vector
 from psycopg import sql
 
+pytestmark = pytest.mark.slow  # dbt seed / dbt build against a database
+
 pytest.importorskip("dbt.adapters.postgres", reason="dbt-postgres is not installed (pip install -e '.[dbt]')")
 
 PROJECT = Path(__file__).resolve().parents[2] / "examples" / "dbt"

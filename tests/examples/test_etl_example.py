@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pgkb.cluster import find_pg_bindir
 from pgvector import Vector
+
+pytestmark = pytest.mark.slow  # runs the ETL example, then the worker
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "etl" / "runbooks.sql"
 

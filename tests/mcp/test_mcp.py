@@ -34,6 +34,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts `pgkb mcp` servers
+
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 

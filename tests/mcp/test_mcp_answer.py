@@ -14,6 +14,8 @@ import pytest
 from mcp import Client, MCPError
 from test_mcp import stdio_params, text_of, world  # noqa: F401  (world is a fixture)
 
+pytestmark = pytest.mark.slow  # starts `pgkb mcp` with a chat endpoint
+
 
 @pytest.fixture
 def ask_world(world, embedder, fake_embeddings):  # noqa: F811

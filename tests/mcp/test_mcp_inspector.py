@@ -18,6 +18,8 @@ import time
 import fixture_docs
 import pytest
 
+pytestmark = pytest.mark.slow  # npm: runs the MCP Inspector
+
 PACKAGE = "@modelcontextprotocol/inspector"
 NETWORK_ERROR = re.compile(
     r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|"

@@ -36,6 +36,7 @@ def privileged_roles(world):  # noqa: F811
         world.execute(f"drop role {role}")
 
 
+@pytest.mark.slow
 def test_refuses_to_start_as_a_role_that_bypasses_visibility(privileged_roles):
     db, roles = privileged_roles
     for user in [db.info.user, *roles]:  # db.info.user: the bootstrap superuser
@@ -71,6 +72,7 @@ def test_service_role_problem_names_each_kind(privileged_roles, connect_as):
     assert svc.execute("select kb.service_role_problem()").fetchone()[0] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("user", ["alice", None])
 def test_every_read_path_applies_the_acting_users_visibility(world, user):  # noqa: F811
     """The probes of the issue: as alice (and as nobody), bob's private knowledge base and document are

@@ -98,6 +98,7 @@ def minilm(minilm_path):
     )
 
 
+@pytest.mark.slow
 def test_sentence_transformers_english_semantics(minilm):
     assert minilm.dimension == 384
     cat, kitten, market, deploy = minilm.embed(

@@ -16,6 +16,8 @@ from pgkb.models.embedding import model_spec
 from pgkb.quality import answerability, evaluate
 from pgkb.quality.datasets import Dataset, EvalError, Query, load_beir
 
+pytestmark = pytest.mark.slow  # runs `pgkb eval` on an answered set
+
 CORPUS = [
     {"_id": key, "title": title, "text": text}
     for key, title, text in [

@@ -300,6 +300,7 @@ def test_beir_end_to_end_and_reuse(db, embedder, tmp_path, capsys):
     assert "### tiny-set — 2 queries" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_beir_option_is_the_positional_folder(db, embedder, tmp_path, capsys):
     folder = write_beir(tmp_path / "opt-set")
     reports = []
@@ -382,6 +383,7 @@ class KeywordReranker:
         return [1.0 if "Backups" in d else 0.0 for d in documents]
 
 
+@pytest.mark.slow
 def test_hybrid_rerank_mode_reorders_the_fused_top(db, embedder, tmp_path):
     folder = write_beir(tmp_path / "rr")
     out = tmp_path / "rr.json"

@@ -31,6 +31,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts pgkb's HTTP servers
+
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
 SECRET = "qzxwvmarker"  # a query term that must not reach any metric

@@ -13,6 +13,8 @@ from pgkb.ingest import IngestOptions, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 from test_ask import NOT_FOUND_EN, ask, set_settings
 
+pytestmark = pytest.mark.slow  # answers across languages from the sample knowledge base
+
 REPO = Path(__file__).resolve().parents[2]
 # doc-questions format, so `pgkb eval --docs examples/kb --questions` measures retrieval on them too
 QUESTIONS = [

@@ -18,6 +18,8 @@ import pytest
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.models.embedding import OFFLINE_MODEL, ModelSpec
 
+pytestmark = pytest.mark.slow  # kb.ask against chat endpoints of its own
+
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-test-5ecret-never-shown-0123456789"
 DELTA = "pgkb-delta:"

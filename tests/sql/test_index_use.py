@@ -17,6 +17,8 @@ import pytest
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
+pytestmark = pytest.mark.slow  # the planner needs a corpus large enough to prefer the indexes
+
 DIM = 384
 N_KBS = 30
 ROWS_PER_KB = 1000

@@ -70,6 +70,7 @@ def corpus(db):
     return db
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     words=st.lists(st.sampled_from([*WORDS, "absentword"]), min_size=1, max_size=12),
@@ -221,6 +222,7 @@ def assert_postings_exact(conn) -> None:
     assert bad == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=st.lists(
@@ -246,6 +248,7 @@ def test_writes_keep_postings_exact(db, ops, seed):
         assert_same_ranking(db.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall(), want)
 
 
+@pytest.mark.slow
 def test_large_lists_split_into_blocks_and_stay_exact(db):
     """More chunks with one term than a block holds: appends fill the last block, then open a new one; deleting a
     document in the middle leaves the other blocks' postings alone."""
@@ -262,6 +265,7 @@ def test_large_lists_split_into_blocks_and_stay_exact(db):
     assert db.execute("select df from kb.term_stats where term = 'common'").fetchone()[0] == 50 * 10 + 1
 
 
+@pytest.mark.slow
 def test_migration_rebuild_matches_maintained_postings(db):
     rnd = random.Random(3)
     for d in range(8):
@@ -323,6 +327,7 @@ def test_lexical_leg_setting_switches_and_checks(db):
         db.execute(sql)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
@@ -407,6 +412,7 @@ def test_search_works_without_plpython(db):
         db.execute(sql)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     tier=st.integers(0, 59),
@@ -437,6 +443,7 @@ def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
     ).fetchone() == (ids, tfs, dls)
 
 
+@pytest.mark.slow
 def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
     """Blocks whose ids span more than 65536 (4-byte offsets), terms repeated 17+ times and chunks of 724+
     terms: both legs equal exact BM25."""
@@ -480,6 +487,7 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         assert_same_ranking(db.execute(NUMPY, [query, ids, 20, 1.2, 0.75]).fetchall(), want)
 
 
+@pytest.mark.slow
 def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
     """As alice, a BM25 search for a term only bob's private knowledge base holds and one for a term no
     one holds read the same: equal pg_stat_xact_* counters of every kb table and index, and equal
@@ -612,6 +620,7 @@ def built_rows(conn) -> tuple[list, list]:
     return blocks, stats
 
 
+@pytest.mark.slow
 def test_numpy_and_sql_builders_write_the_same_rows(db):
     """kb_internal.build_postings with numpy (kb_internal.build_postings_numpy) and in SQL (the function hidden, as
     on a server without plpython3u) write the same blocks byte for byte and the same term statistics, over lists

@@ -54,6 +54,7 @@ def recomputed(conn):
     )
 
 
+@pytest.mark.slow
 def test_migration_010_brings_stored_data_in_line(old_db, db):
     conn = old_db
     # what that release's functions store: the whole 100-character term ...

@@ -85,6 +85,7 @@ def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason
     assert db.execute("select to_regproc('kb.never_created')").fetchone()[0] is None
 
 
+@pytest.mark.slow
 def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
     """009 on a database the first release (001-007) made and filled: every chunk gets its terms array (the
     keys of term_freqs), term_freqs is recompressed with lz4, and lexical search finds the chunk through the
@@ -208,6 +209,7 @@ def test_db_status_names_the_bm25_leg_that_serves(db, monkeypatch, capsys):
     assert "BM25 leg: blocks in SQL (this server has no plpython3u)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", ["the folder", "both", "migrations", "functions"])
 def test_migrate_without_sql_files_fails_loudly_and_changes_nothing(
     empty_database, tmp_path: Path, monkeypatch, capsys, missing

@@ -32,6 +32,7 @@ def corpus(db):
     return db
 
 
+@pytest.mark.slow
 def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
     cap = corpus.execute("select kb_internal.setting_int('lexical_max_query_terms')").fetchone()[0]
     query = " ".join(WORDS)
@@ -46,6 +47,7 @@ def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
     assert sorted(kept, key=lambda r: (r[1], r[0])) == everything[:cap]
 
 
+@pytest.mark.slow
 def test_a_longest_query_costs_about_what_a_short_one_does(corpus):
     query = " ".join(WORDS)[:4000]  # 1,000 distinct terms
     assert corpus.execute("select kb.check_search_input(%s, 5)", [query]) is not None
@@ -76,6 +78,7 @@ conn.execute("select pg_sleep(120)")
 """
 
 
+@pytest.mark.slow
 def test_a_killed_clients_query_stops_soon(db):
     db.execute("select kb.create_user('alice', 'alice')")
     info = db.info

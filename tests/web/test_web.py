@@ -28,6 +28,8 @@ from server_process import (  # noqa: F401 (world is a fixture)
     world,
 )
 
+pytestmark = pytest.mark.slow  # starts `pgkb serve`
+
 TOKENS = "alice-token:alice,bob-token:bob"
 ALICE = {"Authorization": "Bearer alice-token"}
 BOB = {"Authorization": "Bearer bob-token"}

@@ -114,6 +114,6 @@ def run_ingest_bench(docs: str, kb_name: str, out: str | None) -> IngestBench:
     text = result.report(root, spec.name, settings.embed_batch)
     print(text)
     if out:
-        with open(out, "a", encoding="utf-8") as f:
-            f.write("\n" + text)
+        with open(out, "a", encoding="utf-8") as report:
+            report.write("\n" + text)
     return result

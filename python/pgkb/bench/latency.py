@@ -16,6 +16,7 @@ import psycopg
 
 from pgkb.bench.data import SEED, Model, VectorSource, log, query_vectors
 from pgkb.bench.recall import plain_vector_sql
+from pgkb.rows import one
 
 __all__ = [
     "MODES",
@@ -82,7 +83,7 @@ def query_params(kb_name: str, query_texts: list[str], dim: int, source: VectorS
 
 def shipped_ef_search(conn: psycopg.Connection) -> int:
     """kb.settings.hnsw_ef_search: what kb_internal.vector_leg uses, and so what the plain baseline runs at."""
-    return int(conn.execute("select kb_internal.setting_int('hnsw_ef_search')").fetchone()[0])
+    return int(one(conn.execute("select kb_internal.setting_int('hnsw_ef_search')"))[0])
 
 
 def time_modes(
@@ -130,5 +131,5 @@ def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int, ef_search:
     ).fetchall()
     conn.execute("reset hnsw.ef_search")
     text = re.sub(r"'\[[^\]]*\]'", "'[...]'", "\n".join(r[0] for r in plan))
-    index = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    index = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
     return text, f"Index Scan using {index}" in text

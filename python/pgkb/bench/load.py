@@ -55,6 +55,7 @@ from pgkb.bench.data import (
     make_document,
 )
 from pgkb.db import connect
+from pgkb.rows import one
 
 __all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb"]
 
@@ -111,10 +112,10 @@ def _kb_state(conn: psycopg.Connection, kb_name: str, model: Model) -> tuple[int
     if row is None:
         return None, 0, 0, ""
     kb_id, description = row
-    n_chunks = conn.execute("select count(*) from kb.chunks where kb_id = %s", [kb_id]).fetchone()[0]
-    n_emb = conn.execute(
-        "select count(*) from kb.embeddings where kb_id = %s and model_id = %s", [kb_id, model.id]
-    ).fetchone()[0]
+    n_chunks = one(conn.execute("select count(*) from kb.chunks where kb_id = %s", [kb_id]))[0]
+    n_emb = one(
+        conn.execute("select count(*) from kb.embeddings where kb_id = %s and model_id = %s", [kb_id, model.id])
+    )[0]
     return kb_id, n_chunks, n_emb, description
 
 
@@ -226,7 +227,7 @@ def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Mode
 
 def _index_definitions(conn: psycopg.Connection, model: Model) -> dict[str, str]:
     """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds."""
-    hnsw = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    hnsw = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
     defs = {}
     for name in (*GIN_INDEXES, hnsw):
         row = conn.execute(
@@ -301,7 +302,7 @@ def _build_postings(conn: psycopg.Connection, kb_id: int) -> None:
     conn.execute("select kb_internal.clear_postings(%s)", [kb_id])
     done_to, t0 = 0, time.perf_counter()
     batch = "select kb_internal.build_postings_batch(%s, %s)"
-    while (done_to := conn.execute(batch, [kb_id, done_to]).fetchone()[0]) is not None:
+    while (done_to := one(conn.execute(batch, [kb_id, done_to]))[0]) is not None:
         log(f"postings: chunks up to id {done_to} ({time.perf_counter() - t0:.0f} s)")
 
 
@@ -325,7 +326,7 @@ def _rewrite_vectors(
     description; the table is rewritten (VACUUM FULL) and the index rebuilt (timed in report.index_builds).
     A failure leaves either the old vectors or the new ones, described as they are, and the index back."""
     sizes = document_sizes(report.chunks)
-    hnsw = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    hnsw = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
     ddl = _index_definitions(conn, model)[hnsw]
     conn.execute("create temp table if not exists bench_vectors (chunk_id bigint, embedding vector)")
     conn.execute("truncate pg_temp.bench_vectors")
@@ -406,7 +407,7 @@ def _load_bulk(
     builds: dict[str, float] = {}
 
     def work(wconn: psycopg.Connection, b: int) -> None:
-        if not wconn.execute("select to_regclass('pg_temp.bench_stage')").fetchone()[0]:
+        if not one(wconn.execute("select to_regclass('pg_temp.bench_stage')"))[0]:
             wconn.execute(
                 "create temp table bench_stage (document_id bigint, ordinal integer, title text, content text)"
             )
@@ -522,7 +523,7 @@ def prepare_kb(
         log(f"dropping knowledge base {kb_name!r} ({n_chunks} chunks, {n_emb} embeddings)")
         conn.execute("delete from kb.knowledge_bases where id = %s", [kb_id])
     log(f"loading {chunks} chunks into {kb_name!r} ({method})")
-    kb_id = conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb_name]).fetchone()[0]
+    kb_id = one(conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb_name]))[0]
     builds: dict[str, float] = {}
     if method == "replace":
         start = time.perf_counter()

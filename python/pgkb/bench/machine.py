@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 
 from pgkb.bench.data import Model
+from pgkb.rows import one
 
 __all__ = ["SETTINGS", "machine_info", "relation_sizes", "server_settings"]
 
@@ -60,7 +61,7 @@ def _os_name() -> str:
 
 
 def machine_info(conn: psycopg.Connection) -> dict[str, str]:
-    pg = conn.execute("select version()").fetchone()[0]
+    pg = one(conn.execute("select version()"))[0]
     vec = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()
     trgm = conn.execute("select extversion from pg_extension where extname = 'pg_trgm'").fetchone()
     return {
@@ -86,7 +87,7 @@ def server_settings(conn: psycopg.Connection) -> dict[str, str]:
 
 def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[str, str]]:
     """{label: (relation, pretty size)} of the tables and the indexes the search reads."""
-    index = conn.execute("select kb.hnsw_index_name(%s)", [model.id]).fetchone()[0]
+    index = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
     rels = {
         "kb.chunks (heap + TOAST)": ("kb.chunks", "pg_table_size('kb.chunks')"),
         "kb.embeddings (heap + TOAST)": ("kb.embeddings", "pg_table_size('kb.embeddings')"),
@@ -110,7 +111,4 @@ def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[st
         ),
         "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }
-    return {
-        label: (rel, conn.execute(f"select pg_size_pretty({expr})").fetchone()[0])
-        for label, (rel, expr) in rels.items()
-    }
+    return {label: (rel, one(conn.execute(f"select pg_size_pretty({expr})"))[0]) for label, (rel, expr) in rels.items()}

@@ -136,10 +136,10 @@ def render_report(r: BenchResult) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for mode in MODES:
-        m = s[mode]
+        stats = s[mode]
         lines.append(
-            f"| {mode} | {_fmt(m.pct(50))} | {_fmt(m.pct(95))} | {_fmt(m.pct(99))} | {_fmt(m.mean)} "
-            f"| {np.mean(m.rows):.1f} |"
+            f"| {mode} | {_fmt(stats.pct(50))} | {_fmt(stats.pct(95))} | {_fmt(stats.pct(99))} | {_fmt(stats.mean)} "
+            f"| {np.mean(stats.rows):.1f} |"
         )
     plain95 = s["vector_plain"].pct(95)
     lines += [

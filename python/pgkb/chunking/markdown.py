@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # pragma: no cover - Python 3.10
+else:  # pragma: no cover - Python 3.10
     try:
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     except ImportError:
-        tomllib = None  # type: ignore[assignment]
+        tomllib = None
 
 import yaml
 from markdown_it import MarkdownIt
@@ -187,7 +188,9 @@ def _image_refs(text: str, heading_levels: int) -> list[ImageRef]:
     lines = text.split("\n")
 
     def title(i: int) -> str:
-        start, end = tokens[i].map
+        lines_at = tokens[i].map
+        assert lines_at is not None  # a heading's open token has its source lines
+        start, end = lines_at
         return _heading(tokens, i, "\n".join(lines[start:end]).strip("\n"))[0]
 
     return markdown_image_refs(tokens, heading_levels, title)
@@ -232,18 +235,18 @@ def _markdown_blocks(text: str, max_chars: int) -> list[_Block]:
         elif t.type == "hr":
             pass
         else:  # paragraph, list, blockquote
-            nested = [x for x in inner if x.type in ("fence", "code_block", "table_open") and x.map]
+            nested = [(x, x.map) for x in inner if x.type in ("fence", "code_block", "table_open") and x.map]
             src = "\n".join(lines[start:end]).rstrip()
             if nested and len(src) > max_chars:
                 # Too long to stay whole: cut it around its code blocks and tables, which are then
                 # handled (kept whole, or split at lines / rows) like top-level ones.
                 pos = start
-                for x in nested:
-                    part = "\n".join(lines[pos : x.map[0]]).strip("\n").rstrip()
+                for x, (x_start, x_end) in nested:
+                    part = "\n".join(lines[pos:x_start]).strip("\n").rstrip()
                     if part.strip():
                         blocks.append((pos, _Block("text", part)))
-                    blocks.append((x.map[0], _special_block(x, lines)))
-                    pos = x.map[1]
+                    blocks.append((x_start, _special_block(x, lines)))
+                    pos = x_end
                 part = "\n".join(lines[pos:end]).strip("\n").rstrip()
                 if part.strip():
                     blocks.append((pos, _Block("text", part)))
@@ -252,8 +255,8 @@ def _markdown_blocks(text: str, max_chars: int) -> list[_Block]:
                 for ln in lines[start:end]:
                     offsets.append(offsets[-1] + len(ln) + 1)
                 prot = [
-                    (offsets[x.map[0] - start], min(len(src), offsets[x.map[1] - start] - 1))
-                    for x in nested + [x for x in inner if x.type == "html_block" and x.map]
+                    (offsets[x_start - start], min(len(src), offsets[x_end - start] - 1))
+                    for _, (x_start, x_end) in nested + [(x, x.map) for x in inner if x.type == "html_block" and x.map]
                 ]
                 blocks.append((start, _Block("text", src, protected=prot)))
         i = j + 1

@@ -91,10 +91,11 @@ def _report_indexes(url: str) -> int:
 
     from pgkb.db import connect
     from pgkb.migrate import index_problems
+    from pgkb.rows import one
 
     try:
         with connect(url, vector=False) as conn:
-            if conn.execute("select to_regprocedure('kb_admin.index_problems()')").fetchone()[0] is None:
+            if one(conn.execute("select to_regprocedure('kb_admin.index_problems()')"))[0] is None:
                 print("indexes: not checked (no pgkb schema of this version: run `pgkb db migrate`)")
                 return 0
             problems = index_problems(conn)

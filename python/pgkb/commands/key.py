@@ -66,6 +66,7 @@ def _iso(value) -> str | None:
 
 def run(args, settings) -> int:
     from pgkb.db import connect, database_url, read_database_url
+    from pgkb.rows import one
 
     if args.action in ("create", "revoke") and not args.name:
         what = "NAME (what the key is for)" if args.action == "create" else "KEY_ID (see pgkb key list)"
@@ -76,12 +77,12 @@ def run(args, settings) -> int:
     with connect(url, vector=False) as conn:
         if args.action == "create":
             expires = expiry(args.expires)
-            made, api_key = conn.execute(
-                "select * from kb.create_api_key(%s, %s, %s)", [args.user, args.name, expires]
-            ).fetchone()
-            owner, name, expires_at = conn.execute(
-                "select owner, name, expires_at from kb.list_api_keys() where key_id = %s", [made]
-            ).fetchone()
+            made, api_key = one(
+                conn.execute("select * from kb.create_api_key(%s, %s, %s)", [args.user, args.name, expires])
+            )
+            owner, name, expires_at = one(
+                conn.execute("select owner, name, expires_at from kb.list_api_keys() where key_id = %s", [made])
+            )
             if args.json:
                 record = {"key_id": made, "api_key": api_key, "owner": owner, "name": name}
                 print(json.dumps({**record, "expires_at": _iso(expires_at)}, ensure_ascii=False))
@@ -93,7 +94,7 @@ def run(args, settings) -> int:
                     file=sys.stderr,
                 )
         elif args.action == "revoke":
-            revoked = conn.execute("select kb.revoke_api_key(%s)", [key_id(args.name)]).fetchone()[0]
+            revoked = one(conn.execute("select kb.revoke_api_key(%s)", [key_id(args.name)]))[0]
             print(f"pgkb: API key {key_id(args.name)} revoked ({revoked:%Y-%m-%d %H:%M:%S %Z})")
         else:
             rows = conn.execute(

@@ -18,6 +18,7 @@ def register(sub) -> None:
 
 def run(args, settings) -> int:
     from pgkb.db import connect, database_url, read_database_url
+    from pgkb.rows import one
 
     # list reads (PGKB_READ_DATABASE_URL when set); add and use write, so a read-only database is refused
     url = read_database_url(settings) if args.action == "list" else database_url(settings, writable=True)
@@ -30,14 +31,14 @@ def run(args, settings) -> int:
                 "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false)",
                 [args.name, args.dimension, args.query_prefix, args.passage_prefix],
             )
-            queued = conn.execute("select queued from kb.embedding_status(%s)", [args.name]).fetchone()[0]
+            queued = one(conn.execute("select queued from kb.embedding_status(%s)", [args.name]))[0]
             print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
             print(f"pgkb: run `PGKB_EMBED_MODEL={args.name} pgkb worker --once`, then `pgkb model use {args.name}`")
         elif args.action == "use":
             if not args.name:
                 print("pgkb: model use needs NAME", file=sys.stderr)
                 return 2
-            missing = conn.execute("select kb.use_embedding_model(%s, %s)", [args.name, args.force]).fetchone()[0]
+            missing = one(conn.execute("select kb.use_embedding_model(%s, %s)", [args.name, args.force]))[0]
             print(
                 f"pgkb: {args.name} is now the default model"
                 + (f" ({missing} chunks still missing)" if missing else "")

@@ -345,6 +345,7 @@ class EmbedServer(ThreadingHTTPServer):
 
     daemon_threads = False
     block_on_close = True
+    server_address: tuple[str, int] | tuple[str, int, int, int]  # AF_INET or AF_INET6: the host is a str
 
     def __init__(self, address: tuple[str, int], service: Service) -> None:
         if ":" in address[0]:

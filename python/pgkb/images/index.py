@@ -148,10 +148,10 @@ def image_chunks(
     zh = language == "zh"
     items: list[_Item] = []
     if local is not None:
-        for image in local:
-            label = f"图片：{image.rel}" if zh else f"Image: {image.rel}"
+        for found in local:
+            label = f"图片：{found.rel}" if zh else f"Image: {found.rel}"
             items.append(
-                _Item(image.ref, image.rel, f"{doc_key}#img/{image.rel}", label, image.data, image.error, FILE_FORMATS)
+                _Item(found.ref, found.rel, f"{doc_key}#img/{found.rel}", label, found.data, found.error, FILE_FORMATS)
             )
     elif doc.source_type == "image":
         for ref in doc.images:
@@ -212,7 +212,7 @@ def image_chunks(
                     out.stats.caption_failed += 1
                     out.incomplete = True
                 caption = answer.text if answer is not None else None
-                if answer is not None and not answer.error:
+                if answer is not None and not answer.error and caption is not None:
                     cached[image.sha256] = caption  # a repeat in a later document of this run
         if caption:
             out.stats.captioned += 1

@@ -144,7 +144,7 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
 
     from pgkb.answer import notes as answer_notes
     from pgkb.answer import source_line
-    from pgkb.mcp.output import AskOutput
+    from pgkb.mcp.output import AskOutput, Citation
 
     notes = list(notes) + [_shown(n, 400) for n in answer_notes(row)]
     citations = [
@@ -163,7 +163,7 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
         found=bool(row["found"]),
         mode=row["mode"],
         model=row["model"],
-        citations=citations,
+        citations=[Citation.model_validate(c) for c in citations],
         dropped_citations=row["dropped_citations"] or 0,
         uncited=bool(row["uncited"]),
         notes=notes,

@@ -147,8 +147,8 @@ async def stdio_transport(stdin: BinaryIO | None = None, stdout: BinaryIO | None
             os.dup2(wire_out, 1)
             os.dup2(wire_in, 0)
 
-    read_send, read_receive = anyio.create_memory_object_stream(0)
-    write_send, write_receive = anyio.create_memory_object_stream(0)
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
     answers = write_send.clone()
     lines, out = anyio.wrap_file(stdin), anyio.wrap_file(stdout)
 

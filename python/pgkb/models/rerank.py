@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class HttpReranker(JsonEndpoint):
             if self.model:
                 body["model"] = self.model
         answer = self.post(body)
-        items = answer.get("results") if isinstance(answer, dict) else answer
+        items: Any = answer.get("results") if isinstance(answer, dict) else answer  # a wrong shape: TypeError below
         key = "score" if self.api == "tei" else "relevance_score"
         scores: list[float | None] = [None] * len(documents)
         try:
@@ -147,7 +147,7 @@ class HttpReranker(JsonEndpoint):
         return scores  # type: ignore[return-value]
 
 
-def load_reranker(env: dict[str, str] | None = None) -> Reranker | None:
+def load_reranker(env: Mapping[str, str] | None = None) -> Reranker | None:
     """The reranker the environment configures, or None (see the module docstring)."""
     env = os.environ if env is None else env
     url = env.get(RERANK_URL_ENV, "").strip()

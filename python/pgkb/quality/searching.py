@@ -99,7 +99,7 @@ def embed_queries(spec: ModelSpec, embedder: Embedder, texts: Sequence[str], bat
     from pgvector import Vector
 
     prefixed_texts = prefixed(spec, list(texts), query=True)
-    out = []
+    out: list[Vector] = []
     for i in range(0, len(prefixed_texts), batch):
         out.extend(Vector([float(x) for x in v]) for v in embedder.embed(prefixed_texts[i : i + batch]))
         if progress:

@@ -51,8 +51,8 @@ def parse_grid(items: list[str]) -> list[tuple[dict[str, Any], SearchSettings]]:
             raise EvalError(f"--grid fusion: choose from {', '.join(FUSIONS)}")
         axes[key] = values
     combos = []
-    for values in itertools.product(*axes.values()):
-        varied = dict(zip(axes, values, strict=True))
+    for combo in itertools.product(*axes.values()):
+        varied = dict(zip(axes, combo, strict=True))
         settings = dataclasses.replace(defaults, **varied)
         settings.validate()
         combos.append((varied, settings))

@@ -12,11 +12,13 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from pgkb.migrate import pending_migrations
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
+from pgkb.rows import one
 from pgkb.search import QUERY_EMBEDDING_FAILED, SearchResponse, check_input, embed_query, search
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
@@ -42,6 +44,9 @@ from pgkb.serving.config import (
     ServiceConfig,
 )
 from pgkb.serving.metrics import ServerMetrics, backend_gauges, backlog_gauges
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool  # imported by the first call that needs the pool
 
 log = logging.getLogger("pgkb.serving")
 
@@ -117,7 +122,7 @@ class Backend:
         self._pool_lock = threading.Lock()
         self._probe_lock = threading.Lock()  # one probe connection at a time, however many calls wait
         self._probed_at = float("-inf")  # when the last probe that found the database up started (monotonic)
-        self._pool = None  # psycopg_pool.ConnectionPool, opened by the first call
+        self._pool: ConnectionPool | None = None  # opened by the first call
         self._slots = threading.BoundedSemaphore(config.max_concurrent)  # tool calls served at once
         self._key_lock = threading.Lock()
         # (key_id, secret hash) -> (valid until, user); refusals apart, so a flood of made-up keys never
@@ -191,7 +196,7 @@ class Backend:
         """What /metrics reads from the backend when scraped: calls in progress, the pool and the embedding
         backlog (left out, and logged, while the database cannot tell it)."""
         pool = self._pool
-        stats = pool.get_stats() if pool is not None else {}
+        stats: dict[str, int] = pool.get_stats() if pool is not None else {}
         gauges = backend_gauges(self._calls, self.config.max_concurrent, stats, self.config.pool_size)
         try:
             gauges += backlog_gauges(self.embedding_backlog())
@@ -318,7 +323,7 @@ class Backend:
                 _db_errors(self.config.options.statement_timeout_ms, "checking the API key"),
                 self.acting(conn, None),
             ):
-                user = conn.execute("select kb_service.verify_api_key(%s, %s)", [key_id, secret_sha256]).fetchone()[0]
+                user = one(conn.execute("select kb_service.verify_api_key(%s, %s)", [key_id, secret_sha256]))[0]
         except ServiceError as e:
             # the caller is not known yet: the database's address and roles are for the log, not for them
             log.warning("could not check an API key: %s", e)
@@ -401,11 +406,13 @@ class Backend:
             self.metrics.timed("document", "sql"),
             self.acting(conn, user),
         ):
-            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = conn.execute(
-                "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
-                " from kb.get_document(%s, %s, %s, %s)",
-                [doc_id, kb, chunk_index, window],
-            ).fetchone()
+            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = one(
+                conn.execute(
+                    "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
+                    " from kb.get_document(%s, %s, %s, %s)",
+                    [doc_id, kb, chunk_index, window],
+                )
+            )
         return {
             "kb": kb_name,
             "doc_id": doc_key,
@@ -472,7 +479,7 @@ class Backend:
                     degraded = f"{QUERY_EMBEDDING_FAILED} ({e}); lexical search only"
                     self.metrics.degraded.labels("answer_prompt").inc()
             with self.acting(conn, user), self.metrics.timed("answer_prompt", "sql"):
-                messages, sources = conn.execute(
+                messages, sources = one(conn.execute(
                     "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s,"
                     " query_embedding => %(e)s, model => %(m)s, vector_weight => %(w)s) as h) as hits)"
                     " select kb.answer_prompt(%(q)s, hits.hits), coalesce((select jsonb_agg(jsonb_build_object("
@@ -482,7 +489,7 @@ class Backend:
                     " from unnest(hits.hits) with ordinality as s), '[]') from hits",
                     {"q": question, "k": top_k, "kb": kb, "e": embedding, "m": spec.name,
                      "w": None if embedding is not None else 0.0},
-                ).fetchone()  # fmt: skip
+                ))  # fmt: skip
         return messages, sources, degraded
 
     def knowledge_bases(self, user: str | None) -> list[dict]:
@@ -540,7 +547,7 @@ class Backend:
                     "select * from kb.retrieve(%s, %s, %s, %s, %s, %s::jsonb, %s)",
                     [query, top_k, kb, embedding, model, condition, score_threshold],
                 )
-                columns = [c.name for c in cursor.description]
+                columns = [c.name for c in cursor.description or ()]
                 rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
         log.info("retrieve user=%s kb=%s top_k=%d: %d records", user, kb, top_k, len(rows))
         return rows, failure

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,9 @@ class ServiceConfig:
     metrics_access: str = "loopback"
 
     @classmethod
-    def from_env(cls, settings: Settings, env: dict[str, str] | None = None, *, verbose: bool = False) -> ServiceConfig:
+    def from_env(
+        cls, settings: Settings, env: Mapping[str, str] | None = None, *, verbose: bool = False
+    ) -> ServiceConfig:
         env = os.environ if env is None else env
         log_path = env.get("PGKB_QUERY_LOG", "").strip()
         pool_size = _whole_number(env, "PGKB_MCP_POOL_SIZE", DEFAULT_POOL_SIZE, 1)

@@ -33,7 +33,7 @@ def _link_open(self, tokens, idx, options, env) -> str:
 
 def _parser() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"]).disable("image")
-    md.validateLink = _allowed_link
+    md.validateLink = _allowed_link  # type: ignore[method-assign]  # markdown-it-py's hook: replace the method
     md.add_render_rule("link_open", _link_open)
     return md
 
@@ -66,9 +66,10 @@ def _cite(children: list[Token], numbers: Collection[int]) -> list[Token]:
 def render(text: str | None, citations: Collection[int] = ()) -> str:
     """HTML for Markdown ``text``; [n] for n in ``citations`` becomes a link to that citation. A text longer
     than MAX_RENDERED_CHARS is its escaped self in a <pre>."""
-    if len(text or "") > MAX_RENDERED_CHARS:
+    text = text or ""
+    if len(text) > MAX_RENDERED_CHARS:
         return f'<pre class="plain">{html.escape(text)}</pre>\n'
-    tokens = _MD.parse(text or "")
+    tokens = _MD.parse(text)
     if citations:
         for token in tokens:
             if token.type == "inline" and token.children:
