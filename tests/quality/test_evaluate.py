@@ -469,6 +469,7 @@ def test_queries_file_asks_other_texts_with_the_same_judgments(tmp_path):
         replace_queries(load_beir(tmp_path / "tiny-set"), translated)
 
 
+@pytest.mark.slow
 def test_mixed_run_searches_every_knowledge_base_and_judges_only_its_own(db, embedder, tmp_path, capsys):
     """Another set holding near-copies of this one's documents under the same keys: in a mixed run its hits
     compete for the ranks but never count as relevant."""

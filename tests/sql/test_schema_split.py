@@ -15,6 +15,8 @@ from pgkb.migrate import SCHEMAS, migrate
 from psycopg.conninfo import make_conninfo
 from releases import release_database
 
+pytestmark = pytest.mark.slow  # builds a database of the release before the split
+
 DIM = 384  # the default model, multilingual-e5-small
 
 # (schema, signature, security definer, volatility, SET clauses, body, grants as "role=privilege")

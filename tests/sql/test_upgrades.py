@@ -21,6 +21,8 @@ from pgvector.psycopg import register_vector
 from psycopg.conninfo import make_conninfo
 from releases import RELEASES, release_database
 
+pytestmark = pytest.mark.slow  # builds databases of four past releases
+
 DIM = 384  # the default model's, in every release
 USERS = ("alice", "bob")  # login roles conftest creates; alice is in team ops, bob in no team
 KNOWLEDGE_BASES = (
