@@ -377,6 +377,7 @@ def expected_scores(cross_encoder_dir, query, docs):
     return CrossEncoder(str(cross_encoder_dir), device="cpu").predict([(query, d) for d in docs])
 
 
+@pytest.mark.slow  # a cross-encoder (torch) in the server
 def test_rerank_cohere_shape(rerank_server, cross_encoder_dir):
     name = str(cross_encoder_dir)
     status, body, _ = call(
@@ -395,6 +396,7 @@ def test_rerank_cohere_shape(rerank_server, cross_encoder_dir):
     assert [r["index"] for r in results] == sorted(range(len(DOCS)), key=lambda i: (-expected[i], i))
 
 
+@pytest.mark.slow  # a cross-encoder (torch) in the server
 def test_rerank_top_n_and_documents(rerank_server):
     docs = [{"text": d} for d in DOCS]
     status, full, _ = call(rerank_server.url, "/v1/rerank", {"query": "deploy", "documents": DOCS})
@@ -410,6 +412,7 @@ def test_rerank_top_n_and_documents(rerank_server):
     assert status == 200 and len(body["results"]) == len(DOCS)
 
 
+@pytest.mark.slow  # a cross-encoder (torch) in the server
 def test_rerank_tei_shape(rerank_server, cross_encoder_dir):
     status, body, _ = call(rerank_server.url, "/rerank", {"query": "refund", "texts": DOCS})
     assert status == 200 and isinstance(body, list)
@@ -426,6 +429,7 @@ def test_rerank_tei_shape(rerank_server, cross_encoder_dir):
         assert sigmoid[r["index"]] == pytest.approx(r["score"], abs=1e-5)
 
 
+@pytest.mark.slow  # a cross-encoder (torch) in the server
 @pytest.mark.parametrize(
     ("path", "body", "status", "code"),
     [
@@ -460,6 +464,7 @@ def test_rerank_without_reranker_is_a_clear_404(server):
     assert call(server.url, "/health", method="GET")[1]["rerank_model"] is None
 
 
+@pytest.mark.slow  # a cross-encoder (torch) in the server
 def test_rerank_model_listed(rerank_server, cross_encoder_dir):
     assert call(rerank_server.url, "/health", method="GET")[1]["rerank_model"] == str(cross_encoder_dir)
     models = call(rerank_server.url, "/v1/models", method="GET")[1]["data"]
