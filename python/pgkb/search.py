@@ -23,8 +23,10 @@ Per-stage wall-clock milliseconds (embed, search, rerank, total) come back in ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -176,11 +178,16 @@ _COLUMNS = (
 )
 
 
-def _acting(conn, user: str | None, timeout_ms: int) -> None:
-    """Transaction-local identity and timeout (call inside ``conn.transaction()``)."""
-    if user is not None:
-        conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
-    conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+@contextlib.contextmanager
+def acting(conn, user: str | None, timeout_ms: int) -> Iterator[None]:
+    """A transaction acting as ``user`` (None: as the connection's own role) with ``statement_timeout`` =
+    ``timeout_ms`` (0: none), both transaction-local: nothing leaks to the next use of the connection. The
+    one place every Python client (search, ask, the servers) sets them."""
+    with conn.transaction():
+        if user is not None:
+            conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
+        conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+        yield
 
 
 # The SQL functions behind each mode and the settings each accepts by name (anything not given is left to the
@@ -229,25 +236,56 @@ def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
     return sorted(hits, key=lambda h: -h.rerank_score)
 
 
-QUERY_EMBEDDING_FAILED = "query embedding failed"  # how embed_query's reason for a degraded search begins
+QUERY_EMBEDDING_FAILED = "query embedding failed"  # how QueryEmbedding.failure begins
+
+
+@dataclass(frozen=True)
+class QueryEmbedding:
+    """A query's embedding as every Python client hands it to the database (embed_query): the vector (a
+    pgvector Vector; None when none could be had), the model's name and why there is no vector."""
+
+    vector: Any
+    model: str | None
+    error: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the search is lexical-only (a degraded reason), or None."""
+        return None if self.error is None else f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({self.error})"
+
+    def sql_arguments(self) -> dict[str, Any]:
+        """The named arguments query_embedding, model and vector_weight of kb.hybrid_search, kb.ask and
+        kb.retrieve: the embedding and its model (vector_weight NULL: the database's default), or
+        ``vector_weight => 0`` when there is none -- the lexical legs only, so the database never tries its
+        own embedding after this one failed."""
+        weight = 0.0 if self.vector is None else None
+        return {"query_embedding": self.vector, "model": self.model, "vector_weight": weight}
+
+
+def query_vectors(spec: ModelSpec, embedder: Embedder, texts: Sequence[str]) -> list:
+    """The query embeddings of ``texts`` (the registry's query prefix) as pgvector values, in one embed call;
+    EmbeddingError for a vector kb_internal.usable_embedding would refuse (zero, NaN or degenerate norm)."""
+    vectors = embedder.embed(prefixed(spec, list(texts), query=True))
+    for vector in vectors:
+        norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
+        if not 1e-15 <= norm <= 1e15:  # kb_internal.usable_embedding's bounds
+            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
+    return [_vector(v) for v in vectors]
 
 
 def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None, spec: ModelSpec | None = None):
-    """``(embedding, model, failure)``: the query's embedding (a pgvector Vector) by the configured model
-    (``embedder`` None loads it), the model's name, and None -- or ``(None, model or None, reason)`` when no
-    usable embedding can be had (the caller then searches the lexical legs only and says why)."""
+    """The one query embedding of every Python path (search, ask, the servers' prompt and retrieval): a
+    QueryEmbedding by the configured model (``embedder`` None loads it). Never raises for an embedder that
+    fails or cannot be loaded: the QueryEmbedding then has no vector and says why, and the caller searches
+    the lexical legs only (QueryEmbedding.sql_arguments)."""
     model = None
     try:
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
-        embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
-        norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
-        if not 1e-15 <= norm <= 1e15:  # kb_internal.usable_embedding's bounds: zero, NaN or degenerate vectors
-            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
+        return QueryEmbedding(query_vectors(spec, embedder, [query])[0], model)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
-        return None, model, f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({e})"
-    return _vector(embedding), model, None
+        return QueryEmbedding(None, model, str(e))
 
 
 def search(
@@ -277,19 +315,17 @@ def search(
     started = time.perf_counter()
     response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
 
-    embedding, response.model, failure = embed_query(conn, settings, query, embedder=embedder, spec=spec)
-    if failure is not None:
+    embedded = embed_query(conn, settings, query, embedder=embedder, spec=spec)
+    response.model = embedded.model
+    if embedded.failure is not None:
         response.degraded = True
-        response.degraded_reasons.append(failure)
+        response.degraded_reasons.append(embedded.failure)
     t_embed = time.perf_counter()
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
     depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
-    # without an embedding the vector leg is off, so the database does not try its own HTTP embedding either
-    vector = {"vector_weight": 0.0} if embedding is None else {"query_embedding": embedding}
-    with conn.transaction():
-        _acting(conn, user, options.statement_timeout_ms)
-        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, model=response.model, **vector)
+    with acting(conn, user, options.statement_timeout_ms):
+        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **embedded.sql_arguments())
     t_search = time.perf_counter()
     response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
 

@@ -67,7 +67,7 @@ def retrieval(**overrides) -> dict:
     return body
 
 
-DROP_ASK = "drop function kb.ask(text, integer, text, jsonb, text, boolean)"
+DROP_ASK = "drop function kb.ask(text, integer, text, jsonb, text, boolean, vector, text, double precision)"
 
 
 # ------------------------------------------------------------------------------------------------- Dify

@@ -53,7 +53,7 @@ def run(args, settings) -> int:
     with connect(database_url(settings)) as conn:
         try:
             row = ask(
-                conn, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
+                conn, settings, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
                 timeout_ms=timeout_ms, on_delta=None if args.json else on_delta,
             )  # fmt: skip
         except AskError as e:

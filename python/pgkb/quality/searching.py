@@ -7,10 +7,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pgkb.models.embedding import Embedder, ModelSpec, prefixed
+from pgkb.models.embedding import Embedder, ModelSpec
 from pgkb.quality.datasets import EvalError
 from pgkb.quality.metrics import dedupe
-from pgkb.search import MODE_SETTINGS, query_rows, rerank
+from pgkb.search import MODE_SETTINGS, query_rows, query_vectors, rerank
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -95,15 +95,14 @@ def other_kb_key(kb: str, doc_key: str) -> str:
 
 
 def embed_queries(spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None) -> list:
-    """The query embeddings (registry query prefix), in batches of ``batch``, as pgvector values."""
-    from pgvector import Vector
-
-    prefixed_texts = prefixed(spec, list(texts), query=True)
+    """The query embeddings, in batches of ``batch``, by the search client's own query embedding
+    (pgkb.search.query_vectors: registry query prefix, norm check), as pgvector values."""
+    texts = list(texts)
     out = []
-    for i in range(0, len(prefixed_texts), batch):
-        out.extend(Vector([float(x) for x in v]) for v in embedder.embed(prefixed_texts[i : i + batch]))
+    for i in range(0, len(texts), batch):
+        out.extend(query_vectors(spec, embedder, texts[i : i + batch]))
         if progress:
-            progress(f"\rembedding queries: {min(i + batch, len(prefixed_texts))}/{len(prefixed_texts)}")
+            progress(f"\rembedding queries: {min(i + batch, len(texts))}/{len(texts)}")
     if progress:
         progress("\n")
     return out
