@@ -3,8 +3,8 @@
 ``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
 MCP server (pgkb.mcp) call:
 
-1. checks the input with the database's own rule (kb.check_search_input: blank query, > 4000
-   characters, top_k outside 1..100; ``ValueError`` with a message meant for people and models);
+1. checks the input with the database's own rule (kb.check_search_input: a blank or over-long query, top_k
+   out of range, as kb.limits() states them; ``ValueError`` with a message meant for people and models);
 2. embeds the query with the configured embedder (PGKB_EMBED_PROVIDER; the registry's query prefix, e.g.
    ``query: ``). When that fails (HttpEmbedder gives up after its bounded retries, the model cannot be
    loaded ...) the search runs the lexical legs only -- ``query_embedding => NULL, vector_weight => 0``, so
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from pgkb.chunking import breadcrumb
+from pgkb.limits import api_limit, api_limits
 from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
-MAX_TOP_K = 100  # kb.check_search_input's limit: bounds PGKB_RERANK_DEPTH and the rerank fetch
 DEFAULT_RERANK_DEPTH = 40
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 _BLANK = " \t\r\n\u3000"
@@ -46,7 +46,7 @@ class SearchOptions:
     """Search settings from the environment (names shared by the CLI and the MCP server).
 
     PGKB_STATEMENT_TIMEOUT_MS  per-search statement_timeout (default 10000; 0 = none)
-    PGKB_RERANK_DEPTH          fused candidates handed to the reranker (default 40, at most 100)
+    PGKB_RERANK_DEPTH          fused candidates handed to the reranker (default 40; kb.limits() top_k caps it)
     PGKB_RERANK_MIN_SCORE      drop reranked results scoring below this (rerank scores only; default none)
     """
 
@@ -73,8 +73,8 @@ class SearchOptions:
         depth = number("PGKB_RERANK_DEPTH", int, DEFAULT_RERANK_DEPTH)
         if timeout < 0:
             raise ConfigError("PGKB_STATEMENT_TIMEOUT_MS must be >= 0 (0 disables it)")
-        if not 1 <= depth <= MAX_TOP_K:
-            raise ConfigError(f"PGKB_RERANK_DEPTH must be between 1 and {MAX_TOP_K}")
+        if depth < 1:
+            raise ConfigError("PGKB_RERANK_DEPTH must be at least 1")
         return cls(timeout, depth, number("PGKB_RERANK_MIN_SCORE", float, None))
 
 
@@ -144,13 +144,15 @@ class SearchResponse:
         return out
 
 
-def validate(query: object, top_k: object, max_top_k: int = MAX_TOP_K) -> tuple[str, int]:
-    """The query (stripped) and top_k, or ValueError for the wrong types or a top_k above the caller's own
-    cap (``max_top_k``: the MCP server's 20). Whether the query is blank or too long and top_k in range is
-    the database's rule (kb.check_search_input), which ``search`` asks before embedding anything."""
+def validate(query: object, top_k: object, max_top_k: int | None = None) -> tuple[str, int]:
+    """The query (stripped) and top_k, or ValueError for the wrong types or a top_k outside the caller's own
+    cap (``max_top_k``: the MCP server's 20; None: none). Whether the query is blank or too long and top_k
+    in range is the database's rule (kb.check_search_input), which ``search`` asks before embedding."""
     if not isinstance(query, str):
         raise ValueError("query must not be empty: pass the question or keywords to search for")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise ValueError(f"top_k must be an integer, got {top_k!r}")
+    if max_top_k is not None and not 1 <= top_k <= max_top_k:
         raise ValueError(f"top_k must be an integer between 1 and {max_top_k}, got {top_k!r}")
     return query.strip(_BLANK), top_k
 
@@ -262,13 +264,15 @@ class QueryEmbedding:
         return {"query_embedding": self.vector, "model": self.model, "vector_weight": weight}
 
 
-def query_vectors(spec: ModelSpec, embedder: Embedder, texts: Sequence[str]) -> list:
+def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str]) -> list:
     """The query embeddings of ``texts`` (the registry's query prefix) as pgvector values, in one embed call;
-    EmbeddingError for a vector kb_internal.usable_embedding would refuse (zero, NaN or degenerate norm)."""
+    EmbeddingError for a vector the database would refuse: a NaN norm or one outside kb.limits()'
+    embedding_norm_min .. embedding_norm_max (kb_internal.usable_embedding: zero or degenerate)."""
+    bounds = api_limits(conn)
     vectors = embedder.embed(prefixed(spec, list(texts), query=True))
     for vector in vectors:
         norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
-        if not 1e-15 <= norm <= 1e15:  # kb_internal.usable_embedding's bounds
+        if not bounds["embedding_norm_min"] <= norm <= bounds["embedding_norm_max"]:
             raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
     return [_vector(v) for v in vectors]
 
@@ -283,7 +287,7 @@ def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None,
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
-        return QueryEmbedding(query_vectors(spec, embedder, [query])[0], model)
+        return QueryEmbedding(query_vectors(conn, spec, embedder, [query])[0], model)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         return QueryEmbedding(None, model, str(e))
 
@@ -300,7 +304,7 @@ def search(
     user: str | None = None,
     options: SearchOptions | None = None,
     spec: ModelSpec | None = None,
-    max_top_k: int = MAX_TOP_K,
+    max_top_k: int | None = None,
 ) -> SearchResponse:
     """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring.
 
@@ -323,7 +327,7 @@ def search(
     t_embed = time.perf_counter()
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
-    depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
+    depth = min(max(options.rerank_depth, top_k), api_limit(conn, "top_k")) if reranker is not None else top_k
     with acting(conn, user, options.statement_timeout_ms):
         hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **embedded.sql_arguments())
     t_search = time.perf_counter()

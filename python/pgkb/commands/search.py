@@ -10,12 +10,10 @@ BOLD = ("\033[1m", "\033[0m")
 
 
 def register(sub) -> None:
-    from pgkb.search import MAX_TOP_K
-
     parser = sub.add_parser("search", help="hybrid search: rank, score, title > headings, source, snippet")
     parser.add_argument("query", help="what to search for (question or keywords)")
     parser.add_argument("--kb", default=None, help="search one knowledge base (default: all you can see)")
-    parser.add_argument("--top-k", type=int, default=5, help=f"results to show (1..{MAX_TOP_K}, default 5)")
+    parser.add_argument("--top-k", type=int, default=5, help="results to show (default 5; kb.limits() top_k at most)")
     parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
     parser.add_argument(
         "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
