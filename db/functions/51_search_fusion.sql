@@ -187,7 +187,7 @@ begin
             select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
                 fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
                 k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
-                format('kb://%s/%s', k.name, d.doc_key) as uri,
+                kb.document_uri(k.name, d.doc_key) as uri,
                 case
                     when fused.l_rank is null and fused.f_rank is null and legs_run.w_terms > 0
                         and legs_run.w_vector > 0 and cardinality(query_scripts) > 0

@@ -101,11 +101,12 @@ class SearchHit:
     fuzzy_score: float | None
     rerank_score: float | None = None
     also_in: list[str] = field(default_factory=list)  # kb:// URIs of other documents holding the same text
+    uri: str = ""  # the document's kb://<kb>/<doc_key> URI (kb.document_uri)
 
     @property
     def source(self) -> str:
-        """Where the chunk came from: its source URL, else the ``kb://<kb>/<doc_key>`` resource URI."""
-        return self.source_url or f"kb://{self.kb}/{self.doc_key}"
+        """Where the chunk came from: its source URL, else the document's ``kb://`` resource URI."""
+        return self.source_url or self.uri
 
     @property
     def final_score(self) -> float:
@@ -176,7 +177,8 @@ def rerank_text(hit: SearchHit) -> str:
 
 _COLUMNS = (
     "chunk_id, kb, doc_key, title, heading_path, chunk_index, content, source_url, chunk_type, metadata, score,"
-    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, also_in, vector_used"
+    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, also_in,"
+    " kb.document_uri(kb, doc_key), vector_used"
 )
 
 
@@ -224,8 +226,19 @@ def query_rows(
         f"select {_COLUMNS} from {MODE_FUNCTIONS[mode]}(%(query)s, top_k => %(top_k)s, kb => %(kb)s{named})",
         {"query": query, "top_k": top_k, "kb": kb, **settings},
     ).fetchall()
-    hits = [SearchHit(*row[:17], also_in=list(row[17] or [])) for row in rows]
+    hits = [SearchHit(*row[:17], also_in=list(row[17] or []), uri=row[18]) for row in rows]
     return hits, any(row[-1] for row in rows)
+
+
+def snippets(conn, query: str, texts: list[str], width: int, marks: tuple[str, str] = ("", "")) -> list[str]:
+    """kb.snippet of each text, in order: a window of ``width`` characters around the query's first term,
+    the terms wrapped in ``marks`` (the database's term model decides what is highlighted)."""
+    rows = conn.execute(
+        "select kb.snippet(t.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as t (content, n)"
+        " order by t.n",
+        [query, width, marks[0], marks[1], texts],
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:

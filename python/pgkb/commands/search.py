@@ -24,22 +24,13 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def snippets(conn, texts: list[str], query: str, mark: tuple[str, str] = ("", "")) -> list[str]:
-    """One kb.snippet per text (160 characters around the first match, matches wrapped in ``mark``)."""
-    rows = conn.execute(
-        "select kb.snippet(t, %s, 160, %s, %s) from unnest(%s::text[]) with ordinality as u (t, i) order by i",
-        [query, mark[0], mark[1], texts],
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 def run(args, settings) -> int:
     import psycopg
 
     from pgkb.db import connect, read_database_url
     from pgkb.models.embedding import EmbeddingError
     from pgkb.models.rerank import RerankError, load_reranker
-    from pgkb.search import SearchOptions, search
+    from pgkb.search import SearchOptions, search, snippets
 
     try:
         options = SearchOptions.from_env()
@@ -64,9 +55,8 @@ def run(args, settings) -> int:
         if args.json:
             print(json.dumps(response.as_dict(), ensure_ascii=False, default=str))
             return 0
-        lines = snippets(
-            conn, [h.content for h in response.results], response.query, BOLD if sys.stdout.isatty() else ("", "")
-        )
+        marks = BOLD if sys.stdout.isatty() else ("", "")
+        lines = snippets(conn, response.query, [h.content for h in response.results], 160, marks)
     if response.degraded:
         print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
     if not response.results:

@@ -25,6 +25,7 @@ from pgkb.search import (
     check_input,
     embed_query,
     search,
+    snippets,
 )
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
@@ -404,8 +405,8 @@ class Backend:
             self.metrics.timed("document", "sql"),
             self.acting(conn, user),
         ):
-            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = conn.execute(
-                "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
+            kb_name, doc_key, title, source_url, chunk_count, updated, chunks, uri = conn.execute(
+                "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks, kb.document_uri(kb, doc_key)"
                 " from kb.get_document(%s, %s, %s, %s)",
                 [doc_id, kb, chunk_index, window],
             ).fetchone()
@@ -413,8 +414,8 @@ class Backend:
             "kb": kb_name,
             "doc_id": doc_key,
             "title": title,
-            "source": source_url or f"kb://{kb_name}/{doc_key}",
-            "uri": f"kb://{kb_name}/{doc_key}",
+            "source": source_url or uri,
+            "uri": uri,
             "chunk_count": chunk_count,
             "updated_at": updated.isoformat(),
             "chunks": [
@@ -473,7 +474,7 @@ class Backend:
                     " select kb.answer_prompt(%(q)s, hits.hits), coalesce((select jsonb_agg(jsonb_build_object("
                     " 'n', s.ordinality, 'title', s.title, 'heading_path', to_jsonb(s.heading_path),"
                     " 'page', s.metadata -> 'page', 'source_url', s.source_url,"
-                    " 'uri', format('kb://%%s/%%s', s.kb, s.doc_key)) order by s.ordinality)"
+                    " 'uri', kb.document_uri(s.kb, s.doc_key)) order by s.ordinality)"
                     " from unnest(hits.hits) with ordinality as s), '[]') from hits",
                     {"q": question, "k": top_k, "kb": kb, **embedded.sql_arguments()},
                 ).fetchone()  # fmt: skip
@@ -525,7 +526,8 @@ class Backend:
             condition = None if metadata_condition is None else json.dumps(metadata_condition)
             with self.acting(conn, user), self.metrics.timed("retrieve", "sql"):
                 cursor = conn.execute(
-                    "select * from kb.retrieve(%(q)s, %(k)s, %(kb)s, query_embedding => %(query_embedding)s,"
+                    "select *, kb.document_uri(knowledge_base, doc_key) as uri"
+                    " from kb.retrieve(%(q)s, %(k)s, %(kb)s, query_embedding => %(query_embedding)s,"
                     " model => %(model)s, metadata_condition => %(condition)s::jsonb,"
                     " score_threshold => %(threshold)s, vector_weight => %(vector_weight)s)",
                     {"q": query, "k": top_k, "kb": kb, "condition": condition, "threshold": score_threshold,
@@ -554,12 +556,7 @@ class Backend:
             _db_errors(self.config.options.statement_timeout_ms, "snippet"),
             self.metrics.timed("snippet", "sql"),
         ):
-            rows = conn.execute(
-                "select kb.snippet(c.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as c (content, n)"
-                " order by c.n",
-                [query, width, marks[0], marks[1], contents],
-            ).fetchall()
-        return [r[0] for r in rows]
+            return snippets(conn, query, contents, width, marks)
 
     def log_query(self, response: SearchResponse) -> None:
         path = self.config.query_log

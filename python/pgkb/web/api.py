@@ -132,7 +132,7 @@ def routes(backend):
                     "doc_id": h.doc_key,
                     "chunk_index": h.chunk_index,
                     "source": h.source,
-                    "uri": f"kb://{h.kb}/{h.doc_key}",
+                    "uri": h.uri,
                     "also_in": h.also_in,
                     "page": (h.metadata or {}).get("page"),
                     "score": h.final_score,

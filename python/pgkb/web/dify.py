@@ -67,7 +67,7 @@ def parse(body: dict) -> tuple[str, str, int, float, dict | None]:
 
 def record(row: dict) -> dict:
     """A kb.retrieve row as a Dify record; metadata is an object, never null."""
-    source = row["source_url"] or f"kb://{row['knowledge_base']}/{row['doc_key']}"
+    source = row["source_url"] or row["uri"]
     metadata = {
         **(row["document_metadata"] or {}),
         "kb": row["knowledge_base"],
