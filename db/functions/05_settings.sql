@@ -36,3 +36,20 @@ begin
     return raw::integer;
 end
 $$;
+
+-- The value of a numeric setting; raises when the key is missing or its value is not a finite number.
+create or replace function kb_internal.setting_number(key text)
+returns double precision
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    raw text := kb_internal.setting(key);
+begin
+    if raw !~ '^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?\s*$' then
+        raise exception 'setting "%" must be a number, not "%"', key, left(raw, 50)
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return raw::double precision;
+end
+$$;

@@ -30,3 +30,13 @@ set search_path = pg_catalog, pg_temp
 as $$
     select case when source_url ~* '^[a-z][a-z0-9+.-]+://\S' and source_url !~* '^file:' then source_url end
 $$;
+
+-- The kb:// URI a reader is shown for a document, kb://<kb>/<doc_key>: the one place it is built (search
+-- results' also_in, citations, and the clients, which select it; the MCP server serves it as a resource).
+create or replace function kb.document_uri(kb text, doc_key text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select format('kb://%s/%s', kb, doc_key)
+$$;

@@ -2,18 +2,22 @@
 -- (distribution-based score fusion, or weighted Reciprocal Rank Fusion); kb.search_defaults holds its
 -- defaults. The public functions are its wrappers in 54_search_api.sql.
 
--- The search defaults, in one place: every NULL setting of kb_internal.search (and so of hybrid_search and the
--- single-leg wrappers, whose parameters default to NULL) takes its value from here. Tuned by the sweeps
--- in docs/quality.md. candidates: rows per leg before fusion (at least top_k when left NULL).
+-- The search defaults: every NULL setting of kb_internal.search (and so of hybrid_search and the single-leg
+-- wrappers, whose parameters default to NULL) takes its value from kb.settings' search_* rows (seeded by
+-- migration 029 with the values the sweeps in docs/quality.md tuned; kb_internal.setting_rules bounds
+-- them). candidates: rows per leg before fusion (at least top_k when left NULL).
 create or replace function kb.search_defaults()
 returns table (
     vector_weight double precision, lexical_weight double precision, fuzzy_weight double precision,
     rrf_k double precision, candidates integer, bm25_k1 double precision, bm25_b double precision, fusion text
 )
-language sql immutable
+language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select 1.0::float8, 0.6::float8, 0.25::float8, 60::float8, 80, 1.2::float8, 0.75::float8, 'dbsf'::text
+    select kb_internal.setting_number('search_vector_weight'), kb_internal.setting_number('search_lexical_weight'),
+        kb_internal.setting_number('search_fuzzy_weight'), kb_internal.setting_number('search_rrf_k'),
+        kb_internal.setting_int('search_candidates'), kb_internal.setting_number('search_bm25_k1'),
+        kb_internal.setting_number('search_bm25_b'), btrim(kb_internal.setting('search_fusion'))
 $$;
 
 -- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
@@ -73,9 +77,9 @@ begin
     bm25_b := coalesce(bm25_b, defaults.bm25_b);
     fusion := coalesce(fusion, defaults.fusion);
     perform kb.check_search_input(query, top_k);
-    if candidates is null or candidates not between 1 and 1000 then
-        raise exception 'candidates must be between 1 and 1000, got %', coalesce(candidates::text, 'NULL')
-            using errcode = 'invalid_parameter_value';
+    if candidates is null or candidates not between 1 and kb_internal.api_limit('candidates') then
+        raise exception 'candidates must be between 1 and %, got %', kb_internal.api_limit('candidates'),
+            coalesce(candidates::text, 'NULL') using errcode = 'invalid_parameter_value';
     end if;
     -- 'NaN' sorts above every number (so "< 0" lets it pass) and 'Infinity' passes any lower bound:
     -- every float is checked against both ends of a finite range
@@ -190,7 +194,7 @@ begin
             select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
                 fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
                 k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
-                format('kb://%s/%s', k.name, d.doc_key) as uri,
+                kb.document_uri(k.name, d.doc_key) as uri,
                 case
                     when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
                         and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]

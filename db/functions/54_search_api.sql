@@ -3,24 +3,28 @@
 -- which clients ask before they embed a query.
 
 -- Raise unless query and top_k are acceptable to every search function: a query that is not blank
--- (white space and invisible characters do not count) of at most 4000 characters, top_k in 1..100.
--- Clients call it before they spend time embedding a query the search would refuse.
+-- (white space and invisible characters do not count) of at most kb.limits() query_chars characters,
+-- top_k in 1..kb.limits() top_k. Clients call it before they spend time embedding a query the search
+-- would refuse.
 create or replace function kb.check_search_input(query text, top_k integer)
 returns void
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    max_chars integer := kb_internal.api_limit('query_chars');
+    max_top_k integer := kb_internal.api_limit('top_k');
 begin
     if query is null or kb_internal.is_blank(query) then
         raise exception 'query must not be empty (white space and invisible characters alone do not count)'
             using errcode = 'invalid_parameter_value';
     end if;
-    if length(query) > 4000 then
-        raise exception 'query is % characters long; at most 4000 are accepted', length(query)
+    if length(query) > max_chars then
+        raise exception 'query is % characters long; at most % are accepted', length(query), max_chars
             using errcode = 'program_limit_exceeded';
     end if;
-    if top_k is null or top_k not between 1 and 100 then
-        raise exception 'top_k must be between 1 and 100, got %', coalesce(top_k::text, 'NULL')
+    if top_k is null or top_k not between 1 and max_top_k then
+        raise exception 'top_k must be between 1 and %, got %', max_top_k, coalesce(top_k::text, 'NULL')
             using errcode = 'invalid_parameter_value';
     end if;
 end
@@ -28,7 +32,7 @@ $$;
 
 -- Hybrid search: vector + BM25 + fuzzy legs fused (see kb_internal.search: distribution-based score fusion by
 -- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
--- kb.search_defaults() (vector 1, lexical 0.6, fuzzy 0.25, rrf_k 60, candidates 80, k1 1.2, b 0.75, dbsf).
+-- kb.search_defaults() (the search_* rows of kb.settings).
 -- Embeds the query in the database when query_embedding is NULL (see kb_internal.embed_query); without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
 -- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).

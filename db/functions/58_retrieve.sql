@@ -6,7 +6,8 @@
 -- (share of the query's distinct kb.lexical_terms found in the chunk, title and headings) and (b) its cosine
 -- similarity mapped from [relevance_cosine_floor, 1] to [0, 1]; score = the lowest relevance at or above its
 -- rank, so scores never rise down the list and those >= score_threshold are a prefix of pgkb's ranking.
--- also_in: kb.hybrid_search's (other documents holding the same text).
+-- also_in: kb.hybrid_search's (other documents holding the same text). vector_weight 0: the lexical legs
+-- only, and the database does not embed the query (a caller whose own embedding failed).
 create or replace function kb.retrieve(
     query text,
     top_k integer default 5,
@@ -14,7 +15,8 @@ create or replace function kb.retrieve(
     query_embedding vector default null,
     model text default null,
     metadata_condition jsonb default null,
-    score_threshold double precision default 0
+    score_threshold double precision default 0,
+    vector_weight double precision default null
 )
 returns table (
     chunk_id bigint, knowledge_base text, doc_key text, title text, heading_path text[], chunk_index integer,
@@ -48,7 +50,8 @@ begin
         select h.chunk_id, h.kb, h.doc_key, h.title, h.heading_path, h.chunk_index, h.content, h.source_url,
             h.metadata, h.score, h.vector_score, h.also_in, h.ordinality as ord
         from kb.hybrid_search(
-            query, top_k, retrieve.kb, query_embedding, model, metadata_condition => metadata_condition
+            query, top_k, retrieve.kb, query_embedding, model, retrieve.vector_weight,
+            metadata_condition => metadata_condition
         ) with ordinality as h
     ),
     scored as (

@@ -449,7 +449,7 @@ begin
         'heading_path', to_jsonb(coalesce(h.heading_path, '{}')),
         'page', h.metadata -> 'page',
         'source_url', h.source_url,
-        'uri', format('kb://%s/%s', h.kb, h.doc_key),
+        'uri', kb.document_uri(h.kb, h.doc_key),
         'also_in', to_jsonb(coalesce(h.also_in, '{}')),
         'quote', (
             select s.sentence

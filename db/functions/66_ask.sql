@@ -7,11 +7,13 @@
 -- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
 -- evidence.llm_error saying why; a chat answer that is the not-found sentence gives found = false.
 -- evidence adds score, min_score (the gate) and sources (hits retrieved) to kb.answer_evidence, and
--- lexical_only ("lexical only: <why>", kb_internal.query_embedding's reason) when the question could not be
--- embedded, so the vector leg did not run. An extractive answer that kb.answer_is_closest judges to rest
--- on meaning alone is mode 'closest', found false.
+-- lexical_only ("lexical only: <why>", kb_internal.query_embedding's reason) when the database could not
+-- embed the question, so the vector leg did not run. The database embeds only when given no embedding and
+-- no vector weight of 0. An extractive answer that kb.answer_is_closest judges to rest on meaning alone is
+-- mode 'closest', found false.
 create or replace function kb_internal.ask_answer(
-    q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean
+    q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean,
+    given_embedding vector, model_name text, v_weight double precision
 )
 returns table (
     answer text, answered boolean, citations jsonb, mode text, model text, evidence jsonb,
@@ -29,7 +31,8 @@ declare
         'kb_internal.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
     ) is not null;
     hits kb.search_result [];
-    embedded record;
+    embedding vector := given_embedding;
+    embedding_failure text;
     reply jsonb;
     checked record;
     llm_error text;
@@ -60,10 +63,14 @@ begin
         perform kb.resolve_kb(kb_name);     -- an unknown knowledge base fails before the embedding is awaited
     end if;
     -- embedded here, not by kb_internal.search, to learn why it failed; vector weight 0 then (the same legs run)
-    select * into embedded from kb_internal.query_embedding(q, kb.resolve_model(null));
+    if embedding is null and v_weight is distinct from 0 then
+        select e.embedding, e.failure into embedding, embedding_failure
+        from kb_internal.query_embedding(q, kb.resolve_model(model_name)) as e;
+        v_weight := case when embedding is null then 0 else v_weight end;
+    end if;
     hits := array(
         select h from kb_internal.search(
-            q, k, kb_name, embedded.embedding, null, case when embedded.embedding is null then 0 end,
+            q, k, kb_name, embedding, model_name, v_weight,
             null, null, null, null, doc_filter, null, null, null
         ) as h
     );
@@ -73,8 +80,8 @@ begin
         'score', kb.answer_score(evidence),
         'min_score', kb_internal.setting('answer_min_score')::double precision,
         'sources', cardinality(hits)
-    ) || case when embedded.failure is not null
-        then jsonb_build_object('lexical_only', 'lexical only: ' || embedded.failure) else '{}' end;
+    ) || case when embedding_failure is not null
+        then jsonb_build_object('lexical_only', 'lexical only: ' || embedding_failure) else '{}' end;
     retrieve_ms := extract(epoch from retrieved - started) * 1000;
     dropped_citations := 0;
     uncited := false;
@@ -151,14 +158,19 @@ $$;
 -- 'llm' without an endpoint raises. Returns one row; mode 'not_found' (the chat endpoint never called)
 -- when kb.answer_gate refuses the evidence, 'closest' (found false: the passages nearest the question,
 -- introduced as such) when an extractive answer's first source holds few of its words. stream: chat
--- deltas arrive as NOTICEs 'pgkb-delta:<text>'.
+-- deltas arrive as NOTICEs 'pgkb-delta:<text>'. query_embedding, model and vector_weight are
+-- kb.hybrid_search's: without an embedding the database embeds the question itself, unless vector_weight
+-- is 0 (a caller whose own embedding failed: lexical legs only, no second try here).
 create or replace function kb.ask(
     question text,
     top_k integer default 5,
     kb text default null,
     filter jsonb default null,
     mode text default null,
-    stream boolean default false
+    stream boolean default false,
+    query_embedding vector default null,
+    model text default null,
+    vector_weight double precision default null
 )
 returns table (
     answer text, found boolean, citations jsonb, mode text, model text, evidence jsonb,
@@ -168,5 +180,5 @@ returns table (
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.ask_answer($1, $2, $3, $4, $5, $6)
+    select * from kb_internal.ask_answer($1, $2, $3, $4, $5, $6, $7, $8, $9)
 $$;

@@ -1,8 +1,11 @@
 """Answers with numbered citations from ``kb.ask``, streamed as they arrive (`pgkb ask`, the MCP tool).
 
-``ask(conn, question, ...)`` calls ``kb.ask(question, top_k, kb, mode => ..., stream => true)`` in one
-transaction that sets ``pgkb.acting_user`` (when ``user`` is given; the connection must then belong to a
-member of pgkb_service) and ``statement_timeout``, both transaction-local. While the chat endpoint streams,
+``ask(conn, settings, question, ...)`` embeds the question (pgkb.search.embed_query, the one query embedding
+of every Python path) and calls ``kb.ask(question, top_k, kb, mode => ..., stream => true, query_embedding =>
+..., model => ...)`` -- or, when the embedding failed, ``vector_weight => 0``, so the database does not try
+again, with ``evidence.lexical_only`` saying why -- in one transaction that sets ``pgkb.acting_user`` (when
+``user`` is given; the connection must then belong to a member of pgkb_service) and ``statement_timeout``,
+both transaction-local. While the chat endpoint streams,
 the database sends every delta as a NOTICE ``pgkb-delta:<text>``; a notice handler on the connection
 hands each one to ``on_delta`` as it arrives, so the answer is printed before the statement ends. Retrieval,
 the not-found gate, citation checking and the extractive answer are all the database's (kb.ask); this
@@ -18,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from pgkb.models.embedding import Embedder, ModelSpec
+from pgkb.search import QUERY_EMBEDDING_FAILED, acting, check_input, embed_query
 
 DELTA_PREFIX = "pgkb-delta:"  # kb_internal.chat_completion's NOTICE prefix for a streamed delta (64_chat_http.sql)
 COLUMNS = (
@@ -42,6 +48,7 @@ class AskError(ValueError):
 
 def ask(
     conn,
+    settings,
     question: str,
     *,
     top_k: int = 5,
@@ -50,10 +57,21 @@ def ask(
     user: str | None = None,
     timeout_ms: int = 0,
     on_delta: Callable[[str], None] | None = None,
+    embedder: Embedder | None = None,
+    spec: ModelSpec | None = None,
 ) -> dict[str, Any]:
     """kb.ask's row as a dict (keys COLUMNS). ``on_delta``: called with each streamed piece of the answer
-    (only when the answer comes from a streaming chat endpoint). AskError for input the database refuses."""
+    (only when the answer comes from a streaming chat endpoint). ``embedder`` / ``spec`` as for
+    pgkb.search.search (None: the configured ones). AskError for input the database refuses (checked before
+    the question is embedded)."""
     import psycopg
+
+    try:
+        check_input(conn, question, top_k)
+    except ValueError as e:
+        raise AskError(str(e)) from None
+    embedded = embed_query(conn, settings, question, embedder=embedder, spec=spec)
+    named = {"top_k": top_k, "kb": kb, "mode": mode, "stream": on_delta is not None, **embedded.sql_arguments()}
 
     def notice(diag) -> None:
         message = diag.message_primary or ""
@@ -62,13 +80,10 @@ def ask(
 
     conn.add_notice_handler(notice)
     try:
-        with conn.transaction():
-            if user is not None:
-                conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
-            conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+        with acting(conn, user, timeout_ms):
+            arguments = "".join(f", {name} => %({name})s" for name in named)
             row = conn.execute(
-                f"select {', '.join(COLUMNS)} from kb.ask(%s, top_k => %s, kb => %s, mode => %s, stream => %s)",
-                [question, top_k, kb, mode, on_delta is not None],
+                f"select {', '.join(COLUMNS)} from kb.ask(%(question)s{arguments})", {"question": question, **named}
             ).fetchone()
     except (
         psycopg.errors.InvalidParameterValue,
@@ -82,7 +97,11 @@ def ask(
         raise AskError(message) from None
     finally:
         conn.remove_notice_handler(notice)
-    return dict(zip(COLUMNS, row, strict=True))
+    answer = dict(zip(COLUMNS, row, strict=True))
+    if embedded.error is not None:
+        said = f"lexical only: {QUERY_EMBEDDING_FAILED} ({embedded.error})"
+        answer["evidence"] = {**(answer["evidence"] or {}), "lexical_only": said}
+    return answer
 
 
 def source_line(citation: dict[str, Any]) -> str:

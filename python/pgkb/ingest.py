@@ -50,6 +50,7 @@ from pgkb.chunking import ChunkedDocument, ChunkingError, ChunkingOptions
 from pgkb.folder import discover
 from pgkb.images.captions import Captioning
 from pgkb.images.index import ImageStats
+from pgkb.limits import api_limit
 from pgkb.models.embedding import Embedder, ModelSpec, prefixed
 from pgkb.models.vision import VisionCaptioner
 from pgkb.rows import one
@@ -244,7 +245,7 @@ class _Writer(threading.Thread):
                 [
                     self.kb,
                     job.doc_key,
-                    job.doc.title[:1000],
+                    job.doc.title[: api_limit(session, "title_chars")],
                     json.dumps(chunks, ensure_ascii=False),
                     job.source_url,
                     json.dumps(job.doc.metadata, ensure_ascii=False, default=str),

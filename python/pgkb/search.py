@@ -3,8 +3,8 @@
 ``search(conn, settings, query, top_k, kb, embedder=..., reranker=..., user=...)`` is what the CLI and the
 MCP server (pgkb.mcp) call:
 
-1. checks the input with the database's own rule (kb.check_search_input: blank query, > 4000
-   characters, top_k outside 1..100; ``ValueError`` with a message meant for people and models);
+1. checks the input with the database's own rule (kb.check_search_input: a blank or over-long query, top_k
+   out of range, as kb.limits() states them; ``ValueError`` with a message meant for people and models);
 2. embeds the query with the configured embedder (PGKB_EMBED_PROVIDER; the registry's query prefix, e.g.
    ``query: ``). When that fails (HttpEmbedder gives up after its bounded retries, the model cannot be
    loaded ...) the search runs the lexical legs only -- ``query_embedding => NULL, vector_weight => 0``, so
@@ -23,18 +23,19 @@ Per-stage wall-clock milliseconds (embed, search, rerank, total) come back in ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pgkb.chunking import breadcrumb
+from pgkb.limits import api_limit, api_limits
 from pgkb.models.embedding import Embedder, EmbeddingError, ModelSpec, load_embedder, model_spec, prefixed
 
-MAX_TOP_K = 100  # kb.check_search_input's limit: bounds PGKB_RERANK_DEPTH and the rerank fetch
 DEFAULT_RERANK_DEPTH = 40
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 _BLANK = " \t\r\n\u3000"
@@ -45,7 +46,7 @@ class SearchOptions:
     """Search settings from the environment (names shared by the CLI and the MCP server).
 
     PGKB_STATEMENT_TIMEOUT_MS  per-search statement_timeout (default 10000; 0 = none)
-    PGKB_RERANK_DEPTH          fused candidates handed to the reranker (default 40, at most 100)
+    PGKB_RERANK_DEPTH          fused candidates handed to the reranker (default 40; kb.limits() top_k caps it)
     PGKB_RERANK_MIN_SCORE      drop reranked results scoring below this (rerank scores only; default none)
     """
 
@@ -72,8 +73,8 @@ class SearchOptions:
         depth = number("PGKB_RERANK_DEPTH", int, DEFAULT_RERANK_DEPTH)
         if timeout < 0:
             raise ConfigError("PGKB_STATEMENT_TIMEOUT_MS must be >= 0 (0 disables it)")
-        if not 1 <= depth <= MAX_TOP_K:
-            raise ConfigError(f"PGKB_RERANK_DEPTH must be between 1 and {MAX_TOP_K}")
+        if depth < 1:
+            raise ConfigError("PGKB_RERANK_DEPTH must be at least 1")
         return cls(timeout, depth, number("PGKB_RERANK_MIN_SCORE", float, None))
 
 
@@ -100,11 +101,12 @@ class SearchHit:
     fuzzy_score: float | None
     rerank_score: float | None = None
     also_in: list[str] = field(default_factory=list)  # kb:// URIs of other documents holding the same text
+    uri: str = ""  # the document's kb://<kb>/<doc_key> URI (kb.document_uri)
 
     @property
     def source(self) -> str:
-        """Where the chunk came from: its source URL, else the ``kb://<kb>/<doc_key>`` resource URI."""
-        return self.source_url or f"kb://{self.kb}/{self.doc_key}"
+        """Where the chunk came from: its source URL, else the document's ``kb://`` resource URI."""
+        return self.source_url or self.uri
 
     @property
     def final_score(self) -> float:
@@ -143,13 +145,15 @@ class SearchResponse:
         return out
 
 
-def validate(query: object, top_k: object, max_top_k: int = MAX_TOP_K) -> tuple[str, int]:
-    """The query (stripped) and top_k, or ValueError for the wrong types or a top_k above the caller's own
-    cap (``max_top_k``: the MCP server's 20). Whether the query is blank or too long and top_k in range is
-    the database's rule (kb.check_search_input), which ``search`` asks before embedding anything."""
+def validate(query: object, top_k: object, max_top_k: int | None = None) -> tuple[str, int]:
+    """The query (stripped) and top_k, or ValueError for the wrong types or a top_k outside the caller's own
+    cap (``max_top_k``: the MCP server's 20; None: none). Whether the query is blank or too long and top_k
+    in range is the database's rule (kb.check_search_input), which ``search`` asks before embedding."""
     if not isinstance(query, str):
         raise ValueError("query must not be empty: pass the question or keywords to search for")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise ValueError(f"top_k must be an integer, got {top_k!r}")
+    if max_top_k is not None and not 1 <= top_k <= max_top_k:
         raise ValueError(f"top_k must be an integer between 1 and {max_top_k}, got {top_k!r}")
     return query.strip(_BLANK), top_k
 
@@ -173,15 +177,21 @@ def rerank_text(hit: SearchHit) -> str:
 
 _COLUMNS = (
     "chunk_id, kb, doc_key, title, heading_path, chunk_index, content, source_url, chunk_type, metadata, score,"
-    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, also_in, vector_used"
+    " vector_rank, lexical_rank, fuzzy_rank, vector_score, lexical_score, fuzzy_score, also_in,"
+    " kb.document_uri(kb, doc_key), vector_used"
 )
 
 
-def _acting(conn, user: str | None, timeout_ms: int) -> None:
-    """Transaction-local identity and timeout (call inside ``conn.transaction()``)."""
-    if user is not None:
-        conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
-    conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+@contextlib.contextmanager
+def acting(conn, user: str | None, timeout_ms: int) -> Iterator[None]:
+    """A transaction acting as ``user`` (None: as the connection's own role) with ``statement_timeout`` =
+    ``timeout_ms`` (0: none), both transaction-local: nothing leaks to the next use of the connection. The
+    one place every Python client (search, ask, the servers) sets them."""
+    with conn.transaction():
+        if user is not None:
+            conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
+        conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+        yield
 
 
 # The SQL functions behind each mode and the settings each accepts by name (anything not given is left to the
@@ -217,8 +227,19 @@ def query_rows(
         {"query": query, "top_k": top_k, "kb": kb, **settings},
     ).fetchall()
     # the 17 columns fill the fields before rerank_score (mypy cannot count a tuple slice)
-    hits = [SearchHit(*row[:17], also_in=list(row[17] or [])) for row in rows]  # type: ignore[misc]
+    hits = [SearchHit(*row[:17], also_in=list(row[17] or []), uri=row[18]) for row in rows]  # type: ignore[misc]
     return hits, any(row[-1] for row in rows)
+
+
+def snippets(conn, query: str, texts: list[str], width: int, marks: tuple[str, str] = ("", "")) -> list[str]:
+    """kb.snippet of each text, in order: a window of ``width`` characters around the query's first term,
+    the terms wrapped in ``marks`` (the database's term model decides what is highlighted)."""
+    rows = conn.execute(
+        "select kb.snippet(t.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as t (content, n)"
+        " order by t.n",
+        [query, width, marks[0], marks[1], texts],
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
@@ -232,25 +253,58 @@ def rerank(reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
     return [hit for hit, _ in ranked]
 
 
-QUERY_EMBEDDING_FAILED = "query embedding failed"  # how embed_query's reason for a degraded search begins
+QUERY_EMBEDDING_FAILED = "query embedding failed"  # how QueryEmbedding.failure begins
+
+
+@dataclass(frozen=True)
+class QueryEmbedding:
+    """A query's embedding as every Python client hands it to the database (embed_query): the vector (a
+    pgvector Vector; None when none could be had), the model's name and why there is no vector."""
+
+    vector: Any
+    model: str | None
+    error: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the search is lexical-only (a degraded reason), or None."""
+        return None if self.error is None else f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({self.error})"
+
+    def sql_arguments(self) -> dict[str, Any]:
+        """The named arguments query_embedding, model and vector_weight of kb.hybrid_search, kb.ask and
+        kb.retrieve: the embedding and its model (vector_weight NULL: the database's default), or
+        ``vector_weight => 0`` when there is none -- the lexical legs only, so the database never tries its
+        own embedding after this one failed."""
+        weight = 0.0 if self.vector is None else None
+        return {"query_embedding": self.vector, "model": self.model, "vector_weight": weight}
+
+
+def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str]) -> list:
+    """The query embeddings of ``texts`` (the registry's query prefix) as pgvector values, in one embed call;
+    EmbeddingError for a vector the database would refuse: a NaN norm or one outside kb.limits()'
+    embedding_norm_min .. embedding_norm_max (kb_internal.usable_embedding: zero or degenerate)."""
+    bounds = api_limits(conn)
+    vectors = embedder.embed(prefixed(spec, list(texts), query=True))
+    for vector in vectors:
+        norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
+        if not bounds["embedding_norm_min"] <= norm <= bounds["embedding_norm_max"]:
+            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
+    return [_vector(v) for v in vectors]
 
 
 def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None, spec: ModelSpec | None = None):
-    """``(embedding, model, failure)``: the query's embedding (a pgvector Vector) by the configured model
-    (``embedder`` None loads it), the model's name, and None -- or ``(None, model or None, reason)`` when no
-    usable embedding can be had (the caller then searches the lexical legs only and says why)."""
+    """The one query embedding of every Python path (search, ask, the servers' prompt and retrieval): a
+    QueryEmbedding by the configured model (``embedder`` None loads it). Never raises for an embedder that
+    fails or cannot be loaded: the QueryEmbedding then has no vector and says why, and the caller searches
+    the lexical legs only (QueryEmbedding.sql_arguments)."""
     model = None
     try:
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
-        embedding = embedder.embed(prefixed(spec, [query], query=True))[0]
-        norm = float(np.linalg.norm(np.asarray(embedding, dtype=np.float64)))
-        if not 1e-15 <= norm <= 1e15:  # kb_internal.usable_embedding's bounds: zero, NaN or degenerate vectors
-            raise EmbeddingError(f"the embedder returned an unusable query vector (norm {norm:g})")
+        return QueryEmbedding(query_vectors(conn, spec, embedder, [query])[0], model)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
-        return None, model, f"{QUERY_EMBEDDING_FAILED}, lexical-only results ({e})"
-    return _vector(embedding), model, None
+        return QueryEmbedding(None, model, str(e))
 
 
 def search(
@@ -265,7 +319,7 @@ def search(
     user: str | None = None,
     options: SearchOptions | None = None,
     spec: ModelSpec | None = None,
-    max_top_k: int = MAX_TOP_K,
+    max_top_k: int | None = None,
 ) -> SearchResponse:
     """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring.
 
@@ -280,19 +334,17 @@ def search(
     started = time.perf_counter()
     response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
 
-    embedding, response.model, failure = embed_query(conn, settings, query, embedder=embedder, spec=spec)
-    if failure is not None:
+    embedded = embed_query(conn, settings, query, embedder=embedder, spec=spec)
+    response.model = embedded.model
+    if embedded.failure is not None:
         response.degraded = True
-        response.degraded_reasons.append(failure)
+        response.degraded_reasons.append(embedded.failure)
     t_embed = time.perf_counter()
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
-    depth = min(max(options.rerank_depth, top_k), MAX_TOP_K) if reranker is not None else top_k
-    # without an embedding the vector leg is off, so the database does not try its own HTTP embedding either
-    vector = {"vector_weight": 0.0} if embedding is None else {"query_embedding": embedding}
-    with conn.transaction():
-        _acting(conn, user, options.statement_timeout_ms)
-        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, model=response.model, **vector)
+    depth = min(max(options.rerank_depth, top_k), api_limit(conn, "top_k")) if reranker is not None else top_k
+    with acting(conn, user, options.statement_timeout_ms):
+        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **embedded.sql_arguments())
     t_search = time.perf_counter()
     response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
 

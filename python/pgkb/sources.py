@@ -200,4 +200,4 @@ class TextDocument:
         title = self.title.strip()
         text = self.text if self.text.strip() else title
         chunked = chunk_text(text, "", options) if text.strip() else ChunkedDocument("", {}, [], "text")
-        return Chunked(dataclasses.replace(chunked, title=title[:1000], metadata=dict(self.metadata)), content_hash)
+        return Chunked(dataclasses.replace(chunked, title=title, metadata=dict(self.metadata)), content_hash)

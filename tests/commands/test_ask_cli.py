@@ -1,6 +1,7 @@
 """`pgkb ask` (pgkb.commands.ask, pgkb.answer): the answer streamed as it arrives, then the numbered sources;
---json; clear errors. Real database and embeddings: the database embeds the question itself through a local
-endpoint serving the offline model's vectors; the chat endpoint is tests/fake_chat.py."""
+--json; clear errors. Real database and embeddings: `pgkb ask` embeds the question through a local endpoint
+serving the offline model's vectors (PGKB_EMBED_PROVIDER=http, the URL the database's embedding_url names) and
+hands the vector to kb.ask; the chat endpoint is tests/fake_chat.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import fixture_docs
 import pytest
 from pgkb.answer import ask
+from pgkb.config import Settings
 
 pytestmark = pytest.mark.slow  # runs `pgkb ask` in a subprocess per test
 
@@ -31,12 +34,17 @@ def kbdb(db, embedder, fake_embeddings):
     return db
 
 
+def embed_url(db) -> str:
+    """The endpoint the database embeds with (kb.settings embedding_url): the CLI's too."""
+    return db.execute("select value from kb.settings where key = 'embedding_url'").fetchone()[0]
+
+
 def cli(db, *args: str) -> subprocess.CompletedProcess:
     info = db.info
     dsn = f"host={info.host} port={info.port} dbname={info.dbname} user={info.user}"
     return subprocess.run(
         [sys.executable, "-m", "pgkb.cli", "ask", *args],
-        env={**os.environ, "PGKB_DATABASE_URL": dsn, "PGKB_EMBED_PROVIDER": "offline"},
+        env={**os.environ, "PGKB_DATABASE_URL": dsn, "PGKB_EMBED_PROVIDER": "http", "PGKB_EMBED_URL": embed_url(db)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -83,7 +91,10 @@ def test_streamed_answer_arrives_before_the_call_ends(kbdb, fake_chat):
     kbdb.execute("update kb.settings set value = %s where key = 'chat_url'", [chat.url])
     arrivals: list[tuple[float, str]] = []
     started = time.monotonic()
-    row = ask(kbdb, "退款多久到账", kb="team-docs", on_delta=lambda d: arrivals.append((time.monotonic(), d)))
+    settings = Settings(None, Path("."), embed_provider="http", embed_url=embed_url(kbdb))
+    row = ask(
+        kbdb, settings, "退款多久到账", kb="team-docs", on_delta=lambda d: arrivals.append((time.monotonic(), d))
+    )
     ended = time.monotonic()
     assert row["mode"] == "llm" and row["found"] is True and chat.requests[0]["stream"] is True
     assert len(arrivals) >= 3 and "".join(d for _, d in arrivals) == row["answer"]
@@ -116,12 +127,12 @@ def test_lexical_only_answer_says_so(kbdb, dead_embedding_url):
     done = cli(kbdb, "无理由退款", "--kb", "team-docs")
     assert done.returncode == 0, done.stderr
     assert "3 个工作日内原路退回" in done.stdout
-    assert "pgkb: ask: lexical only: the embedding service is not reachable (embedding endpoint " in done.stderr
+    assert "pgkb: ask: lexical only: query embedding failed (" in done.stderr and "unreachable" in done.stderr
     # a "not found" says it too: without the vector leg a paraphrase may find nothing
     done = cli(kbdb, "退款多久到账", "--kb", "team-docs")
     assert done.stdout.strip() == "知识库中未找到相关信息" and "lexical only: " in done.stderr, done.stderr
     row = json.loads(cli(kbdb, "无理由退款", "--json").stdout)
-    assert row["evidence"]["lexical_only"].startswith("lexical only: the embedding service is not reachable")
+    assert row["evidence"]["lexical_only"].startswith("lexical only: query embedding failed")
 
 
 def test_sources_name_the_other_copies_of_a_text(kbdb, embedder):

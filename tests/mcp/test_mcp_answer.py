@@ -150,7 +150,8 @@ def test_answer_with_citations_prompt(ask_world):
 
 
 def test_tools_say_lexical_only_show_titles_once_and_sources_people_can_open(ask_world, dead_embedding_url):
-    """The embedding service down: ask_knowledge says its answer is lexical-only. alice-notes' guide/login.md
+    """The embedding service down (the server's and the database's): ask_knowledge says its answer is
+    lexical-only (and, with it up, a search finds the copies below). alice-notes' guide/login.md
     repeats its title as its first heading: shown once. team-docs' sources are paths on the server: the
     kb:// URI is shown. A text in two documents is one search result that names the other."""
     ask_world.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
@@ -162,15 +163,21 @@ def test_tools_say_lexical_only_show_titles_once_and_sources_people_can_open(ask
 
     async def main():
         async with Client(
-            stdio_params(ask_world, PGKB_USER="alice", PGKB_MCP_EMBED_TIMEOUT_MS="120000"), read_timeout_seconds=60
+            stdio_params(
+                ask_world, PGKB_USER="alice", PGKB_MCP_EMBED_TIMEOUT_MS="120000", PGKB_EMBED_PROVIDER="http",
+                PGKB_EMBED_URL=dead_embedding_url,
+            ),
+            read_timeout_seconds=60,
         ) as client:
             result = await ask(client, question="无理由退款", kb="team-docs")
             out = result.structured_content
             assert not result.is_error and out["found"] is True, text_of(result)
-            lexical = [n for n in out["notes"] if n.startswith("lexical only: the embedding service is not reachable")]
+            lexical = [n for n in out["notes"] if n.startswith("lexical only: query embedding failed (")]
             assert lexical and f"Note: {lexical[0]}" in text_of(result)
             assert all(c["source_url"] is None for c in out["citations"])
-
+        async with Client(
+            stdio_params(ask_world, PGKB_USER="alice", PGKB_MCP_EMBED_TIMEOUT_MS="120000"), read_timeout_seconds=60
+        ) as client:
             doc = await client.call_tool("get_document", {"doc_id": "guide/login.md", "kb": "alice-notes"})
             assert doc.structured_content["chunks"][0]["heading_path"] == ["问题"]
             assert doc.structured_content["source"] == "kb://alice-notes/guide/login.md"

@@ -69,7 +69,7 @@ def retrieval(**overrides) -> dict:
     return body
 
 
-DROP_ASK = "drop function kb.ask(text, integer, text, jsonb, text, boolean)"
+DROP_ASK = "drop function kb.ask(text, integer, text, jsonb, text, boolean, vector, text, double precision)"
 
 
 # ------------------------------------------------------------------------------------------------- Dify
@@ -350,12 +350,18 @@ def test_api_shows_sources_people_can_open_and_each_title_once(web, world):
     assert top["source"] == "https://git.example.com/refund.md"
 
 
-def test_api_ask_says_when_the_answer_is_lexical_only(web, world, dead_embedding_url):
+def test_api_ask_says_when_the_answer_is_lexical_only(world, dead_embedding_url):
+    """The embedding service down (the server's, and the database's, which is not asked again)."""
     world.execute("update kb.settings set value = %s where key = 'embedding_url'", [dead_embedding_url])
-    status, out, _ = call(web + "/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
+    port = free_port()
+    env = {**os.environ, **server_env(world, PGKB_MCP_TOKENS=TOKENS, PGKB_EMBED_PROVIDER="http")}
+    env.update(PGKB_EMBED_URL=dead_embedding_url)
+    env.pop("PGKB_USER", None)
+    with running(["serve", "--port", str(port)], env, port):
+        status, out, _ = call(f"http://127.0.0.1:{port}/api/ask", {"question": "无理由退款", "kb": "team-docs"}, ALICE)
     assert status == 200 and out["found"] is True, out
     said = out["evidence"]["lexical_only"]
-    assert said.startswith("lexical only: the embedding service is not reachable"), said
+    assert said.startswith("lexical only: query embedding failed (") and "unreachable" in said, said
     assert said in out["notes"]  # what the page shows under the answer
 
 

@@ -16,7 +16,7 @@ def register(sub) -> None:
     parser = sub.add_parser("ask", help="answer a question with numbered citations (kb.ask), or say not found")
     parser.add_argument("question", help="the question (Chinese or English)")
     parser.add_argument("--kb", default=None, help="answer from one knowledge base (default: all you can see)")
-    parser.add_argument("--top-k", type=int, default=5, help="sources retrieved (1..100, default 5)")
+    parser.add_argument("--top-k", type=int, default=5, help="sources retrieved (default 5; kb.limits() top_k at most)")
     parser.add_argument(
         "--mode", choices=MODES, default=None,
         help="llm: the chat endpoint (kb.settings chat_url); extractive: passages of the sources, offline; "
@@ -53,7 +53,7 @@ def run(args, settings) -> int:
     with connect(database_url(settings)) as conn:
         try:
             row = ask(
-                conn, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
+                conn, settings, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
                 timeout_ms=timeout_ms, on_delta=None if args.json else on_delta,
             )  # fmt: skip
         except AskError as e:

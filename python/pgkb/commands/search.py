@@ -10,12 +10,10 @@ BOLD = ("\033[1m", "\033[0m")
 
 
 def register(sub) -> None:
-    from pgkb.search import MAX_TOP_K
-
     parser = sub.add_parser("search", help="hybrid search: rank, score, title > headings, source, snippet")
     parser.add_argument("query", help="what to search for (question or keywords)")
     parser.add_argument("--kb", default=None, help="search one knowledge base (default: all you can see)")
-    parser.add_argument("--top-k", type=int, default=5, help=f"results to show (1..{MAX_TOP_K}, default 5)")
+    parser.add_argument("--top-k", type=int, default=5, help="results to show (default 5; kb.limits() top_k at most)")
     parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
     parser.add_argument(
         "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
@@ -26,22 +24,13 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def snippets(conn, texts: list[str], query: str, mark: tuple[str, str] = ("", "")) -> list[str]:
-    """One kb.snippet per text (160 characters around the first match, matches wrapped in ``mark``)."""
-    rows = conn.execute(
-        "select kb.snippet(t, %s, 160, %s, %s) from unnest(%s::text[]) with ordinality as u (t, i) order by i",
-        [query, mark[0], mark[1], texts],
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
 def run(args, settings) -> int:
     import psycopg
 
     from pgkb.db import connect, read_database_url
     from pgkb.models.embedding import EmbeddingError
     from pgkb.models.rerank import RerankError, load_reranker
-    from pgkb.search import SearchOptions, search
+    from pgkb.search import SearchOptions, search, snippets
 
     try:
         options = SearchOptions.from_env()
@@ -66,9 +55,8 @@ def run(args, settings) -> int:
         if args.json:
             print(json.dumps(response.as_dict(), ensure_ascii=False, default=str))
             return 0
-        lines = snippets(
-            conn, [h.content for h in response.results], response.query, BOLD if sys.stdout.isatty() else ("", "")
-        )
+        marks = BOLD if sys.stdout.isatty() else ("", "")
+        lines = snippets(conn, response.query, [h.content for h in response.results], 160, marks)
     if response.degraded:
         print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
     if not response.results:

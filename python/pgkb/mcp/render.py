@@ -58,7 +58,7 @@ def render_search(response: SearchResponse, notes: list[str]):
             chunk_index=hit.chunk_index,
             heading_path=list(hit.heading_path),
             source=hit.source,
-            uri=f"kb://{hit.kb}/{hit.doc_key}",
+            uri=hit.uri,
             also_in=hit.also_in,
             score=hit.final_score,
             fused_score=hit.score,

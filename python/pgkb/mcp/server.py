@@ -29,10 +29,8 @@ from pgkb.serving.backend import Backend, open_backend
 from pgkb.serving.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
+    MAX_ARGUMENT_CHARS,
     MAX_CHUNK_INDEX,
-    MAX_DOC_ID_CHARS,
-    MAX_KB_NAME_CHARS,
-    MAX_QUERY_ARGUMENT_CHARS,
     MAX_WINDOW,
     MCP_MAX_TOP_K,
     RESOURCE_BUDGET_CHARS,
@@ -99,9 +97,9 @@ def build_server(backend: Backend):
             if check_int("top_k", top_k, 1) > MCP_MAX_TOP_K:
                 notes.append(f"top_k {_shown(top_k, 20)} was capped at {MCP_MAX_TOP_K}")
                 top_k = MCP_MAX_TOP_K
-            check_text("query", query, MAX_QUERY_ARGUMENT_CHARS)
+            check_text("query", query, MAX_ARGUMENT_CHARS)
             query, top_k = validate(query, top_k, MCP_MAX_TOP_K)
-            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            check_text("kb", kb, MAX_ARGUMENT_CHARS)
             user = user_of(ctx)
             response = backend.search(user, query, top_k, kb.strip() or None)
         except (ServiceError, ValueError) as e:
@@ -123,9 +121,9 @@ def build_server(backend: Backend):
         passages of the sources that hold the answer, verbatim Markdown, when no chat model is configured) or
         not_found."""
         try:
-            check_text("question", question, MAX_QUERY_ARGUMENT_CHARS)
+            check_text("question", question, MAX_ARGUMENT_CHARS)
             check_int("top_k", top_k, 1, MCP_MAX_TOP_K)
-            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            check_text("kb", kb, MAX_ARGUMENT_CHARS)
             question, top_k = validate(question, top_k, MCP_MAX_TOP_K)
             row = backend.ask(user_of(ctx), question, top_k, kb.strip() or None)
         except (ServiceError, ValueError) as e:
@@ -145,8 +143,8 @@ def build_server(backend: Backend):
         top_k: Annotated[str, Field(description=f"sources to include, 1-{MCP_MAX_TOP_K} (default 5)")] = "5",
     ) -> str:
         try:
-            check_text("question", question, MAX_QUERY_ARGUMENT_CHARS)
-            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            check_text("question", question, MAX_ARGUMENT_CHARS)
+            check_text("kb", kb, MAX_ARGUMENT_CHARS)
             check_text("top_k", top_k, 20)
             try:
                 k = int(top_k.strip() or "5")
@@ -176,8 +174,8 @@ def build_server(backend: Backend):
         same doc_id exists in several knowledge bases. Very long documents are cut to a size budget and the
         result says which chunks were left out."""
         try:
-            check_text("doc_id", doc_id, MAX_DOC_ID_CHARS)
-            check_text("kb", kb, MAX_KB_NAME_CHARS)
+            check_text("doc_id", doc_id, MAX_ARGUMENT_CHARS)
+            check_text("kb", kb, MAX_ARGUMENT_CHARS)
             if check_int("chunk_index", chunk_index, -MAX_CHUNK_INDEX, MAX_CHUNK_INDEX) < -1:
                 raise ServiceError(
                     f"chunk_index must be -1 (the whole document) or a chunk number >= 0, got {chunk_index}"
@@ -218,8 +216,8 @@ def build_server(backend: Backend):
     )
     def read_document(kb: str, doc_key: str, ctx: Context) -> str:
         try:
-            check_text("knowledge base", kb, MAX_KB_NAME_CHARS)
-            check_text("document key", doc_key, MAX_DOC_ID_CHARS)
+            check_text("knowledge base", kb, MAX_ARGUMENT_CHARS)
+            check_text("document key", doc_key, MAX_ARGUMENT_CHARS)
             doc = backend.document(user_of(ctx), doc_key, kb, -1, 0)
         except ServiceError as e:
             message = _bounded_message(e, doc_key, kb)

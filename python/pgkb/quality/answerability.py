@@ -5,7 +5,8 @@ Every question of a dataset is asked twice against the knowledge base `pgkb eval
 
 * **answerable** -- as it is: the top ``top_k`` hits of ``kb.hybrid_search`` (the retrieval ``kb.ask`` does);
 * **unanswerable** -- with its relevant documents hidden: the same search run once with a larger depth
-  (``depth``, default 100), every hit of a relevant document dropped, and the first ``top_k`` of the rest;
+  (``depth``, default kb.limits() top_k: the most a search returns), every hit of a relevant document
+  dropped, and the first ``top_k`` of the rest;
 * **unanswerable, strict** -- the same, and also every hit that still holds the answer: a chunk containing
   one of the question's gold answer strings (BEIR ``metadata.answers``), a chunk of a document whose text
   equals a relevant one's (the same FAQ answer twice), and a chunk whose embedding is a near-duplicate
@@ -40,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgkb.limits import api_limit
 from pgkb.quality.datasets import Dataset, EvalError, Query, default_kb, read_jsonl, sample
 from pgkb.quality.searching import embed_queries
 
 DEFAULT_TOP_K = 5  # kb.ask's default top_k
-DEFAULT_DEPTH = 100  # hits fetched once per question before the relevant ones are dropped (kb_internal.search's max)
 GOAL_REFUSED_UNANSWERABLE = 0.90  # issue goal: >= 90 % of unanswerable questions get "not found"
 GOAL_REFUSED_ANSWERABLE = 0.10  # ... while <= 10 % of answerable ones do
 NEAR_DUPLICATE = 0.95  # cosine at or above which a chunk counts as a copy of a judged one (strict hiding)
@@ -136,18 +137,20 @@ def ask_all(
     embedder,
     *,
     top_k: int = DEFAULT_TOP_K,
-    depth: int = DEFAULT_DEPTH,
+    depth: int | None = None,
     batch: int = 16,
     progress: Callable[[str], None] | None = None,
 ) -> list[Asked]:
     """Ask every question of ``dataset`` as it is and with its relevant documents hidden (see the module
     docstring); the query embedding is the client's (registry query prefix), passed to the search."""
-    if not 1 <= top_k <= depth <= 100:
-        raise EvalError(f"need 1 <= top_k ({top_k}) <= depth ({depth}) <= 100")
+    most = api_limit(conn, "top_k")
+    depth = depth or most
+    if not 1 <= top_k <= depth <= most:
+        raise EvalError(f"need 1 <= top_k ({top_k}) <= depth ({depth}) <= {most} (kb.limits() top_k)")
     queries = dataset.queries
     out: list[Asked] = []
     for i in range(0, len(queries), batch):
-        vectors = embed_queries(spec, embedder, [q.text for q in queries[i : i + batch]], batch)
+        vectors = embed_queries(conn, spec, embedder, [q.text for q in queries[i : i + batch]], batch)
         for q, emb in zip(queries[i : i + batch], vectors, strict=True):
             relevant = sorted(doc for doc, grade in q.relevant.items() if grade > 0)
             row = conn.execute(
@@ -343,13 +346,14 @@ def evaluate(
     gate_grid: Sequence[dict[str, str]] = ({},),
     unrelated: Dataset | None = None,
     top_k: int = DEFAULT_TOP_K,
-    depth: int = DEFAULT_DEPTH,
+    depth: int | None = None,
     batch: int = 16,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Ask every question (``ask_all``) once and score the gate at its default and at every threshold, for
     every combination of gate settings in ``gate_grid`` (``{}``: the database's)."""
     started = time.monotonic()
+    depth = depth or api_limit(conn, "top_k")
     report = Report(dataset.name, kb, spec.name, top_k, depth)
     report.asked = ask_all(conn, dataset, kb, spec, embedder, top_k=top_k, depth=depth, batch=batch,
                            progress=progress)  # fmt: skip
@@ -497,8 +501,8 @@ def run_loaded(
 
     thresholds = parse_thresholds(getattr(args, "thresholds", None))
     top_k = getattr(args, "top_k", DEFAULT_TOP_K)
-    if not 1 <= top_k <= DEFAULT_DEPTH:
-        raise EvalError(f"--top-k must be between 1 and {DEFAULT_DEPTH}")
+    if not 1 <= top_k <= api_limit(conn, "top_k"):
+        raise EvalError(f"--top-k must be between 1 and {api_limit(conn, 'top_k')}")
     grid = parse_gate_grid(getattr(args, "gate_grid", None) or [])
     if any(grid) and not thresholds:
         raise EvalError("--gate-grid needs --thresholds (the default threshold belongs to the default settings)")

@@ -34,6 +34,7 @@ from typing import Any
 
 from pgkb.chunking import ChunkingOptions
 from pgkb.ingest import IngestOptions, IngestSummary, ingest, ingest_documents
+from pgkb.limits import api_limit
 from pgkb.models.embedding import Embedder, ModelSpec
 from pgkb.quality.datasets import (
     Dataset,
@@ -126,7 +127,7 @@ def evaluate(
     """Embed every query once, run it in every mode, and return the JSON report. ``mixed``: search every
     knowledge base the connection can read, judged on ``kb``'s documents (the others only compete)."""
     queries = dataset.queries
-    embeddings = embed_queries(spec, embedder, [q.text for q in queries], batch, progress)
+    embeddings = embed_queries(conn, spec, embedder, [q.text for q in queries], batch, progress)
     results = {m: ModeResult() for m in modes}
     for mode in modes:  # warm-up (caches, plans), not timed
         search_mode(conn, mode, queries[0].text, embeddings[0], kb, spec, settings, reranker, mixed=mixed)
@@ -270,6 +271,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
     url = database_url(settings)
     with connect(url) as conn:
         try:
+            search_settings.validate(api_limit(conn, "top_k"))
             spec, embedder = configured_embedder(conn, settings, embedder)
             prepare_kb(conn, kb, dataset.name)
         except EvalError as e:

@@ -7,15 +7,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pgkb.models.embedding import Embedder, ModelSpec, prefixed
+from pgkb.models.embedding import Embedder, ModelSpec
 from pgkb.quality.datasets import EvalError
 from pgkb.quality.metrics import dedupe
-from pgkb.search import MODE_SETTINGS, query_rows, rerank
+from pgkb.search import MODE_SETTINGS, query_rows, query_vectors, rerank
 
 __all__ = [
     "DEFAULT_DEPTH",
     "FUSIONS",
-    "MAX_TOP_K",
     "SETTING_TYPES",
     "SearchSettings",
     "embed_queries",
@@ -24,7 +23,6 @@ __all__ = [
 ]
 
 DEFAULT_DEPTH = 50
-MAX_TOP_K = 100  # kb_internal.search's own limit
 FUSIONS = ("dbsf", "rrf")  # kb_internal.search's fusion methods
 
 
@@ -58,11 +56,11 @@ class SearchSettings:
     depth: int = DEFAULT_DEPTH  # chunks fetched per query (deduplicated to documents afterwards)
     fusion: str | None = None
 
-    def validate(self) -> None:
-        if not 1 <= self.depth <= MAX_TOP_K:
-            raise EvalError(f"--depth must be between 1 and {MAX_TOP_K}")
-        if not 1 <= self.rerank_depth <= MAX_TOP_K:
-            raise EvalError(f"--rerank-depth must be between 1 and {MAX_TOP_K}")
+    def validate(self, max_top_k: int | None = None) -> None:
+        """EvalError for a depth below 1 or, given the database's top_k bound (kb.limits()), above it."""
+        for flag, value in (("--depth", self.depth), ("--rerank-depth", self.rerank_depth)):
+            if value < 1 or (max_top_k is not None and value > max_top_k):
+                raise EvalError(f"{flag} must be between 1 and {max_top_k or 'kb.limits() top_k'}")
 
 
 def search_mode(
@@ -94,16 +92,17 @@ def other_kb_key(kb: str, doc_key: str) -> str:
     return f"\x00{kb}/{doc_key}"
 
 
-def embed_queries(spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None) -> list:
-    """The query embeddings (registry query prefix), in batches of ``batch``, as pgvector values."""
-    from pgvector import Vector
-
-    prefixed_texts = prefixed(spec, list(texts), query=True)
-    out: list[Vector] = []
-    for i in range(0, len(prefixed_texts), batch):
-        out.extend(Vector([float(x) for x in v]) for v in embedder.embed(prefixed_texts[i : i + batch]))
+def embed_queries(
+    conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None
+) -> list:
+    """The query embeddings, in batches of ``batch``, by the search client's own query embedding
+    (pgkb.search.query_vectors: registry query prefix, norm check), as pgvector values."""
+    texts = list(texts)
+    out: list = []
+    for i in range(0, len(texts), batch):
+        out.extend(query_vectors(conn, spec, embedder, texts[i : i + batch]))
         if progress:
-            progress(f"\rembedding queries: {min(i + batch, len(prefixed_texts))}/{len(prefixed_texts)}")
+            progress(f"\rembedding queries: {min(i + batch, len(texts))}/{len(texts)}")
     if progress:
         progress("\n")
     return out

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pgkb.limits import api_limit
 from pgkb.quality.datasets import Dataset, EvalError, default_kb, load_beir, load_questions, sample
 from pgkb.quality.evaluate import configured_embedder
 from pgkb.quality.metrics import ModeResult, score_mode
@@ -84,7 +85,7 @@ def sweep(conn, datasets: list[Dataset], spec, embedder, combos, modes, batch: i
         ).fetchone()[0]
         if not chunks:
             raise EvalError(f"knowledge base {kb} is missing or empty: load it first with `pgkb eval` on {ds.name}")
-        embeddings = embed_queries(spec, embedder, [q.text for q in ds.queries], batch)
+        embeddings = embed_queries(conn, spec, embedder, [q.text for q in ds.queries], batch)
         legs = {leg: _ndcg(conn, ds, embeddings, kb, spec, leg, SearchSettings()) for leg in ("vector", "lexical")}
         best = max(legs, key=lambda leg: legs[leg]["ndcg@10"])
         report["datasets"][ds.name] = {
@@ -147,6 +148,8 @@ def run(args, settings, *, embedder=None) -> int:
         ds.queries = sample(ds.queries, args.max_queries, args.seed)
     with connect(database_url(settings)) as conn:
         try:
+            for _, combo in combos:
+                combo.validate(api_limit(conn, "top_k"))
             spec, embedder = configured_embedder(conn, settings, embedder)
             report = sweep(conn, datasets, spec, embedder, combos, modes, settings.embed_batch)
         except EvalError as e:

@@ -19,7 +19,16 @@ import psycopg
 from pgkb.migrate import pending_migrations
 from pgkb.models.embedding import EmbeddingError, ModelSpec, load_embedder, model_spec
 from pgkb.rows import one
-from pgkb.search import QUERY_EMBEDDING_FAILED, SearchResponse, check_input, embed_query, search
+from pgkb.search import (
+    QUERY_EMBEDDING_FAILED,
+    QueryEmbedding,
+    SearchResponse,
+    acting,
+    check_input,
+    embed_query,
+    search,
+    snippets,
+)
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
     BadInput,
@@ -294,13 +303,8 @@ class Backend:
 
     @contextlib.contextmanager
     def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:
-        """A transaction acting as ``user`` with the statement timeout, both transaction-local."""
-        with conn.transaction():
-            if user is not None:
-                conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
-            conn.execute(
-                "select set_config('statement_timeout', %s, true)", [str(self.config.options.statement_timeout_ms)]
-            )
+        """A transaction acting as ``user`` with this server's statement timeout (pgkb.search.acting)."""
+        with acting(conn, user, self.config.options.statement_timeout_ms):
             yield
 
     def api_key_user(self, key_id: str, secret_sha256: bytes) -> str | None:
@@ -406,10 +410,10 @@ class Backend:
             self.metrics.timed("document", "sql"),
             self.acting(conn, user),
         ):
-            kb_name, doc_key, title, source_url, chunk_count, updated, chunks = one(
+            kb_name, doc_key, title, source_url, chunk_count, updated, chunks, uri = one(
                 conn.execute(
-                    "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks"
-                    " from kb.get_document(%s, %s, %s, %s)",
+                    "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks,"
+                    " kb.document_uri(kb, doc_key) from kb.get_document(%s, %s, %s, %s)",
                     [doc_id, kb, chunk_index, window],
                 )
             )
@@ -417,8 +421,8 @@ class Backend:
             "kb": kb_name,
             "doc_id": doc_key,
             "title": title,
-            "source": source_url or f"kb://{kb_name}/{doc_key}",
-            "uri": f"kb://{kb_name}/{doc_key}",
+            "source": source_url or uri,
+            "uri": uri,
             "chunk_count": chunk_count,
             "updated_at": updated.isoformat(),
             "chunks": [
@@ -433,16 +437,18 @@ class Backend:
         }
 
     def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
-        """kb.ask as ``user`` (not streamed): retrieval, the not-found gate, the answer and its checked
-        citations are the database's; its input errors become BadInput (an unknown or invisible kb: NotFound)
-        with the database's message, and a database without kb.ask Unsupported."""
+        """kb.ask as ``user`` (not streamed) with this server's query embedding (pgkb.answer.ask): retrieval,
+        the not-found gate, the answer and its checked citations are the database's; its input errors become
+        BadInput (an unknown or invisible kb: NotFound) with the database's message, and a database without
+        kb.ask Unsupported."""
         from pgkb.answer import AskError, ask
 
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "ask_knowledge"):
+            spec, embedder = self.embedder(conn)
             try:
                 row = ask(
-                    conn, question, top_k=top_k, kb=kb, user=user,
-                    timeout_ms=self.config.options.statement_timeout_ms,
+                    conn, self.config.settings, question, top_k=top_k, kb=kb, user=user,
+                    timeout_ms=self.config.options.statement_timeout_ms, embedder=embedder, spec=spec,
                 )  # fmt: skip
             except AskError as e:
                 unknown = isinstance(e.__context__, psycopg.errors.NoDataFound)
@@ -450,6 +456,8 @@ class Backend:
         for stage, timing in (("sql", "retrieve_ms"), ("answer", "generate_ms")):
             if row[timing] is not None:
                 self.metrics.stage("ask", stage, float(row[timing]) / 1000)
+        if (row["evidence"] or {}).get("lexical_only"):
+            self.metrics.degraded.labels("ask").inc()
         log.info(
             "ask user=%s kb=%s top_k=%d: %s, %d citations, %.0f ms", user, kb, top_k, row["mode"],
             len(row["citations"] or []), row["total_ms"] or 0,
@@ -460,37 +468,24 @@ class Backend:
         """The chat messages kb.answer_prompt builds from the hits ``user`` may see (hybrid search with this
         server's query embedding; lexical legs only when it fails), the sources as [{n, title, heading_path,
         page, uri, source_url}] and why the search was degraded ("" when it was not)."""
-        from pgkb.models.embedding import prefixed
-        from pgkb.search import check_input
-
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "answer_with_citations"):
             try:
                 check_input(conn, question, top_k)
             except ValueError as e:
                 raise ServiceError(str(e)) from e
-            spec, embedder = self.embedder(conn)
-            degraded, embedding = "", None
-            with self.metrics.timed("answer_prompt", "embed"):
-                try:
-                    from pgvector import Vector
-
-                    embedding = Vector([float(x) for x in embedder.embed(prefixed(spec, [question], query=True))[0]])
-                except EmbeddingError as e:
-                    degraded = f"{QUERY_EMBEDDING_FAILED} ({e}); lexical search only"
-                    self.metrics.degraded.labels("answer_prompt").inc()
+            embedded = self._embed(conn, "answer_prompt", question)
             with self.acting(conn, user), self.metrics.timed("answer_prompt", "sql"):
                 messages, sources = one(conn.execute(
-                    "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s,"
-                    " query_embedding => %(e)s, model => %(m)s, vector_weight => %(w)s) as h) as hits)"
+                    "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s, query_embedding"
+                    " => %(query_embedding)s, model => %(model)s, vector_weight => %(vector_weight)s) as h) as hits)"
                     " select kb.answer_prompt(%(q)s, hits.hits), coalesce((select jsonb_agg(jsonb_build_object("
                     " 'n', s.ordinality, 'title', s.title, 'heading_path', to_jsonb(s.heading_path),"
                     " 'page', s.metadata -> 'page', 'source_url', s.source_url,"
-                    " 'uri', format('kb://%%s/%%s', s.kb, s.doc_key)) order by s.ordinality)"
+                    " 'uri', kb.document_uri(s.kb, s.doc_key)) order by s.ordinality)"
                     " from unnest(hits.hits) with ordinality as s), '[]') from hits",
-                    {"q": question, "k": top_k, "kb": kb, "e": embedding, "m": spec.name,
-                     "w": None if embedding is not None else 0.0},
+                    {"q": question, "k": top_k, "kb": kb, **embedded.sql_arguments()},
                 ))  # fmt: skip
-        return messages, sources, degraded
+        return messages, sources, embedded.failure or ""
 
     def knowledge_bases(self, user: str | None) -> list[dict]:
         with (
@@ -534,23 +529,31 @@ class Backend:
                 check_input(conn, query, top_k)
             except ValueError as e:
                 raise BadInput(str(e)) from e
-            spec, embedder = self.embedder(conn)
-            with self.metrics.timed("retrieve", "embed"):
-                embedding, model, failure = embed_query(
-                    conn, self.config.settings, query, embedder=embedder, spec=spec
-                )  # fmt: skip
-            if failure is not None:
-                self.metrics.degraded.labels("retrieve").inc()
+            embedded = self._embed(conn, "retrieve", query)
             condition = None if metadata_condition is None else json.dumps(metadata_condition)
             with self.acting(conn, user), self.metrics.timed("retrieve", "sql"):
                 cursor = conn.execute(
-                    "select * from kb.retrieve(%s, %s, %s, %s, %s, %s::jsonb, %s)",
-                    [query, top_k, kb, embedding, model, condition, score_threshold],
-                )
+                    "select *, kb.document_uri(knowledge_base, doc_key) as uri"
+                    " from kb.retrieve(%(q)s, %(k)s, %(kb)s, query_embedding => %(query_embedding)s,"
+                    " model => %(model)s, metadata_condition => %(condition)s::jsonb,"
+                    " score_threshold => %(threshold)s, vector_weight => %(vector_weight)s)",
+                    {"q": query, "k": top_k, "kb": kb, "condition": condition, "threshold": score_threshold,
+                     **embedded.sql_arguments()},
+                )  # fmt: skip
                 columns = [c.name for c in cursor.description or ()]
                 rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
         log.info("retrieve user=%s kb=%s top_k=%d: %d records", user, kb, top_k, len(rows))
-        return rows, failure
+        return rows, embedded.failure
+
+    def _embed(self, conn: psycopg.Connection, call: str, query: str) -> QueryEmbedding:
+        """The query's embedding by this server's embedder (pgkb.search.embed_query), timed as ``call``'s
+        embed stage; a failure counts as a degraded ``call``."""
+        spec, embedder = self.embedder(conn)
+        with self.metrics.timed(call, "embed"):
+            embedded = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec)
+        if embedded.failure is not None:
+            self.metrics.degraded.labels(call).inc()
+        return embedded
 
     def snippets(self, query: str, contents: list[str], width: int, marks: tuple[str, str]) -> list[str]:
         """kb.snippet for each content: a window around the query's first term, terms wrapped in ``marks``
@@ -560,12 +563,7 @@ class Backend:
             _db_errors(self.config.options.statement_timeout_ms, "snippet"),
             self.metrics.timed("snippet", "sql"),
         ):
-            rows = conn.execute(
-                "select kb.snippet(c.content, %s, %s, %s, %s) from unnest(%s::text[]) with ordinality as c (content, n)"
-                " order by c.n",
-                [query, width, marks[0], marks[1], contents],
-            ).fetchall()
-        return [r[0] for r in rows]
+            return snippets(conn, query, contents, width, marks)
 
     def log_query(self, response: SearchResponse) -> None:
         path = self.config.query_log

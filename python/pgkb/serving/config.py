@@ -16,8 +16,9 @@ from pgkb.search import SearchOptions
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8766
 MCP_MAX_TOP_K = 20
-# arguments longer than these are refused before any work (transport hygiene; the search rules are SQL's)
-MAX_QUERY_ARGUMENT_CHARS = 10_000
+# a string argument (query, question, kb, doc_id) longer than this is refused before any work (transport
+# hygiene); the rules for each (kb.limits(): query length, name lengths ...) are SQL's, and its errors say them
+MAX_ARGUMENT_CHARS = 10_000
 RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + structured content)
 RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
 MAX_WINDOW = 20
@@ -33,8 +34,6 @@ POOL_WAIT_SECONDS = 30.0  # most a call waits for a free pooled connection (all 
 READY_CONNECT_SECONDS = 3  # /readyz: the database must accept a connection this fast (libpq's minimum is 2)
 METRICS_WAIT_SECONDS = 1.0  # /metrics: most it waits for a pooled connection to read the embedding backlog
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-MAX_DOC_ID_CHARS = 1000  # kb.documents.doc_key's limit
-MAX_KB_NAME_CHARS = 100  # a knowledge base name's limit
 MAX_CHUNK_INDEX = 2_000_000_000  # chunk ordinals are 32-bit integers
 SHOWN_CHARS = 200  # a value echoed in a message shows at most this many characters, then "…"
 MAX_MESSAGE_CHARS = 2000  # an error message as a whole

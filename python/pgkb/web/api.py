@@ -28,11 +28,10 @@ import decimal
 from pgkb.answer import notes
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
 from pgkb.serving.auth import bearer, bearer_user
-from pgkb.serving.config import MAX_CHUNK_INDEX, MAX_DOC_ID_CHARS, MAX_KB_NAME_CHARS, MAX_WINDOW, MCP_MAX_TOP_K
+from pgkb.serving.config import MAX_ARGUMENT_CHARS, MAX_CHUNK_INDEX, MAX_WINDOW, MCP_MAX_TOP_K
 from pgkb.web import markdown
 from pgkb.web.http import RequestError, json_response, read_json
 
-MAX_QUERY_CHARS = 4000  # kb.check_search_input's limit
 SNIPPET_CHARS = 240
 MARKS = ("\ue000", "\ue001")  # private-use characters: kb.snippet's marks, removed from contents first
 
@@ -115,8 +114,8 @@ def routes(backend):
         return {"user": user, "knowledge_bases": backend.knowledge_bases(user)}
 
     def search(user: str, body: dict) -> dict:
-        query = _text(body, "query", MAX_QUERY_CHARS, required=True)
-        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        query = _text(body, "query", MAX_ARGUMENT_CHARS, required=True)
+        kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
         response = backend.search(user, query, top_k, kb)
         contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
@@ -133,7 +132,7 @@ def routes(backend):
                     "doc_id": h.doc_key,
                     "chunk_index": h.chunk_index,
                     "source": h.source,
-                    "uri": f"kb://{h.kb}/{h.doc_key}",
+                    "uri": h.uri,
                     "also_in": h.also_in,
                     "page": (h.metadata or {}).get("page"),
                     "score": h.final_score,
@@ -146,16 +145,16 @@ def routes(backend):
         }
 
     def document(user: str, body: dict) -> dict:
-        doc_id = _text(body, "doc_id", MAX_DOC_ID_CHARS, required=True)
-        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        doc_id = _text(body, "doc_id", MAX_ARGUMENT_CHARS, required=True)
+        kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         chunk_index = _int(body, "chunk_index", -1, -1, MAX_CHUNK_INDEX)
         window = _int(body, "window", 2, 0, MAX_WINDOW)
         doc = backend.document(user, doc_id, kb, chunk_index, window)
         return {**doc, "chunks": [{**c, "content_html": markdown.render(c["content"])} for c in doc["chunks"]]}
 
     def ask(user: str, body: dict) -> dict:
-        question = _text(body, "question", MAX_QUERY_CHARS, required=True)
-        kb = _text(body, "kb", MAX_KB_NAME_CHARS, required=False)
+        question = _text(body, "question", MAX_ARGUMENT_CHARS, required=True)
+        kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
         row = backend.ask(user, question, top_k, kb)
         cited = {c["n"] for c in row.get("citations") or []}

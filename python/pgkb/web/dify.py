@@ -24,7 +24,7 @@ import logging
 
 from pgkb.serving.arguments import BadInput, NotFound, ServiceError, check_text
 from pgkb.serving.auth import bearer, bearer_user
-from pgkb.serving.config import MAX_KB_NAME_CHARS, MAX_QUERY_ARGUMENT_CHARS
+from pgkb.serving.config import MAX_ARGUMENT_CHARS
 from pgkb.web.http import RequestError, json_response, read_json
 
 log = logging.getLogger("pgkb.web")
@@ -59,7 +59,7 @@ def parse(body: dict) -> tuple[str, str, int, float, dict | None]:
     if condition is not None and not isinstance(condition, dict):
         raise RequestError(400, "metadata_condition must be an object with logical_operator and conditions")
     try:
-        check_text("query", query, MAX_QUERY_ARGUMENT_CHARS)
+        check_text("query", query, MAX_ARGUMENT_CHARS)
     except ServiceError as e:
         raise RequestError(400, str(e)) from None
     return knowledge_id, query, top_k, float(threshold), condition
@@ -67,7 +67,7 @@ def parse(body: dict) -> tuple[str, str, int, float, dict | None]:
 
 def record(row: dict) -> dict:
     """A kb.retrieve row as a Dify record; metadata is an object, never null."""
-    source = row["source_url"] or f"kb://{row['knowledge_base']}/{row['doc_key']}"
+    source = row["source_url"] or row["uri"]
     metadata = {
         **(row["document_metadata"] or {}),
         "kb": row["knowledge_base"],
@@ -107,8 +107,6 @@ def routes(backend):
             knowledge_id, query, top_k, threshold, condition = parse(await read_json(request))
         except RequestError as e:
             return error(e.status, e.status, str(e))
-        if len(knowledge_id) > MAX_KB_NAME_CHARS:  # no knowledge base has a longer name
-            return knowledge_missing(knowledge_id)
         try:
             rows, degraded = await run_in_threadpool(
                 backend.retrieve, user, query, top_k, knowledge_id, condition, threshold
