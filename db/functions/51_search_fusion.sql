@@ -32,7 +32,8 @@ $$;
 -- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
 -- kb_internal.text_scripts of the chunk's title and headings: an English question, Chinese documents), so
 -- for such a chunk each term leg counts its share or the vector leg's, whichever is larger (as if it agreed
--- with the vector leg; a term hit never lowers a chunk). Other chunks are fused as before.
+-- with the vector leg; a term hit never lowers a chunk) — for a query of three terms or more: one or two
+-- are keywords or identifiers, which a text in another script may hold. Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
 -- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb_internal.heading_trail and
@@ -65,7 +66,10 @@ declare
     expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
     defaults record;
     doc_filter jsonb;
-    query_scripts text [] := kb_internal.text_scripts(query);
+    -- a question, not a keyword or an identifier (which a text in another script may well contain)
+    query_scripts text [] := case
+        when cardinality(kb_internal.query_terms(query)) >= 3 then kb_internal.text_scripts(query) else '{}'
+    end;
 begin
     select * into defaults from kb.search_defaults();
     vector_weight := coalesce(vector_weight, defaults.vector_weight);
