@@ -87,7 +87,8 @@ def checkout(commit: str, dest: Path) -> Path:
     archive = _git("archive", "--format=tar", commit, "db", "python/pgkb/migrate.py")
     assert archive.returncode == 0, archive.stderr.decode()
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        # this repository's own files; the "data" filter where the Python has it (Debian 12's 3.11.2 has not)
+        tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return dest / "db"
 
 

@@ -291,7 +291,11 @@ def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_pat
     cli = [sys.executable, "-m", "pgkb.cli", "bench", "--chunks", "200000", "--datasets", str(datasets)]
     log = tmp_path / "bench.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([*cli, "--mcp-calls", "0"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*cli, "--mcp-calls", "0"], env=env, stdout=out, stderr=subprocess.STDOUT,
+            # a shell runs background jobs with SIGINT ignored, and a child inherits that: give it the default
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
     try:
         loaded = 0
         deadline = time.monotonic() + 120
