@@ -605,10 +605,31 @@ def built_rows(conn) -> tuple[list, list]:
     return blocks, stats
 
 
+def assert_lists_are_full_blocks(conn) -> None:
+    """Every (term, tier) list is cut into full blocks from its start: only its last block has room."""
+    assert (
+        conn.execute(
+            "select count(*) from (select n, lead(n) over (partition by kb_id, term, tier order by first_chunk)"
+            " as next from kb.postings) as b where next is not null and n <> kb.posting_block_size()"
+        ).fetchone()[0]
+        == 0
+    )
+
+
+def build_in_sql_steps(conn, kb: int, chunks: int) -> None:
+    """kb.build_postings's SQL path, `chunks` chunks a step."""
+    conn.execute("select kb.clear_postings(%s)", [kb])
+    done_to = 0
+    while (done_to := conn.execute("select kb.build_postings_batch(%s, %s, %s)", [kb, done_to, chunks]).fetchone()[0]):
+        pass
+
+
 def test_numpy_and_sql_builders_write_the_same_rows(db):
     """kb.build_postings with numpy (kb.build_postings_numpy) and in SQL (the function hidden, as on a server
     without plpython3u) write the same blocks byte for byte and the same term statistics, over lists in
-    every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases."""
+    every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases; so
+    do both when their steps are a few chunks (lists continued across steps: refilled in SQL, merged by
+    numpy), and every list is cut into full blocks from its start."""
     rnd = random.Random(21)
     for d in range(30):
         write_doc(db, "kb-n" if d % 3 else "kb-m", f"d{d}.md", rnd, rnd.randint(4, 20))
@@ -628,11 +649,19 @@ def test_numpy_and_sql_builders_write_the_same_rows(db):
     with_numpy = built_rows(db)
     assert db.execute("select count(*) from kb.postings where n = kb.posting_block_size()").fetchone()[0] > 0
     assert db.execute("select count(distinct tier) from kb.postings").fetchone()[0] >= 20
+    assert_lists_are_full_blocks(db)
     with db.transaction():
-        db.execute("alter function kb.build_postings_numpy(integer, bigint, bigint) rename to hidden_builder")
+        db.execute("alter function kb.build_postings_numpy(integer, integer) rename to hidden_builder")
         for kb in kbs:
             db.execute("select kb.build_postings(%s)", [kb])
         in_sql = built_rows(db)
-        db.execute("alter function kb.hidden_builder(integer, bigint, bigint) rename to build_postings_numpy")
+        db.execute("alter function kb.hidden_builder(integer, integer) rename to build_postings_numpy")
     assert with_numpy == in_sql
+    for kb in kbs:
+        db.execute("select kb.clear_postings(%s)", [kb])
+        db.execute("select kb.build_postings_numpy(%s, 7)", [kb])
+    assert built_rows(db) == with_numpy
+    for kb in kbs:
+        build_in_sql_steps(db, kb, 5)
+    assert built_rows(db) == with_numpy
     assert_postings_exact(db)
