@@ -9,10 +9,10 @@
 -- stays bounded and each (term, tier) list is written once, in full blocks: (1) the chunks in id order,
 -- `step` (at most 65,536) at a time: term frequencies read once per chunk (term_freqs as text, parsed in
 -- Python), each term's tiers and recent postings (terms with a document frequency below
--- kb.recent_postings_limit()) written to kb.term_stats, the other postings sorted by (term, tier, id) and
--- staged in a temporary table, per range of terms holding about 4 million postings; (2) per range, its
--- staged postings merged, cut into blocks of kb.posting_block_size(), encoded as kb.encode_postings does
--- and inserted in key order. Returns the postings built.
+-- kb.recent_postings_limit()) noted, the other postings sorted by (term, tier, id) and staged in a
+-- temporary table, per range of terms holding about 4 million postings; (2) per range, its staged
+-- postings merged, cut into blocks of kb.posting_block_size(), encoded as kb.encode_postings does and
+-- inserted in key order; then each term's kb.term_stats row updated once. Returns the postings built.
 create or replace function kb.build_postings_numpy(target_kb integer, step integer default 50000)
 returns bigint
 language plpython3u volatile
@@ -62,6 +62,7 @@ if "build_plans" not in SD:
             " as x (term, tier, first_chunk, n, payload)",
             ["integer", "text[]", "smallint[]", "bigint[]", "smallint[]", "bytea[]"],
         ),
+        # x.o / x.k: a term's recent postings in $6..$8 (offset, count)
         "stats": plpy.prepare(
             "update kb.term_stats as s"
             " set tiers = s.tiers | x.tiers,"
@@ -126,10 +127,15 @@ def numbers(keys):
 
 
 steps = []  # per pass-1 step: its chunks' ids and lengths
+# per vocabulary term, over all steps: its tiers (bits) and highest id in blocks (-1: none); and the
+# recent postings (terms below the limit), per step
+term_tiers = np.zeros(len(vocab_terms), dtype=np.int64)
+term_blocked_to = np.full(len(vocab_terms), -1, dtype=np.int64)
+recent_parts = []
 
 
 def first_pass(step_no, term, tf, per_chunk, chunk_ids, chunk_dls):
-    """Tiers and recent postings of one step's postings into kb.term_stats; its blocked postings staged."""
+    """One step's postings: their tiers, their terms' tiers and recent postings noted, the others staged."""
     # tiers by kb.posting_tier itself, asked once for every distinct tf with every distinct chunk length
     tf_values = np.flatnonzero(np.bincount(tf))
     dl_values, dl_of_chunk = np.unique(chunk_dls, return_inverse=True)
@@ -144,21 +150,13 @@ def first_pass(step_no, term, tf, per_chunk, chunk_ids, chunk_dls):
     order = stable_order(term * 64 + tier)
     term, tier, chunk_no, tf = term[order], tier[order], chunk_no[order], tf[order]
     starts = np.flatnonzero(np.r_[True, term[1:] != term[:-1]])
-    ends = np.r_[starts[1:], len(term)]
     touched = term[starts]
-    tier_bits = np.bitwise_or.reduceat(np.left_shift(1, tier), starts)
-    is_blocked_term = blocked_term[touched]
+    term_tiers[touched] |= np.bitwise_or.reduceat(np.left_shift(1, tier), starts)
+    highest = np.maximum.reduceat(chunk_ids[chunk_no], starts)
+    term_blocked_to[touched] = np.where(blocked_term[touched], highest, term_blocked_to[touched])
     blocked = blocked_term[term]
     recent = ~blocked
-    recent_count = np.where(is_blocked_term, 0, ends - starts)
-    recent_offset = np.cumsum(recent_count) - recent_count
-    highest = np.maximum.reduceat(chunk_ids[chunk_no], starts)  # blocked_to
-    plpy.execute(plans["stats"], [
-        target_kb, [vocab_terms[t] for t in touched.tolist()], tier_bits.tolist(), recent_offset.tolist(),
-        recent_count.tolist(), chunk_ids[chunk_no[recent]].tolist(), tf[recent].tolist(),
-        chunk_dls[chunk_no[recent]].tolist(),
-        [int(h) if b else None for b, h in zip(is_blocked_term.tolist(), highest.tolist())],
-    ])
+    recent_parts.append((term[recent], chunk_ids[chunk_no[recent]], tf[recent], chunk_dls[chunk_no[recent]]))
     # the blocked postings, per range of terms: their runs and per posting its chunk number and tf
     sel = np.flatnonzero(blocked)
     b_term, b_key, b_chunk, b_tf = term[sel], term[sel] * 64 + tier[sel], chunk_no[sel], tf[sel]
@@ -262,5 +260,17 @@ while True:
 for part in range(ranges):
     second_pass(part)
 plpy.execute("drop table pg_temp.pgkb_posting_runs")
+# kb.term_stats: one update per term with postings (tiers, recent postings by term, blocked_to)
+touched = np.flatnonzero(term_tiers)
+if len(touched):
+    r_term, r_id, r_tf, r_dl = (np.concatenate(x) for x in zip(*recent_parts))
+    order = np.argsort(r_term, kind="stable")
+    recent_count = np.bincount(r_term, minlength=len(vocab_terms))[touched]
+    plpy.execute(plans["stats"], [
+        target_kb, [vocab_terms[t] for t in touched.tolist()], term_tiers[touched].tolist(),
+        (np.cumsum(recent_count) - recent_count).tolist(), recent_count.tolist(), r_id[order].tolist(),
+        r_tf[order].tolist(), r_dl[order].tolist(),
+        [None if h < 0 else h for h in term_blocked_to[touched].tolist()],
+    ])
 return built
 $$;

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+from pathlib import Path
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pgkb.config import Settings
+from pgkb.migrate import migrate
 
 EXACT_BUDGET = 1_000_000_000
 # a Zipf-like vocabulary: a few words in most chunks, many in few; CJK text gives bigrams
@@ -274,6 +278,26 @@ def test_migration_rebuild_matches_maintained_postings(db):
         tiers, db.execute("select term, tiers from kb.term_stats order by 1").fetchall(), strict=True
     ):
         assert term == term2 and kept & rebuilt == rebuilt
+
+
+def test_migrate_rebuilds_the_lists_of_an_older_format(db, tmp_path: Path):
+    """A knowledge base whose lists are in an older format (migration 030 empties kb.postings) is rebuilt
+    by the next `pgkb db migrate` that applies the functions: its postings again those of its chunks, in
+    full blocks, format kb.postings_format()."""
+    rnd = random.Random(17)
+    for d in range(10):
+        write_doc(db, "kb-o", f"d{d}.md", rnd, 30)
+    before = postings_of(db)
+    db.execute("truncate kb.postings")
+    db.execute("update kb.knowledge_bases set postings_format = 1")
+    db_dir = tmp_path / "db"
+    shutil.copytree(Settings.from_env().db_dir, db_dir)
+    touched = db_dir / "functions" / "31_postings.sql"
+    touched.write_text(touched.read_text() + "\n-- touched\n")
+    assert migrate(db, db_dir).functions_applied
+    assert postings_of(db) == before == postings_from_chunks(db)
+    assert db.execute("select bool_and(postings_format = kb.postings_format()) from kb.knowledge_bases").fetchone()[0]
+    assert_lists_are_full_blocks(db)
 
 
 def alice_bob_and_a_public_kb(db, connect_as, seed: int, docs: int):
