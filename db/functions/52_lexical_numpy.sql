@@ -174,6 +174,17 @@ for r in rows:
     by_term.setdefault(r["term"], []).append(r)
 
 
+tables = {}
+
+
+def tf_part(t):
+    """BM25's tf part in tier t (a fixed tf) for each length of its floor plus 0..255, for this k1, b."""
+    if t not in tables:
+        dls = DL_MIN[t] + np.arange(256, dtype=np.float64)
+        tables[t] = (k1 + 1) * TF_FIXED[t] / (TF_FIXED[t] + c1 + c2 * dls)
+    return tables[t]
+
+
 def read_class(terms):
     """Every posting of terms (blocks and recent postings): chunk ids and BM25 addends, and per term
     (rarest first) the slices of those arrays that hold its postings."""
@@ -202,13 +213,19 @@ def read_class(terms):
         n_full = int(np.count_nonzero(count == FULL))  # the full blocks come first, by tier and size
         cuts = (np.flatnonzero(np.diff(tier[:n_full] * (1 << 20) + length[:n_full])) + 1).tolist()
         for a, z in zip([0, *cuts], [*cuts, n_full]) if n_full else ():
-            width, tb, db, ib = int(length[a]), int(tf_bytes[a]), int(dl_bytes[a]), int(id_bytes[a])
+            t, width, tb, db, ib = int(tier[a]), int(length[a]), int(tf_bytes[a]), int(dl_bytes[a]), int(id_bytes[a])
             m = buf[start[a] : start[a] + (z - a) * width].reshape(z - a, width)
-            tfs = column(m, FULL * ib, tb) if tb else TF_FIXED[tier[a:z]][:, None]
-            dls = column(m, FULL * (ib + tb), db) + DL_MIN[tier[a:z]][:, None]
             done = at + (z - a) * FULL
-            ids[at:done] = (first[a:z, None] + column(m, 0, ib).astype(np.int64)).ravel()
-            w[at:done] = (idf[term_of[a:z], None] * (k1 + 1) * tfs / (tfs + c1 + c2 * dls)).ravel()
+            offsets = column(m, 0, ib)
+            np.add(first[a:z, None], offsets if ib < 8 else offsets.astype(np.int64), out=ids[at:done].reshape(-1, FULL))
+            out_w = w[at:done].reshape(-1, FULL)
+            if tb == 0 and db == 1:  # the tier fixes tf and the length is its floor plus one byte: a table
+                np.take(tf_part(t), m[:, FULL * ib : FULL * (ib + 1)], out=out_w, mode="clip")
+            else:
+                tfs = column(m, FULL * ib, tb) if tb else TF_FIXED[t]
+                dls = column(m, FULL * (ib + tb), db) + DL_MIN[t]
+                np.divide((k1 + 1) * tfs, tfs + c1 + c2 * dls, out=out_w)
+            out_w *= idf[term_of[a:z], None]
             at = done
         # the other blocks (a list's last one): a byte offset per posting and field
         per = count[n_full:]

@@ -37,11 +37,17 @@ if "build_plans" not in SD:
             " from kb.term_stats as s where s.kb_id = $1",
             ["integer"],
         ),
-        # one pass-1 step: the next chunks in id order
+        # one pass-1 step: the highest id of the next chunks, then those chunks in id order (a range of the
+        # primary key: with a LIMIT instead, the planner may sort every chunk's text)
+        "step_end": plpy.prepare(
+            "select max(c.id) as hi from (select c.id from kb.chunks as c"
+            " where c.kb_id = $1 and c.id > $2 order by c.id limit $3) as c",
+            ["integer", "bigint", "integer"],
+        ),
         "chunks": plpy.prepare(
             "select c.id, c.term_count, c.term_freqs::text as freqs from kb.chunks as c"
-            " where c.kb_id = $1 and c.id > $2 order by c.id limit $3",
-            ["integer", "bigint", "integer"],
+            " where c.kb_id = $1 and c.id > $2 and c.id <= $3 order by c.id",
+            ["integer", "bigint", "bigint"],
         ),
         # the tier of each distinct (tf, length) pair, by kb.posting_tier itself
         "tiers": plpy.prepare(
@@ -234,11 +240,12 @@ def second_pass(part):
 
 built = 0
 done_to = -1  # the highest chunk id read
-while True:
-    keys, tfs = [], array("q")
+while (hi := plpy.execute(plans["step_end"], [target_kb, done_to, step])[0]["hi"]) is not None:
+    terms, tfs = array("q"), array("q")
     ids, lengths, counts = array("q"), array("q"), array("q")
-    cursor = plpy.cursor(plans["chunks"], [target_kb, done_to, step])
+    cursor = plpy.cursor(plans["chunks"], [target_kb, done_to, hi])
     while fetched := cursor.fetch(2000):
+        keys = []
         for c in fetched:
             freqs = json.loads(c["freqs"])
             keys.extend(freqs)
@@ -246,13 +253,12 @@ while True:
             ids.append(c["id"])
             lengths.append(c["term_count"])
             counts.append(len(freqs))
-    if not ids:
-        break
-    done_to = ids[-1]
+        terms.extend(numbers(keys))  # numbers, not the strings, are kept
+    done_to = hi
     chunk_ids = np.frombuffer(ids, dtype=np.int64)
     chunk_dls = np.frombuffer(lengths, dtype=np.int64)
     steps.append((chunk_ids, chunk_dls))
-    term = np.fromiter(numbers(keys), dtype=np.int64, count=len(keys))
+    term = np.frombuffer(terms, dtype=np.int64)
     if len(term):
         first_pass(len(steps) - 1, term, np.frombuffer(tfs, dtype=np.int64), np.frombuffer(counts, dtype=np.int64),
                    chunk_ids, chunk_dls)

@@ -644,7 +644,7 @@ def build_in_sql_steps(conn, kb: int, chunks: int) -> None:
     """kb.build_postings's SQL path, `chunks` chunks a step."""
     conn.execute("select kb.clear_postings(%s)", [kb])
     done_to = 0
-    while (done_to := conn.execute("select kb.build_postings_batch(%s, %s, %s)", [kb, done_to, chunks]).fetchone()[0]):
+    while done_to := conn.execute("select kb.build_postings_batch(%s, %s, %s)", [kb, done_to, chunks]).fetchone()[0]:
         pass
 
 
