@@ -328,7 +328,7 @@ begin
     perform kb.clear_postings(target_kb);
     -- 53_postings_build_numpy.sql, where plpython3u is; separate IFs, so the calls are planned only where
     -- they exist
-    if to_regprocedure('kb.build_postings_numpy(integer)') is not null then
+    if to_regprocedure('kb.build_postings_numpy(integer, integer)') is not null then
         with_numpy := kb.numpy_available();
     end if;
     if with_numpy then
