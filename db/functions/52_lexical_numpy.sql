@@ -41,6 +41,18 @@ set search_path = pg_catalog, pg_temp
 as $$
 import numpy as np
 
+if "heap_mb" not in GD:
+    # once per backend: glibc's malloc keeps up to lexical_numpy_heap_mb of freed memory (and takes arrays
+    # below 32 MB from its heap) instead of returning it to the OS, so the next search's arrays do not
+    # fault their pages in again (at a million chunks that halved this leg's time); 0: malloc as it was
+    import ctypes
+
+    GD["heap_mb"] = plpy.execute("select kb.setting_int('lexical_numpy_heap_mb') as mb")[0]["mb"]
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # glibc's; absent elsewhere
+    if GD["heap_mb"] > 0 and mallopt is not None:
+        mallopt(-3, min(GD["heap_mb"], 32) << 20)  # M_MMAP_THRESHOLD
+        mallopt(-1, GD["heap_mb"] << 20)  # M_TRIM_THRESHOLD
+
 if "plans" not in SD:
     SD["plans"] = {
         # the SQL leg, for a query whose rarest term alone exceeds the numpy leg's budget

@@ -13,3 +13,12 @@ alter table kb.knowledge_bases alter column postings_format set default 2;
 -- chunks per step (tests build lists over several steps)
 drop function if exists kb.build_postings_numpy(integer, bigint, bigint);
 drop function if exists kb.build_postings_batch(integer, bigint);
+
+insert into kb.settings (key, value, description) values
+(
+    'lexical_numpy_heap_mb', '64',
+    'BM25 leg (numpy): memory (MB) a backend keeps after a search instead of returning it to the operating '
+    'system (glibc malloc''s trim threshold, set at its first numpy search), so that the next search does not '
+    'fault its arrays in again; 0 leaves malloc as it is'
+)
+on conflict (key) do nothing;

@@ -595,6 +595,38 @@ def test_numpy_leg_after_clear_and_when_no_term_fits_its_budget(corpus):
     assert corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == []
 
 
+# glibc's view of this backend's heap after a 16 MB block was allocated, written and freed: the bytes free
+# inside its heap (mallinfo2().fordblks); with a trim threshold above 16 MB the block stays there
+HEAP_KEPT = """
+create function pg_temp.heap_kept() returns bigint language plpython3u as $$
+import ctypes
+
+libc = ctypes.CDLL(None)
+fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+info = type("mallinfo2", (ctypes.Structure,), {"_fields_": [(f, ctypes.c_size_t) for f in fields]})
+libc.mallinfo2.restype = info
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+block = libc.malloc(16 << 20)
+ctypes.memset(block, 1, 16 << 20)
+libc.free(block)
+return libc.mallinfo2().fordblks
+$$"""
+
+
+@pytest.mark.parametrize("heap_mb", [64, 0])
+def test_numpy_leg_keeps_freed_memory_in_its_backend_as_set(corpus, heap_mb):
+    """After its first search a backend keeps lexical_numpy_heap_mb of freed memory (glibc malloc's trim
+    threshold, arrays below 32 MB from the heap): a freed 16 MB block stays in its heap; at 0 malloc is
+    left as it was and the block goes back to the operating system."""
+    corpus.execute("update kb.settings set value = %s where key = 'lexical_numpy_heap_mb'", [str(heap_mb)])
+    info = corpus.info
+    with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=info.dbname, autocommit=True) as fresh:
+        assert fresh.execute(NUMPY, ["w0 w1", kb_ids(fresh, "kb-a"), 10, 1.2, 0.75]).fetchall()
+        fresh.execute(HEAP_KEPT)
+        kept = fresh.execute("select pg_temp.heap_kept()").fetchone()[0]
+    assert (kept >= 16 << 20) == (heap_mb > 0)
+
+
 @pytest.mark.parametrize("engine", ["numpy", "blocks", "scan"])
 def test_both_bm25_legs_from_one_call_equal_each_leg_alone(corpus, engine):
     """kb.lexical_hits with corrections and plain: its 'lexical' rows are the query's BM25 ranking, its
