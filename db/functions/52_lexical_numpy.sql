@@ -198,8 +198,8 @@ def tf_part(t):
 
 
 def read_class(terms):
-    """Every posting of terms (blocks and recent postings): chunk ids and BM25 addends, and per term
-    (rarest first) the slices of those arrays that hold its postings."""
+    """Every posting of terms (blocks and recent postings): chunk ids and BM25 addends, and the starts and
+    ends of the slices of those arrays that hold a block's or a term's recent postings, rarest term first."""
     df = np.array([by_term[t][0]["df"] for t in terms])
     weight = np.array([by_term[t][0]["weight"] for t in terms])
     idf = weight * np.log(1 + (n_chunks - df + 0.5) / (df + 0.5))
@@ -209,7 +209,7 @@ def read_class(terms):
     total = int(count.sum()) + sum(len(r["recent_ids"]) for _, r in recent)
     ids = np.empty(total, dtype=np.int64)
     w = np.empty(total)
-    spans = []  # (term index, start, end) of each block and each term's recent postings
+    spans = [np.zeros(0, dtype=np.int64)] * 3  # term index, start, end of each block's postings
     at = 0
     if len(count):
         term_of = binary_array(row["term_no"], ">i4") - 1
@@ -219,7 +219,7 @@ def read_class(terms):
         buf = np.frombuffer(row["payload"], dtype=np.uint8)
         start = np.cumsum(length) - length
         out_at = np.cumsum(count) - count
-        spans += zip(term_of.tolist(), out_at.tolist(), (out_at + count).tolist())
+        spans = [term_of, out_at, out_at + count]
         tf_bytes, dl_bytes = TF_BYTES[tier], DL_BYTES[tier]
         id_bytes = length // count - tf_bytes - dl_bytes
         n_full = int(np.count_nonzero(count == FULL))  # the full blocks come first, by tier and size
@@ -254,15 +254,18 @@ def read_class(terms):
             ids[at:done] = first[blk] + uint_at(buf, base + pos * ib, ib)
             w[at:done] = idf[term_of[blk]] * (k1 + 1) * tfs / (tfs + c1 + c2 * dls)
             at = done
+    slices = []
     for i, r in recent:
         tfs = np.asarray(r["recent_tfs"], dtype=np.float64)
         done = at + len(tfs)
         ids[at:done] = r["recent_ids"]
         w[at:done] = idf[i] * (k1 + 1) * tfs / (tfs + c1 + c2 * np.asarray(r["recent_dls"], dtype=np.float64))
-        spans.append((i, at, done))
+        slices.append((i, at, done))
         at = done
-    rarest = sorted(spans, key=lambda s: -idf[s[0]])
-    return ids, w, rarest
+    if slices:  # and each term's recent postings
+        spans = [np.concatenate([x, np.array(y, dtype=np.int64)]) for x, y in zip(spans, zip(*slices))]
+    order = np.argsort(-idf[spans[0]], kind="stable")
+    return ids, w, (spans[1][order], spans[2][order])
 
 
 reads = {}
@@ -341,14 +344,12 @@ for i, (name, _) in enumerate(legs):
     if not mine:
         continue
     acc = sums[mine[0]] if len(mine) == 1 else sum(sums[mask] for mask in mine)
-    # pivots: the slots of the rarest terms' postings of this leg, at least 4n of them
-    picked, have = [], 0
+    # pivots: the slots of the rarest terms' postings of this leg (per set of legs), at least 4n of them
+    picked = []
     for mask in mine:
-        for _, a, z in reads[mask][2]:
-            if have >= 4 * n:
-                break
-            picked.append(slot[mask][a:z])
-            have += z - a
+        starts, ends = reads[mask][2]
+        last = int(np.searchsorted(np.cumsum(ends - starts), 4 * n))
+        picked += [slot[mask][a:z] for a, z in zip(starts[: last + 1].tolist(), ends[: last + 1].tolist())]
     pivots = np.unique(np.concatenate(picked)) if picked else np.empty(0, dtype=np.int64)
     ids, scores = top(acc, pivots)
     out += [(name, int(c), r + 1, float(s)) for r, (c, s) in enumerate(zip(ids, scores))]
