@@ -101,11 +101,14 @@ $$;
 -- Internal: the postings of the last block of each given list (terms[i], tiers[i]) of target_kb that has
 -- room (fewer than kb.posting_block_size() postings): what an append to those lists refills, so that a
 -- list stays cut into full blocks from its start (kb.flush_recent_postings, kb.build_postings_batch).
+-- PL/pgSQL, like every function here that names a table (see kb.clear_postings).
 create or replace function kb.refillable_postings(target_kb integer, terms text[], tiers integer[])
 returns table (term text, tier integer, chunk_id bigint, tf integer, dl integer)
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
+begin
+    return query
     select g.term, g.tier, d.chunk_id, d.tf, d.dl
     from unnest(terms, tiers) as g (term, tier)
     cross join lateral (
@@ -115,7 +118,8 @@ as $$
         limit 1
     ) as t
     cross join lateral kb.decode_postings(g.tier, t.first_chunk, t.n, t.payload) as d
-    where t.n < kb.posting_block_size()
+    where t.n < kb.posting_block_size();
+end
 $$;
 
 -- Internal: move the recent postings of the given terms (kb.term_stats.recent_*) to the ends of their
@@ -311,11 +315,11 @@ begin
 end
 $$;
 
--- Rebuild the postings and term tiers of one knowledge base from its chunks: reset, then build them with
--- kb.build_postings_numpy where the server has numpy (one pass over the chunks, each list written once),
--- else kb.build_postings_batch until no chunk is left (SQL, several times slower); memory and temporary
--- space stay bounded on any size. Records the format built. Idempotent; the caller holds the knowledge
--- base's row lock or is alone.
+-- Rebuild the postings and term tiers of one knowledge base from its chunks: with kb.build_postings_numpy
+-- where the server has numpy (one pass over the chunks, each list written once), else reset and then
+-- kb.build_postings_batch until no chunk is left (SQL, several times slower); memory and temporary space
+-- stay bounded on any size. Records the format built. Idempotent; the caller holds the knowledge base's
+-- row lock or is alone.
 create or replace function kb.build_postings(target_kb integer)
 returns void
 language plpgsql volatile
@@ -325,15 +329,15 @@ declare
     done_to bigint := 0;
     with_numpy boolean := false;
 begin
-    perform kb.clear_postings(target_kb);
     -- 53_postings_build_numpy.sql, where plpython3u is; separate IFs, so the calls are planned only where
     -- they exist
     if to_regprocedure('kb.build_postings_numpy(integer, integer)') is not null then
         with_numpy := kb.numpy_available();
     end if;
     if with_numpy then
-        perform kb.build_postings_numpy(target_kb);
+        perform kb.build_postings_numpy(target_kb);     -- resets what it replaces itself
     else
+        perform kb.clear_postings(target_kb);
         loop
             done_to := kb.build_postings_batch(target_kb, done_to);
             exit when done_to is null;

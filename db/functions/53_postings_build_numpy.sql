@@ -5,14 +5,15 @@
 -- postings, tiers and blocked_to (a test compares the two builders). Skipped by `pgkb db migrate` where
 -- plpython3u is not available; kb.build_postings then builds in SQL.
 
--- kb.build_postings for target_kb (emptied by kb.clear_postings), with numpy, in two passes so that memory
+-- kb.build_postings for target_kb, with numpy: its blocks deleted, then built in two passes so that memory
 -- stays bounded and each (term, tier) list is written once, in full blocks: (1) the chunks in id order,
 -- `step` (at most 65,536) at a time: term frequencies read once per chunk (term_freqs as text, parsed in
 -- Python), each term's tiers and recent postings (terms with a document frequency below
 -- kb.recent_postings_limit()) noted, the other postings sorted by (term, tier, id) and staged in a
 -- temporary table, per range of terms holding about 4 million postings; (2) per range, its staged
 -- postings merged, cut into blocks of kb.posting_block_size(), encoded as kb.encode_postings does and
--- inserted in key order; then each term's kb.term_stats row updated once. Returns the postings built.
+-- inserted in key order; then every kb.term_stats row of target_kb written once (not reset first: one
+-- dead version a row). Returns the postings built.
 create or replace function kb.build_postings_numpy(target_kb integer, step integer default 50000)
 returns bigint
 language plpython3u volatile
@@ -32,6 +33,7 @@ if "build_plans" not in SD:
         "limits": plpy.prepare(
             "select kb.posting_block_size() as block_size, kb.recent_postings_limit() as recent_limit", []
         ),
+        "delete": plpy.prepare("delete from kb.postings as p where p.kb_id = $1", ["integer"]),
         "vocabulary": plpy.prepare(
             "select array_agg(s.term order by s.term) as terms, array_agg(s.df order by s.term) as dfs"
             " from kb.term_stats as s where s.kb_id = $1",
@@ -71,11 +73,11 @@ if "build_plans" not in SD:
         # x.o / x.k: a term's recent postings in $6..$8 (offset, count)
         "stats": plpy.prepare(
             "update kb.term_stats as s"
-            " set tiers = s.tiers | x.tiers,"
-            " recent_ids = s.recent_ids || coalesce($6[x.o + 1 : x.o + x.k], '{}'),"
-            " recent_tfs = s.recent_tfs || coalesce($7[x.o + 1 : x.o + x.k], '{}'),"
-            " recent_dls = s.recent_dls || coalesce($8[x.o + 1 : x.o + x.k], '{}'),"
-            " blocked_to = greatest(s.blocked_to, x.blocked_to)"
+            " set tiers = x.tiers,"
+            " recent_ids = coalesce($6[x.o + 1 : x.o + x.k], '{}'),"
+            " recent_tfs = coalesce($7[x.o + 1 : x.o + x.k], '{}'),"
+            " recent_dls = coalesce($8[x.o + 1 : x.o + x.k], '{}'),"
+            " blocked_to = x.blocked_to"
             " from unnest($2::text[], $3::bigint[], $4::integer[], $5::integer[], $9::bigint[])"
             " as x (term, tiers, o, k, blocked_to)"
             " where s.kb_id = $1 and s.term = x.term",
@@ -89,6 +91,7 @@ block_size, recent_limit = limits["block_size"], limits["recent_limit"]
 fields = plpy.execute(plans["fields"])[0]
 TF_BYTES, DL_BYTES, DL_MIN = (np.array(fields[k], dtype=np.int64) for k in ("tf_bytes", "dl_bytes", "dl_min"))
 
+plpy.execute(plans["delete"], [target_kb])
 vocab = plpy.execute(plans["vocabulary"], [target_kb])[0]
 vocab_terms = vocab["terms"] or []
 term_index = {t: i for i, t in enumerate(vocab_terms)}
@@ -100,7 +103,8 @@ ranges = int(range_of_term[-1]) + 1 if len(dfs) else 0
 
 # the staged postings: per pass-1 step and range, the (term, tier) runs' keys (term * 64 + tier) and
 # lengths, and per posting its chunk's number in the step and its tf (bytes of `tf_width`)
-plpy.execute("drop table if exists pg_temp.pgkb_posting_runs")
+if plpy.execute("select to_regclass('pg_temp.pgkb_posting_runs') is not null as left_over")[0]["left_over"]:
+    plpy.execute("drop table pg_temp.pgkb_posting_runs")  # an earlier build in this session failed
 plpy.execute(
     "create temporary table pgkb_posting_runs (part integer, step integer, keys bytea, counts bytea,"
     " chunks bytea, tfs bytea, tf_width integer)"
@@ -137,7 +141,7 @@ steps = []  # per pass-1 step: its chunks' ids and lengths
 # recent postings (terms below the limit), per step
 term_tiers = np.zeros(len(vocab_terms), dtype=np.int64)
 term_blocked_to = np.full(len(vocab_terms), -1, dtype=np.int64)
-recent_parts = []
+recent_parts = [(np.zeros(0, dtype=np.int64),) * 4]
 
 
 def first_pass(step_no, term, tf, per_chunk, chunk_ids, chunk_dls):
@@ -266,17 +270,15 @@ while (hi := plpy.execute(plans["step_end"], [target_kb, done_to, step])[0]["hi"
 for part in range(ranges):
     second_pass(part)
 plpy.execute("drop table pg_temp.pgkb_posting_runs")
-# kb.term_stats: one update per term with postings (tiers, recent postings by term, blocked_to)
-touched = np.flatnonzero(term_tiers)
-if len(touched):
+# kb.term_stats: every row of the knowledge base written once (tiers, recent postings by term, blocked_to)
+if len(vocab_terms):
     r_term, r_id, r_tf, r_dl = (np.concatenate(x) for x in zip(*recent_parts))
     order = np.argsort(r_term, kind="stable")
-    recent_count = np.bincount(r_term, minlength=len(vocab_terms))[touched]
+    recent_count = np.bincount(r_term, minlength=len(vocab_terms))
     plpy.execute(plans["stats"], [
-        target_kb, [vocab_terms[t] for t in touched.tolist()], term_tiers[touched].tolist(),
-        (np.cumsum(recent_count) - recent_count).tolist(), recent_count.tolist(), r_id[order].tolist(),
-        r_tf[order].tolist(), r_dl[order].tolist(),
-        [None if h < 0 else h for h in term_blocked_to[touched].tolist()],
+        target_kb, vocab_terms, term_tiers.tolist(), (np.cumsum(recent_count) - recent_count).tolist(),
+        recent_count.tolist(), r_id[order].tolist(), r_tf[order].tolist(), r_dl[order].tolist(),
+        [None if h < 0 else h for h in term_blocked_to.tolist()],
     ])
 return built
 $$;
