@@ -104,7 +104,7 @@ ranges = int(range_of_term[-1]) + 1 if len(dfs) else 0
 # the staged postings: per pass-1 step and range, the (term, tier) runs' keys (term * 64 + tier) and
 # lengths, and per posting its chunk's number in the step and its tf (bytes of `tf_width`)
 if plpy.execute("select to_regclass('pg_temp.pgkb_posting_runs') is not null as left_over")[0]["left_over"]:
-    plpy.execute("drop table pg_temp.pgkb_posting_runs")  # an earlier build in this session failed
+    plpy.execute("drop table pg_temp.pgkb_posting_runs")  # from a call in this transaction whose error was caught
 plpy.execute(
     "create temporary table pgkb_posting_runs (part integer, step integer, keys bytea, counts bytea,"
     " chunks bytea, tfs bytea, tf_width integer)"
