@@ -47,7 +47,8 @@ if "heap_mb" not in GD:
     # fault their pages in again (at a million chunks that halved this leg's time); 0: malloc as it was
     import ctypes
 
-    GD["heap_mb"] = plpy.execute("select kb.setting_int('lexical_numpy_heap_mb') as mb")[0]["mb"]
+    kept = plpy.execute("select kb.setting_int('lexical_numpy_heap_mb') as mb")[0]["mb"]
+    GD["heap_mb"] = max(0, min(kept, 2047))  # mallopt takes a C int of bytes
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # glibc's; absent elsewhere
     if GD["heap_mb"] > 0 and mallopt is not None:
         mallopt(-3, min(GD["heap_mb"], 32) << 20)  # M_MMAP_THRESHOLD
