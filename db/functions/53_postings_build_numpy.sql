@@ -14,7 +14,7 @@
 -- postings merged, cut into blocks of kb.posting_block_size(), encoded as kb.encode_postings does and
 -- inserted in key order; then every kb.term_stats row of target_kb written once (not reset first: one
 -- dead version a row). Returns the postings built.
-create or replace function kb.build_postings_numpy(target_kb integer, step integer default 50000)
+create or replace function kb.build_postings_numpy(target_kb integer, step integer default 25000)
 returns bigint
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
