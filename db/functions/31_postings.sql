@@ -1,7 +1,9 @@
 -- Posting blocks (kb.postings, migrations 016 and 018): the BM25 leg's inverted lists. A term's postings
 -- in a knowledge base are its newest ones in its kb.term_stats row (recent_ids / recent_tfs / recent_dls,
 -- fewer than kb_internal.recent_postings_limit()) and the older ones in blocks per (knowledge base, term, impact
--- tier, first chunk id) of up to kb_internal.posting_block_size() postings, in id order.
+-- tier, first chunk id) of up to kb_internal.posting_block_size() postings, in id order. Builds and appends keep a
+-- (term, tier) list cut into full blocks from its start, only its last block with room (postings_format 2,
+-- migration 030); a delete leaves the blocks it touched smaller.
 --
 -- Block payload (format 1): n postings of one tier, sorted by chunk id, in three runs:
 --   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, 4 fewer than 2^32,
@@ -46,6 +48,15 @@ returns integer
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
+
+-- The format of a knowledge base's posting lists that kb_internal.build_postings writes and the searches expect
+-- (kb.knowledge_bases.postings_format; 54_postings_rebuild.sql rebuilds the lists of older ones): 2, a
+-- list cut into full blocks from its start (migration 030; 1: blocks cut at every 100,000 chunks built).
+create or replace function kb_internal.postings_format()
+returns smallint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 2::smallint $$;
 
 -- The most postings a block holds: a flush of recent postings rewrites at most a list's last block, a
 -- delete the blocks that held the removed postings.
@@ -123,10 +134,35 @@ as $$
     cross join generate_series(0, n - 1) as i
 $$;
 
+-- Internal: the postings of the last block of each given list (terms[i], tiers[i]) of target_kb that has
+-- room (fewer than kb_internal.posting_block_size() postings): what an append to those lists refills, so that a
+-- list stays cut into full blocks from its start (kb_internal.flush_recent_postings, kb_internal.build_postings_batch).
+-- PL/pgSQL, like every function here that names a table (see kb_internal.clear_postings).
+create or replace function kb_internal.refillable_postings(target_kb integer, terms text[], tiers integer[])
+returns table (term text, tier integer, chunk_id bigint, tf integer, dl integer)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    return query
+    select g.term, g.tier, d.chunk_id, d.tf, d.dl
+    from unnest(terms, tiers) as g (term, tier)
+    cross join lateral (
+        select q.first_chunk, q.n, q.payload from kb.postings as q
+        where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
+        order by q.first_chunk desc
+        limit 1
+    ) as t
+    cross join lateral kb_internal.decode_postings(g.tier, t.first_chunk, t.n, t.payload) as d
+    where t.n < kb_internal.posting_block_size();
+end
+$$;
+
 -- Internal: move the recent postings of the given terms (kb.term_stats.recent_*) to the ends of their
--- tiers' lists, refilling a list's last block up to kb_internal.posting_block_size() (decoded and written again
--- in place), else starting new ones; their rows keep none and remember the highest id moved (blocked_to). Called by
--- kb_internal.adjust_term_stats under the knowledge base's row lock (so moved ids are above every id in the lists).
+-- tiers' lists, refilling a list's last block up to kb_internal.posting_block_size() (kb_internal.refillable_postings:
+-- decoded and written again in place), else starting new ones; their rows keep none and remember the
+-- highest id moved (blocked_to). Called by kb_internal.adjust_term_stats under the knowledge base's row lock (so
+-- moved ids are above every id in the lists).
 create or replace function kb_internal.flush_recent_postings(target_kb integer, terms text[])
 returns void
 language plpgsql volatile
@@ -147,25 +183,15 @@ begin
         from moving as m
         where s.kb_id = target_kb and s.term = m.term
     ),
-    moved as (
-        select m.term, kb_internal.posting_tier(x.tf, x.dl) as tier, x.id, x.tf, x.dl
+    moved as materialized (
+        select m.term, kb_internal.posting_tier(x.tf, x.dl)::integer as tier, x.id, x.tf, x.dl
         from moving as m, unnest(m.recent_ids, m.recent_tfs, m.recent_dls) as x (id, tf, dl)
     ),
-    -- the last block of each touched list, when it has room
-    tail as materialized (
-        select g.term, g.tier, t.first_chunk, t.n, t.payload
-        from (select distinct m.term, m.tier from moved as m) as g
-        cross join lateral (
-            select q.first_chunk, q.n, q.payload from kb.postings as q
-            where q.kb_id = target_kb and q.term = g.term and q.tier = g.tier
-            order by q.first_chunk desc
-            limit 1
-        ) as t
-        where t.n < block_size
-    ),
     merged as (
-        select t.term, t.tier, d.chunk_id as id, d.tf, d.dl
-        from tail as t cross join lateral kb_internal.decode_postings(t.tier, t.first_chunk, t.n, t.payload) as d
+        select r.term, r.tier, r.chunk_id as id, r.tf, r.dl
+        from (select array_agg(g.term) as terms, array_agg(g.tier) as tiers
+            from (select distinct m.term, m.tier from moved as m) as g) as g
+        cross join lateral kb_internal.refillable_postings(target_kb, g.terms, g.tiers) as r
         union all
         select m.term, m.tier, m.id, m.tf, m.dl from moved as m
     ),
@@ -240,13 +266,14 @@ begin
 end
 $$;
 
--- Add the postings of the next 100,000 chunks of one knowledge base above chunk id after_id (in id order)
+-- Add the postings of the next `chunks` chunks of one knowledge base above chunk id after_id (in id order)
 -- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
--- than kb_internal.recent_postings_limit() postings keep them in their row, the others get blocks of up to
+-- than kb_internal.recent_postings_limit() postings keep them in their row, the others are appended to their
+-- tiers' lists, refilling each list's last block (kb_internal.refillable_postings) and then in blocks of
 -- kb_internal.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
--- chunk id added (NULL: none left). For kb_internal.build_postings and bulk loads; bounded work per call. Built by
--- kb_internal.build_postings_numpy where the server has numpy, else in SQL here: the same rows.
-create or replace function kb_internal.build_postings_batch(target_kb integer, after_id bigint)
+-- chunk id added (NULL: none left). kb_internal.build_postings's steps where the server has no numpy (a refilled
+-- block is written again, so the table holds dead rows until VACUUM); bounded work per call.
+create or replace function kb_internal.build_postings_batch(target_kb integer, after_id bigint, chunks integer default 100000)
 returns bigint
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -257,21 +284,13 @@ declare
     hi bigint;
 begin
     select max(c.id) into hi
-    from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit 100000) as c;
+    from (select c.id from kb.chunks as c where c.kb_id = target_kb and c.id > lo order by c.id limit chunks) as c;
     if hi is null then
         return null;
     end if;
-    -- numpy builds the same rows several times faster (53_postings_build_numpy.sql, where plpython3u is);
-    -- separate IFs, so the calls are planned only where they exist
-    if to_regprocedure('kb_internal.build_postings_numpy(integer, bigint, bigint)') is not null then
-        if kb_internal.numpy_available() then
-            perform kb_internal.build_postings_numpy(target_kb, lo, hi);
-            return hi;
-        end if;
-    end if;
     with posting as materialized (
         select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
-            kb_internal.posting_tier(t.tf::integer, c.term_count) as tier,
+            kb_internal.posting_tier(t.tf::integer, c.term_count)::integer as tier,
             s.df >= kb_internal.recent_postings_limit() as blocked
         from kb.chunks as c
         cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
@@ -292,17 +311,27 @@ begin
             from posting as p group by p.term
         ) as m
         where s.kb_id = target_kb and s.term = m.term
+    ),
+    merged as (
+        select r.term, r.tier, r.chunk_id as id, r.tf, r.dl
+        from (select array_agg(g.term) as terms, array_agg(g.tier) as tiers
+            from (select distinct p.term, p.tier from posting as p where p.blocked) as g) as g
+        cross join lateral kb_internal.refillable_postings(target_kb, g.terms, g.tiers) as r
+        union all
+        select p.term, p.tier, p.id, p.tf, p.dl from posting as p where p.blocked
     )
     insert into kb.postings (kb_id, term, tier, first_chunk, n, payload)
     select target_kb, x.term, x.tier, min(x.id), count(*),
         kb_internal.encode_postings(x.tier, array_agg(x.id order by x.id), array_agg(x.tf order by x.id),
             array_agg(x.dl order by x.id))
     from (
-        select p.term, p.tier, p.id, p.tf, p.dl,
-            (row_number() over (partition by p.term, p.tier order by p.id) - 1) / block_size as block
-        from posting as p where p.blocked
+        select m.term, m.tier, m.id, m.tf, m.dl,
+            (row_number() over (partition by m.term, m.tier order by m.id) - 1) / block_size as block
+        from merged as m
     ) as x
-    group by x.term, x.tier, x.block;
+    group by x.term, x.tier, x.block
+    -- a refilled last block keeps its first chunk id: it is written again in place
+    on conflict (kb_id, term, tier, first_chunk) do update set n = excluded.n, payload = excluded.payload;
     return hi;
 end
 $$;
@@ -322,10 +351,11 @@ begin
 end
 $$;
 
--- Rebuild the postings and term tiers of one knowledge base from its chunks: reset, then
--- kb_internal.build_postings_batch until no chunk is left, so memory and temporary space stay bounded on any size (a
--- batch ends a list's last block early); records the format built. Idempotent; the caller holds the
--- knowledge base's row lock or is alone.
+-- Rebuild the postings and term tiers of one knowledge base from its chunks: with kb_internal.build_postings_numpy
+-- where the server has numpy (one pass over the chunks, each list written once), else reset and then
+-- kb_internal.build_postings_batch until no chunk is left (SQL, several times slower); memory and temporary space
+-- stay bounded on any size. Records the format built. Idempotent; the caller holds the knowledge base's
+-- row lock or is alone.
 create or replace function kb_internal.build_postings(target_kb integer)
 returns void
 language plpgsql volatile
@@ -333,26 +363,22 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     done_to bigint := 0;
+    with_numpy boolean := false;
 begin
-    perform kb_internal.clear_postings(target_kb);
-    loop
-        done_to := kb_internal.build_postings_batch(target_kb, done_to);
-        exit when done_to is null;
-    end loop;
-    update kb.knowledge_bases set postings_format = 1 where id = target_kb;
-end
-$$;
-
--- Knowledge bases whose blocks are in an older format (or were emptied by migration 018) are rebuilt
--- here, inside `pgkb db migrate`. Skipped on a schema older than migration 018 (tests that apply today's
--- functions to an old schema).
-do $$
-begin
-    if exists (
-        select from pg_attribute
-        where attrelid = 'kb.knowledge_bases'::regclass and attname = 'postings_format' and not attisdropped
-    ) then
-        perform kb_internal.build_postings(k.id) from kb.knowledge_bases as k where k.postings_format < 1 order by k.id;
+    -- 53_postings_build_numpy.sql, where plpython3u is; separate IFs, so the calls are planned only where
+    -- they exist
+    if to_regprocedure('kb_internal.build_postings_numpy(integer, integer)') is not null then
+        with_numpy := kb_internal.numpy_available();
     end if;
+    if with_numpy then
+        perform kb_internal.build_postings_numpy(target_kb);     -- resets what it replaces itself
+    else
+        perform kb_internal.clear_postings(target_kb);
+        loop
+            done_to := kb_internal.build_postings_batch(target_kb, done_to);
+            exit when done_to is null;
+        end loop;
+    end if;
+    update kb.knowledge_bases set postings_format = kb_internal.postings_format() where id = target_kb;
 end
 $$;

@@ -23,13 +23,14 @@ $$;
 -- The BM25 legs' top n (kb_internal.lexical_hits's rows: leg 'lexical' for the query's terms when plain or
 -- expansions is NULL, leg 'fuzzy' for the query's terms and its corrections when expansions is not NULL;
 -- see kb_internal.lexical_query_terms) over the given (visible) knowledge bases, ties by chunk id: df, N and
--- avgdl from those knowledge bases only; every posting of the terms (blocks and recent postings) read once
--- in a few statements, decoded and scored with numpy, summed per chunk for each leg and cut to the n best:
--- exact BM25 while a leg's terms' postings fit kb.settings.lexical_numpy_posting_budget; beyond it the
--- most common terms are left out, and when not even the rarest fits, the SQL leg (kb_internal.lexical_leg, within
--- its own budget) answers. With doc_filter, candidates are tested best first until n pass it, at most
--- lexical_posting_budget of them. Rank 1 = best; score = BM25. No MaxScore: its rounds cost more than
--- they saved at 100k chunks.
+-- avgdl from those knowledge bases only; every posting of the terms (blocks and recent postings) read once,
+-- one statement per set of legs a term counts in, decoded and scored with numpy (a tier's full blocks as
+-- one 2-d array), summed per chunk once per such set and per leg, and cut to the n best (candidates: the
+-- chunks scoring at least the n-th best of the rarest terms' chunks): exact BM25 while a leg's terms'
+-- postings fit kb.settings.lexical_numpy_posting_budget; beyond it the most common terms are left out, and
+-- when not even the rarest fits, the SQL leg (kb_internal.lexical_leg, within its own budget) answers. With
+-- doc_filter, candidates are tested best first until n pass it, at most lexical_posting_budget of them.
+-- Rank 1 = best; score = BM25. No MaxScore: see docs/benchmarks.md, "Issue 19's goals, 1M".
 create or replace function kb_internal.lexical_legs_numpy(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     expansions jsonb, plain boolean
@@ -39,6 +40,19 @@ language plpython3u stable
 set search_path = pg_catalog, pg_temp
 as $$
 import numpy as np
+
+if "heap_mb" not in GD:
+    # once per backend: glibc's malloc keeps up to lexical_numpy_heap_mb of freed memory (and takes arrays
+    # below 32 MB from its heap) instead of returning it to the OS, so the next search's arrays do not
+    # fault their pages in again (at a million chunks that halved this leg's time); 0: malloc as it was
+    import ctypes
+
+    kept = plpy.execute("select kb_internal.setting_int('lexical_numpy_heap_mb') as mb")[0]["mb"]
+    GD["heap_mb"] = max(0, min(kept, 2047))  # mallopt takes a C int of bytes
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # glibc's; absent elsewhere
+    if GD["heap_mb"] > 0 and mallopt is not None:
+        mallopt(-3, min(GD["heap_mb"], 32) << 20)  # M_MMAP_THRESHOLD
+        mallopt(-1, GD["heap_mb"] << 20)  # M_TRIM_THRESHOLD
 
 if "plans" not in SD:
     SD["plans"] = {
@@ -74,15 +88,19 @@ if "plans" not in SD:
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
             ["text", "integer[]", "jsonb"],
         ),
-        # every block of the terms in one row: the blocks' fields as binary arrays (one aggregate node
-        # feeds all of them in one order) and their payloads concatenated in that order
+        # every block of the terms in one row: the blocks' fields as binary arrays and their payloads
+        # concatenated, all in one order (one aggregate node over one sort): full blocks first, by tier and
+        # size, so that the full blocks of a tier and id width are one 2-d array of bytes
         "blocks": plpy.prepare(
-            "select array_send(array_agg(q.i::integer)) as term_no, array_send(array_agg(p.tier::integer)) as tier,"
-            " array_send(array_agg(p.first_chunk)) as first_chunk, array_send(array_agg(p.n::integer)) as n,"
-            " array_send(array_agg(octet_length(p.payload))) as length, string_agg(p.payload, ''::bytea) as payload"
+            "select array_send(array_agg(p.i)) as term_no, array_send(array_agg(p.tier)) as tier,"
+            " array_send(array_agg(p.first_chunk)) as first_chunk, array_send(array_agg(p.n)) as n,"
+            " array_send(array_agg(p.length)) as length, string_agg(p.payload, ''::bytea) as payload"
+            " from (select q.i::integer as i, p.tier::integer as tier, p.first_chunk, p.n::integer as n,"
+            " octet_length(p.payload) as length, p.payload"
             " from unnest($1::text[]) with ordinality as q (term, i)"
             " cross join lateral (select p.tier, p.first_chunk, p.n, p.payload from kb.postings as p"
-            " where p.kb_id = any($2) and p.term = q.term offset 0) as p",
+            " where p.kb_id = any($2) and p.term = q.term offset 0) as p"
+            " order by p.n < kb_internal.posting_block_size(), p.tier, octet_length(p.payload)) as p",
             ["text[]", "integer[]"],
         ),
         # which candidates pass doc_filter, tested on documents of the searched knowledge bases only
@@ -113,9 +131,11 @@ def binary_array(raw, element):
 
 def column(m, start, width):
     """A field of full blocks: FULL unsigned big-endian integers of width bytes from byte start of every row
-    of m (one block a row), as int64. Copied first: numpy before 1.23 changes the item size of C-contiguous
-    arrays only."""
-    return np.ascontiguousarray(m[:, start : start + FULL * width]).view(f">u{width}").astype(np.int64)
+    of m (one block a row), one row per block (a view for width 1; wider ones copied first: numpy before
+    1.23 changes the item size of C-contiguous arrays only)."""
+    if width == 1:
+        return m[:, start : start + FULL]
+    return np.ascontiguousarray(m[:, start : start + FULL * width]).view(f">u{width}")
 
 
 def uint_at(buf, offsets, widths):
@@ -154,80 +174,123 @@ for name, kept in list(legs):
         out += [(name, r["chunk_id"], r["rank"], r["score"])
                 for r in plpy.execute(plans["sql_leg"], [query, kb_ids, n, doc_filter, k1, b, sql_terms])]
         legs.remove((name, kept))
-rows = [r for r in rows if any(r[kept] for _, kept in legs)]
-if not rows:
+# a term's class: the set of legs that score it (bit i: legs[i]); a row per term and visible knowledge base
+classes = {}
+for r in rows:
+    mask = sum(1 << i for i, (_, kept) in enumerate(legs) if r[kept])
+    if mask:
+        classes[r["term"]] = mask
+if not classes:
     return out
-terms = sorted({r["term"] for r in rows})  # a row per term and knowledge base
-term_no = {t: i for i, t in enumerate(terms)}
-by_term = {r["term"]: r for r in rows}
-idf = np.array([
-    by_term[t]["weight"] * np.log(1 + (n_chunks - by_term[t]["df"] + 0.5) / (by_term[t]["df"] + 0.5)) for t in terms
-])
-recent = [(r["term"], r["recent_ids"], r["recent_tfs"], r["recent_dls"]) for r in rows if r["recent_ids"]]
-
-parts_ids, parts_w, parts_t = [], [], []
+by_term = {}
+for r in rows:
+    by_term.setdefault(r["term"], []).append(r)
 
 
-def add(ids, tfs, dls, idfs, term_nos):
-    """Collect the BM25 addends of postings (tfs, dls and idfs: arrays or one value for all) and their terms."""
-    parts_ids.append(ids)
-    parts_w.append(idfs * (k1 + 1) * tfs / (tfs + c1 + c2 * dls))
-    parts_t.append(np.broadcast_to(term_nos, ids.shape))
+tables = {}
 
 
-for t, ids, tfs, dls in recent:
-    add(np.asarray(ids, dtype=np.int64), np.asarray(tfs, dtype=np.float64), np.asarray(dls, dtype=np.float64),
-        idf[term_no[t]], term_no[t])
+def tf_part(t):
+    """BM25's tf part in tier t (a fixed tf) for each length of its floor plus 0..255, for this k1, b."""
+    if t not in tables:
+        dls = DL_MIN[t] + np.arange(256, dtype=np.float64)
+        tables[t] = (k1 + 1) * TF_FIXED[t] / (TF_FIXED[t] + c1 + c2 * dls)
+    return tables[t]
 
-row = plpy.execute(plans["blocks"], [terms, kb_ids])[0]
-if row["n"] is not None:
-    term_of = binary_array(row["term_no"], ">i4") - 1
-    tier = binary_array(row["tier"], ">i4")
-    first = binary_array(row["first_chunk"], ">i8")
-    count = binary_array(row["n"], ">i4")
-    length = binary_array(row["length"], ">i4")
-    buf = np.frombuffer(row["payload"], dtype=np.uint8)
-    start = np.cumsum(length) - length
-    tf_bytes, dl_bytes = TF_BYTES[tier], DL_BYTES[tier]
-    id_bytes = length // count - tf_bytes - dl_bytes
-    full = count == FULL
-    # full blocks, by layout (field widths): one 2-d array each, its fields big-endian views of its columns
-    layout = (tf_bytes * 16 + dl_bytes) * 16 + id_bytes
-    blocks = np.flatnonzero(full)
-    blocks = blocks[np.argsort(layout[blocks], kind="stable")]
-    cuts = (np.flatnonzero(np.diff(layout[blocks])) + 1).tolist()
-    for a, z in zip([0, *cuts], [*cuts, len(blocks)]) if len(blocks) else ():
-        sel = blocks[a:z]
-        width = int(length[sel[0]])
-        tb, db, ib = int(tf_bytes[sel[0]]), int(dl_bytes[sel[0]]), int(id_bytes[sel[0]])
-        m = buf[start[sel][:, None] + np.arange(width)]
-        ids = (first[sel][:, None] + column(m, 0, ib)).ravel()
-        if tb:
-            tfs = column(m, FULL * ib, tb).ravel().astype(np.float64)
-        else:
-            tfs = np.repeat(TF_FIXED[tier[sel]], FULL)
-        dls = (column(m, FULL * (ib + tb), db) + DL_MIN[tier[sel]][:, None]).ravel()
-        add(ids, tfs, dls, np.repeat(idf[term_of[sel]], FULL), np.repeat(term_of[sel], FULL))
-    # the other blocks (a list's last one, small lists): a byte offset per posting and field
-    part = np.flatnonzero(~full)
-    if len(part):
-        per = count[part]
-        blk = np.repeat(part, per)
-        pos = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
-        base, n_blk, ib, tb, db = start[blk], count[blk], id_bytes[blk], tf_bytes[blk], dl_bytes[blk]
-        ids = first[blk] + uint_at(buf, base + pos * ib, ib)
-        tfs = TF_FIXED[tier[blk]]
-        stored = tb > 0
-        if stored.any():
-            tfs[stored] = uint_at(buf, (base + n_blk * ib + pos * tb)[stored], tb[stored])
-        dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
-        add(ids, tfs, dls, idf[term_of[blk]], term_of[blk])
 
-if not parts_ids:  # df > 0 but no postings: a knowledge base between kb_internal.clear_postings and its build
+def read_class(terms):
+    """Every posting of terms (blocks and recent postings): chunk ids and BM25 addends, and the starts and
+    ends of the slices of those arrays that hold a block's or a term's recent postings, rarest term first."""
+    df = np.array([by_term[t][0]["df"] for t in terms])
+    weight = np.array([by_term[t][0]["weight"] for t in terms])
+    idf = weight * np.log(1 + (n_chunks - df + 0.5) / (df + 0.5))
+    row = plpy.execute(plans["blocks"], [terms, kb_ids])[0]
+    recent = [(i, r) for i, t in enumerate(terms) for r in by_term[t] if r["recent_ids"]]
+    count = binary_array(row["n"], ">i4") if row["n"] is not None else np.zeros(0, dtype=np.int64)
+    total = int(count.sum()) + sum(len(r["recent_ids"]) for _, r in recent)
+    ids = np.empty(total, dtype=np.int64)
+    w = np.empty(total)
+    spans = [np.zeros(0, dtype=np.int64)] * 3  # term index, start, end of each block's postings
+    at = 0
+    if len(count):
+        term_of = binary_array(row["term_no"], ">i4") - 1
+        tier = binary_array(row["tier"], ">i4")
+        first = binary_array(row["first_chunk"], ">i8")
+        length = binary_array(row["length"], ">i4")
+        buf = np.frombuffer(row["payload"], dtype=np.uint8)
+        start = np.cumsum(length) - length
+        out_at = np.cumsum(count) - count
+        spans = [term_of, out_at, out_at + count]
+        tf_bytes, dl_bytes = TF_BYTES[tier], DL_BYTES[tier]
+        id_bytes = length // count - tf_bytes - dl_bytes
+        n_full = int(np.count_nonzero(count == FULL))  # the full blocks come first, by tier and size
+        cuts = (np.flatnonzero(np.diff(tier[:n_full] * (1 << 20) + length[:n_full])) + 1).tolist()
+        for a, z in zip([0, *cuts], [*cuts, n_full]) if n_full else ():
+            t, width, tb, db, ib = int(tier[a]), int(length[a]), int(tf_bytes[a]), int(dl_bytes[a]), int(id_bytes[a])
+            m = buf[start[a] : start[a] + (z - a) * width].reshape(z - a, width)
+            done = at + (z - a) * FULL
+            offsets = column(m, 0, ib)
+            np.add(first[a:z, None], offsets if ib < 8 else offsets.astype(np.int64), out=ids[at:done].reshape(-1, FULL))
+            out_w = w[at:done].reshape(-1, FULL)
+            if tb == 0 and db == 1:  # the tier fixes tf and the length is its floor plus one byte: a table
+                np.take(tf_part(t), m[:, FULL * ib : FULL * (ib + 1)], out=out_w, mode="clip")
+            else:
+                tfs = column(m, FULL * ib, tb) if tb else TF_FIXED[t]
+                dls = column(m, FULL * (ib + tb), db) + DL_MIN[t]
+                np.divide((k1 + 1) * tfs, tfs + c1 + c2 * dls, out=out_w)
+            out_w *= idf[term_of[a:z], None]
+            at = done
+        # the other blocks (a list's last one): a byte offset per posting and field
+        per = count[n_full:]
+        if len(per):
+            blk = np.repeat(np.arange(n_full, len(count)), per)
+            pos = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+            base, n_blk, ib, tb, db = start[blk], count[blk], id_bytes[blk], tf_bytes[blk], dl_bytes[blk]
+            tfs = TF_FIXED[tier[blk]]
+            stored = tb > 0
+            if stored.any():
+                tfs[stored] = uint_at(buf, (base + n_blk * ib + pos * tb)[stored], tb[stored])
+            dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
+            done = at + len(blk)
+            ids[at:done] = first[blk] + uint_at(buf, base + pos * ib, ib)
+            w[at:done] = idf[term_of[blk]] * (k1 + 1) * tfs / (tfs + c1 + c2 * dls)
+            at = done
+    slices = []
+    for i, r in recent:
+        tfs = np.asarray(r["recent_tfs"], dtype=np.float64)
+        done = at + len(tfs)
+        ids[at:done] = r["recent_ids"]
+        w[at:done] = idf[i] * (k1 + 1) * tfs / (tfs + c1 + c2 * np.asarray(r["recent_dls"], dtype=np.float64))
+        slices.append((i, at, done))
+        at = done
+    if slices:  # and each term's recent postings
+        spans = [np.concatenate([x, np.array(y, dtype=np.int64)]) for x, y in zip(spans, zip(*slices))]
+    order = np.argsort(-idf[spans[0]], kind="stable")
+    return ids, w, (spans[1][order], spans[2][order])
+
+
+reads = {}
+for mask in sorted(set(classes.values())):
+    terms = sorted(t for t, m in classes.items() if m == mask)
+    reads[mask] = read_class(terms)
+all_ids = [x[0] for x in reads.values() if len(x[0])]
+if not all_ids:  # df > 0 but no postings: a knowledge base between kb_internal.clear_postings and its build
     return out
-all_ids = np.concatenate(parts_ids)
-all_w = np.concatenate(parts_w)
-all_t = np.concatenate(parts_t)
+lo = min(int(x.min()) for x in all_ids)
+span = max(int(x.max()) for x in all_ids) - lo + 1
+postings = sum(len(x) for x in all_ids)
+# sums per chunk: over the id range (an array of span floats, about 1 ns a slot) unless it is much wider
+# than the postings, else over the distinct ids (a sort: about 100 ns a posting with numpy 1.24)
+if span <= 64 * postings + (1 << 20):
+    slot = {mask: ids - lo for mask, (ids, _, _) in reads.items()}
+    chunk_of = None
+    width = span
+else:
+    distinct, inverse = np.unique(np.concatenate(all_ids), return_inverse=True)
+    bounds = np.cumsum([0, *(len(ids) for ids, _, _ in reads.values())])
+    slot = {mask: inverse[a:z] for mask, a, z in zip(reads, bounds[:-1], bounds[1:])}
+    chunk_of = distinct
+    width = len(distinct)
 
 
 def best(ids, scores, k):
@@ -240,22 +303,20 @@ def best(ids, scores, k):
     return ids[order], scores[order]
 
 
-def top(ids, weights):
-    """The n best chunks of the postings (ids, BM25 addends): summed per chunk (densely over the id range
-    when it is not much wider than the postings), then, with doc_filter, tested best first in growing
+def top(acc, pivots):
+    """The n best chunks of one leg (acc: its sums per slot), candidates first cut to the slots scoring at
+    least the n-th best of some slots' sums (pivots: the slots of the rarest terms' postings; any n distinct
+    chunks' scores bound the n-th best from below); with doc_filter, tested best first in growing
     batches until n pass it or lexical_posting_budget were tested."""
-    if not len(ids):
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    lo = int(ids.min())
-    span = int(ids.max()) - lo + 1
-    if span <= 4 * len(ids) + 65536:
-        acc = np.bincount(ids - lo, weights=weights, minlength=span)
-        cand_ids = np.flatnonzero(acc)
-        cand_scores = acc[cand_ids]
-        cand_ids = cand_ids + lo
-    else:
-        cand_ids, inverse = np.unique(ids, return_inverse=True)
-        cand_scores = np.bincount(inverse, weights=weights)
+    cand = None
+    if doc_filter is None and len(pivots) >= n:
+        kth = np.partition(acc[pivots], len(pivots) - n)[len(pivots) - n]
+        if kth > 0:
+            cand = np.flatnonzero(acc >= kth)
+    if cand is None:
+        cand = np.flatnonzero(acc != 0)
+    cand_scores = acc[cand]
+    cand_ids = cand + lo if chunk_of is None else chunk_of[cand]
     if doc_filter is None:
         return best(cand_ids, cand_scores, n)
     got_ids, got_scores = [], []
@@ -278,10 +339,21 @@ def top(ids, weights):
     return top_ids, top_scores
 
 
-for name, kept in legs:
-    keep = np.array([bool(by_term[t][kept]) for t in terms])[all_t]
-    ids, scores = top(all_ids[keep], all_w[keep])
-    out += [(name, int(i), r + 1, float(s)) for r, (i, s) in enumerate(zip(ids, scores))]
+sums = {mask: np.bincount(slot[mask], weights=w, minlength=width) for mask, (_, w, _) in reads.items()}
+for i, (name, _) in enumerate(legs):
+    mine = [mask for mask in sums if mask >> i & 1]
+    if not mine:
+        continue
+    acc = sums[mine[0]] if len(mine) == 1 else sum(sums[mask] for mask in mine)
+    # pivots: the slots of the rarest terms' postings of this leg (per set of legs), at least 4n of them
+    picked = []
+    for mask in mine:
+        starts, ends = reads[mask][2]
+        last = int(np.searchsorted(np.cumsum(ends - starts), 4 * n))
+        picked += [slot[mask][a:z] for a, z in zip(starts[: last + 1].tolist(), ends[: last + 1].tolist())]
+    pivots = np.unique(np.concatenate(picked)) if picked else np.empty(0, dtype=np.int64)
+    ids, scores = top(acc, pivots)
+    out += [(name, int(c), r + 1, float(s)) for r, (c, s) in enumerate(zip(ids, scores))]
 return out
 $$;
 

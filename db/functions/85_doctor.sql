@@ -63,6 +63,7 @@ as $$
         ('hnsw_m', 'integer', 2, 100, null),
         ('lexical_leg', 'choice', null, null, 'auto,numpy,blocks,scan'),
         ('lexical_max_query_terms', 'integer', 1, 100000, null),
+        ('lexical_numpy_heap_mb', 'integer', 0, 2047, null),
         ('lexical_numpy_posting_budget', 'integer', 1, 999999999, null),
         ('lexical_posting_budget', 'integer', 1, 999999999, null),
         ('lexical_probe_budget', 'integer', 1, 999999999, null),

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+from pathlib import Path
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pgkb.config import Settings
+from pgkb.migrate import migrate
 
 EXACT_BUDGET = 1_000_000_000
 # a Zipf-like vocabulary: a few words in most chunks, many in few; CJK text gives bigrams
@@ -280,6 +284,28 @@ def test_migration_rebuild_matches_maintained_postings(db):
         tiers, db.execute("select term, tiers from kb.term_stats order by 1").fetchall(), strict=True
     ):
         assert term == term2 and kept & rebuilt == rebuilt
+
+
+def test_migrate_rebuilds_the_lists_of_an_older_format(db, tmp_path: Path):
+    """A knowledge base whose lists are in an older format (migration 030 empties kb.postings) is rebuilt
+    by the next `pgkb db migrate` that applies the functions: its postings again those of its chunks, in
+    full blocks, format kb_internal.postings_format()."""
+    rnd = random.Random(17)
+    for d in range(10):
+        write_doc(db, "kb-o", f"d{d}.md", rnd, 30)
+    before = postings_of(db)
+    db.execute("truncate kb.postings")
+    db.execute("update kb.knowledge_bases set postings_format = 1")
+    db_dir = tmp_path / "db"
+    shutil.copytree(Settings.from_env().db_dir, db_dir)
+    touched = db_dir / "functions" / "31_postings.sql"
+    touched.write_text(touched.read_text() + "\n-- touched\n")
+    assert migrate(db, db_dir).functions_applied
+    assert postings_of(db) == before == postings_from_chunks(db)
+    assert db.execute(
+        "select bool_and(postings_format = kb_internal.postings_format()) from kb.knowledge_bases"
+    ).fetchone()[0]
+    assert_lists_are_full_blocks(db)
 
 
 def alice_bob_and_a_public_kb(db, connect_as, seed: int, docs: int):
@@ -586,6 +612,38 @@ def test_numpy_leg_after_clear_and_when_no_term_fits_its_budget(corpus):
     assert corpus.execute(NUMPY, [query, ids, 10, 1.2, 0.75]).fetchall() == []
 
 
+# glibc's view of this backend's heap after a 16 MB block was allocated, written and freed: the bytes free
+# inside its heap (mallinfo2().fordblks); with a trim threshold above 16 MB the block stays there
+HEAP_KEPT = """
+create function pg_temp.heap_kept() returns bigint language plpython3u as $$
+import ctypes
+
+libc = ctypes.CDLL(None)
+fields = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+info = type("mallinfo2", (ctypes.Structure,), {"_fields_": [(f, ctypes.c_size_t) for f in fields]})
+libc.mallinfo2.restype = info
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+block = libc.malloc(16 << 20)
+ctypes.memset(block, 1, 16 << 20)
+libc.free(block)
+return libc.mallinfo2().fordblks
+$$"""
+
+
+@pytest.mark.parametrize("heap_mb", [64, 0])
+def test_numpy_leg_keeps_freed_memory_in_its_backend_as_set(corpus, heap_mb):
+    """After its first search a backend keeps lexical_numpy_heap_mb of freed memory (glibc malloc's trim
+    threshold, arrays below 32 MB from the heap): a freed 16 MB block stays in its heap; at 0 malloc is
+    left as it was and the block goes back to the operating system."""
+    corpus.execute("update kb.settings set value = %s where key = 'lexical_numpy_heap_mb'", [str(heap_mb)])
+    info = corpus.info
+    with psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=info.dbname, autocommit=True) as fresh:
+        assert fresh.execute(NUMPY, ["w0 w1", kb_ids(fresh, "kb-a"), 10, 1.2, 0.75]).fetchall()
+        fresh.execute(HEAP_KEPT)
+        kept = fresh.execute("select pg_temp.heap_kept()").fetchone()[0]
+    assert (kept >= 16 << 20) == (heap_mb > 0)
+
+
 @pytest.mark.parametrize("engine", ["numpy", "blocks", "scan"])
 def test_both_bm25_legs_from_one_call_equal_each_leg_alone(corpus, engine):
     """kb_internal.lexical_hits with corrections and plain: its 'lexical' rows are the query's BM25 ranking, its
@@ -620,11 +678,33 @@ def built_rows(conn) -> tuple[list, list]:
     return blocks, stats
 
 
+def assert_lists_are_full_blocks(conn) -> None:
+    """Every (term, tier) list is cut into full blocks from its start: only its last block has room."""
+    assert (
+        conn.execute(
+            "select count(*) from (select n, lead(n) over (partition by kb_id, term, tier order by first_chunk)"
+            " as next from kb.postings) as b where next is not null and n <> kb_internal.posting_block_size()"
+        ).fetchone()[0]
+        == 0
+    )
+
+
+def build_in_sql_steps(conn, kb: int, chunks: int) -> None:
+    """kb_internal.build_postings's SQL path, `chunks` chunks a step."""
+    conn.execute("select kb_internal.clear_postings(%s)", [kb])
+    done_to = 0
+    step = "select kb_internal.build_postings_batch(%s, %s, %s)"
+    while done_to := conn.execute(step, [kb, done_to, chunks]).fetchone()[0]:
+        pass
+
+
 @pytest.mark.slow
 def test_numpy_and_sql_builders_write_the_same_rows(db):
-    """kb_internal.build_postings with numpy (kb_internal.build_postings_numpy) and in SQL (the function hidden, as
-    on a server without plpython3u) write the same blocks byte for byte and the same term statistics, over lists
-    in every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases."""
+    """kb.build_postings with numpy (kb.build_postings_numpy) and in SQL (the function hidden, as on a server
+    without plpython3u) write the same blocks byte for byte and the same term statistics, over lists in
+    every tier, longer than a block and shorter than the recent-postings limit, in two knowledge bases; so
+    do both when their steps are a few chunks (lists continued across steps: refilled in SQL, merged by
+    numpy), and every list is cut into full blocks from its start."""
     rnd = random.Random(21)
     for d in range(30):
         write_doc(db, "kb-n" if d % 3 else "kb-m", f"d{d}.md", rnd, rnd.randint(4, 20))
@@ -638,17 +718,27 @@ def test_numpy_and_sql_builders_write_the_same_rows(db):
             [f"long{d}.md", json.dumps([{"content": c} for c in chunks] + [{"content": "steady"}] * 60)],
         )
     kbs = [r[0] for r in db.execute("select id from kb.knowledge_bases order by id").fetchall()]
-    assert db.execute("select kb_internal.numpy_available()").fetchone()[0]  # so build_postings takes numpy's path
-    for kb in kbs:
-        db.execute("select kb_internal.build_postings(%s)", [kb])
+    with db.transaction():  # kb.build_postings takes numpy's path: it needs no SQL step
+        db.execute("alter function kb_internal.build_postings_batch(integer, bigint, integer) rename to hidden_steps")
+        for kb in kbs:
+            db.execute("select kb_internal.build_postings(%s)", [kb])
+        db.execute("alter function kb_internal.hidden_steps(integer, bigint, integer) rename to build_postings_batch")
     with_numpy = built_rows(db)
     assert db.execute("select count(*) from kb.postings where n = kb_internal.posting_block_size()").fetchone()[0] > 0
     assert db.execute("select count(distinct tier) from kb.postings").fetchone()[0] >= 20
+    assert_lists_are_full_blocks(db)
     with db.transaction():
-        db.execute("alter function kb_internal.build_postings_numpy(integer, bigint, bigint) rename to hidden_builder")
+        db.execute("alter function kb_internal.build_postings_numpy(integer, integer) rename to hidden_builder")
         for kb in kbs:
             db.execute("select kb_internal.build_postings(%s)", [kb])
         in_sql = built_rows(db)
-        db.execute("alter function kb_internal.hidden_builder(integer, bigint, bigint) rename to build_postings_numpy")
+        db.execute("alter function kb_internal.hidden_builder(integer, integer) rename to build_postings_numpy")
     assert with_numpy == in_sql
+    for kb in kbs:
+        db.execute("select kb_internal.clear_postings(%s)", [kb])
+        db.execute("select kb_internal.build_postings_numpy(%s, 7)", [kb])
+    assert built_rows(db) == with_numpy
+    for kb in kbs:
+        build_in_sql_steps(db, kb, 5)
+    assert built_rows(db) == with_numpy
     assert_postings_exact(db)

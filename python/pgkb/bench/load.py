@@ -9,8 +9,7 @@
   binary COPY. ``kb.term_stats`` and the knowledge base's ``chunk_count`` / ``term_total`` are computed from
   the loaded chunks at the end (per-batch document frequencies summed in an unlogged staging table), the
   postings (``kb.postings`` blocks and the recent postings in ``kb.term_stats``, the BM25 leg's lists) by
-  ``kb_internal.clear_postings`` and ``kb_internal.build_postings_batch`` (100,000 chunks per call; what
-  ``kb_internal.build_postings`` does, in committed steps with progress), timed. The
+  ``kb_internal.build_postings``, timed. The
   GIN term index and the model's HNSW index are dropped before the load and
   recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
   ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
@@ -296,14 +295,10 @@ def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[D
 
 
 def _build_postings(conn: psycopg.Connection, kb_id: int) -> None:
-    """kb_internal.build_postings in committed steps (the connection is in autocommit mode): kb_internal.clear_postings,
-    then kb_internal.build_postings_batch until it reports no chunk left, with progress on stderr -- at 1M chunks the
-    build takes about as long as the load."""
-    conn.execute("select kb_internal.clear_postings(%s)", [kb_id])
-    done_to, t0 = 0, time.perf_counter()
-    batch = "select kb_internal.build_postings_batch(%s, %s)"
-    while (done_to := one(conn.execute(batch, [kb_id, done_to]))[0]) is not None:
-        log(f"postings: chunks up to id {done_to} ({time.perf_counter() - t0:.0f} s)")
+    """kb_internal.build_postings, one call: with numpy it reads the chunks once and writes each list once (at 1M
+    chunks about ten minutes)."""
+    log("building the postings (kb_internal.build_postings)")
+    conn.execute("select kb_internal.build_postings(%s)", [kb_id])
 
 
 def _store_report(conn: psycopg.Connection, kb_id: int, report: LoadReport) -> None:
