@@ -75,25 +75,26 @@ $$;
 -- The scripts a text is written in, as far as term matching cares: 'latin' (letters A-Z, a-z) and 'nonlatin'
 -- (Han, kana, Hangul, Cyrillic ...: each extra UTF-8 byte weighs 2, so a Han character 4, ~ a word), each when
 -- it holds a quarter of the weight, the larger first; none without letters. Typographic punctuation (— “ ” …)
--- does not count. Identifiers in a Chinese text do not make it Latin; "退款 creatUser" is both. No regex.
+-- does not count. Identifiers in a Chinese text do not make it Latin; "退款 creatUser" is both. PL/pgSQL with
+-- two cached regular expressions (~4 µs a call): fusion calls it for every candidate.
 create or replace function kb_internal.text_scripts(input text)
 returns text[]
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select case
-        when n.latin = 0 and n.wide = 0 then '{}'
-        when n.wide < n.latin / 3.0 then '{latin}'
-        when n.latin < n.wide / 3.0 then '{nonlatin}'
-        when n.wide >= n.latin then '{nonlatin,latin}'
+declare
+    latin constant integer := length(regexp_replace(input, '[^A-Za-z]+', '', 'g'));
+    other constant text := regexp_replace(input, '[\x01-\x7f—–“”‘’…›‹•·«»€™]+', '', 'g');
+    wide constant integer := 2 * (octet_length(other) - length(other));
+begin
+    return case
+        when latin = 0 and wide = 0 then '{}'
+        when wide < latin / 3.0 then '{latin}'
+        when latin < wide / 3.0 then '{nonlatin}'
+        when wide >= latin then '{nonlatin,latin}'
         else '{latin,nonlatin}'
-    end::text[]
-    from (
-        select length(t.plain) - length(translate(t.plain, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', ''))
-            as latin,
-            2 * (octet_length(t.plain) - length(t.plain)) as wide
-        from (select translate(input, '—–“”‘’…›‹•·«»€™', '') as plain) as t
-    ) as n
+    end::text[];
+end
 $$;
 
 -- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function

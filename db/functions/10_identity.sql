@@ -94,11 +94,11 @@ language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    visible constant integer [] := kb.visible_kb_ids();  -- once, whatever the name (not once per row)
     found integer;
 begin
-    select k.id into found from kb.knowledge_bases as k
-    where k.name = kb_name and k.id = any(kb.visible_kb_ids());
-    if found is null then
+    select k.id into found from kb.knowledge_bases as k where k.name = kb_name;
+    if found is null or found <> all(visible) then
         raise exception 'unknown knowledge base "%"', left(kb_name, 200)
             using errcode = 'no_data_found',
                 hint = 'SELECT name FROM kb.list_knowledge_bases() lists the ones you can see';

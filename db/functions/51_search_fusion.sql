@@ -189,31 +189,40 @@ begin
             coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_fuzzy
         from hits as h
     ),
+    -- each fused chunk with where it is and its final score, computed once (materialized: the windows below
+    -- would evaluate them again); its content stays in TOAST until shown or hashed
+    placed as materialized (
+        select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
+            fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
+            k.name as kb_name, d.doc_key, d.title, d.source_url, octet_length(c.content) as text_bytes,
+            kb.document_uri(k.name, d.doc_key) as uri,
+            case
+                when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
+                    and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]
+                    <> all(query_scripts)
+                    then legs_run.w_vector * fused.v_share
+                    + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
+                    + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
+                else fused.fused_score
+            end as fused_score
+        from fused
+        cross join legs_run
+        -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
+        join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
+        join kb.documents as d on d.id = c.document_id
+        join kb.knowledge_bases as k on k.id = c.kb_id
+    ),
     copies as materialized (
-        -- each fused chunk with where it is and its place among the chunks of the same text (1: the best)
+        -- each chunk's place among the chunks of the same text (1: the best); text_hash: the md5 of a content
+        -- as long as another candidate's, else the chunk's id (a text of its own length has no copy here)
         select x.*, row_number() over (
                 partition by x.text_hash order by x.fused_score desc, coalesce(x.v_rank, x.l_rank, x.f_rank), x.id
             ) as place
         from (
-            select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
-                fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
-                k.name as kb_name, d.doc_key, d.title, d.source_url, md5(c.content) as text_hash,
-                kb.document_uri(k.name, d.doc_key) as uri,
-                case
-                    when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
-                        and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]
-                        <> all(query_scripts)
-                        then legs_run.w_vector * fused.v_share
-                        + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
-                        + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
-                    else fused.fused_score
-                end as fused_score
-            from fused
-            cross join legs_run
-            -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
-            join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
-            join kb.documents as d on d.id = c.document_id
-            join kb.knowledge_bases as k on k.id = c.kb_id
+            select p.*, case
+                    when count(*) over (partition by p.text_bytes) > 1 then md5(p.content) else p.id::text
+                end as text_hash
+            from placed as p
         ) as x
     )
     select r.chunk_id, r.kb_name, r.doc_key, r.title, kb_internal.heading_trail(r.title, r.heading_path), r.ordinal,
