@@ -36,37 +36,47 @@ $$;
 -- a pgkb user flagged is_admin. A service acting for a user is exactly as privileged as that user.
 create or replace function kb.current_is_admin()
 returns boolean
-language sql stable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select case
-        when nullif(current_setting('pgkb.acting_user', true), '') is not null
-            then coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
-        else (select r.rolsuper from pg_roles as r where r.rolname = session_user)
-            or pg_has_role(session_user, 'pgkb_admin', 'MEMBER')
-            or pg_has_role(session_user, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'),
-                'MEMBER')
-            or coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
-    end
+begin
+    return (
+        select case
+            when nullif(current_setting('pgkb.acting_user', true), '') is not null
+                then coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
+            else (select r.rolsuper from pg_roles as r where r.rolname = session_user)
+                or pg_has_role(session_user, 'pgkb_admin', 'MEMBER')
+                or pg_has_role(session_user, (select n.nspowner from pg_namespace as n where n.nspname = 'kb'),
+                    'MEMBER')
+                or coalesce((select u.is_admin from kb.users as u where u.id = kb.current_user_id()), false)
+        end
+    );
+end
 $$;
+
 
 -- Ids of the knowledge bases the caller may read: public ones, their own, and team ones of their teams
 -- (admins: all). Used by every RLS policy and by the search functions.
 create or replace function kb.visible_kb_ids()
 returns integer[]
-language sql stable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    with me as (select kb.current_user_id() as uid, kb.current_is_admin() as admin)
-    select coalesce(array_agg(k.id order by k.id), '{}')
-    from kb.knowledge_bases as k, me
-    where me.admin
-        or k.visibility = 'public'
-        or k.owner_id = me.uid
-        or (k.visibility = 'team' and exists (
-            select from kb.memberships as m where m.team_id = k.team_id and m.user_id = me.uid
-        ))
+begin
+    return (
+        with me as (select kb.current_user_id() as uid, kb.current_is_admin() as admin)
+        select coalesce(array_agg(k.id order by k.id), '{}')
+        from kb.knowledge_bases as k, me
+        where me.admin
+            or k.visibility = 'public'
+            or k.owner_id = me.uid
+            or (k.visibility = 'team' and exists (
+                select from kb.memberships as m where m.team_id = k.team_id and m.user_id = me.uid
+            ))
+    );
+end
 $$;
+
 
 -- True when the caller may replace or delete documents in the knowledge base: admins, its owner, and
 -- members of its team when it is team-visible.

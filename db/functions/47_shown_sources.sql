@@ -8,17 +8,22 @@
 -- "title > section", never "title > title > section". Never NULL.
 create or replace function kb_internal.heading_trail(title text, heading_path text[])
 returns text[]
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select coalesce(array_agg(p.part order by p.n), '{}')
-    from (
-        select x.part, x.n, lag(btrim(x.part)) over (order by x.n) as before
-        from unnest(array[title] || coalesce(heading_path, '{}')) with ordinality as x (part, n)
-        where btrim(x.part) <> ''
-    ) as p
-    where p.n > 1 and p.before is distinct from btrim(p.part)
+begin
+    return (
+        select coalesce(array_agg(p.part order by p.n), '{}')
+        from (
+            select x.part, x.n, lag(btrim(x.part)) over (order by x.n) as before
+            from unnest(array[title] || coalesce(heading_path, '{}')) with ordinality as x (part, n)
+            where btrim(x.part) <> ''
+        ) as p
+        where p.n > 1 and p.before is distinct from btrim(p.part)
+    );
+end
 $$;
+
 
 -- The address of a document that whoever it is shown to can open: its source_url when that is a web
 -- address (scheme://..., other than file://), else NULL -- clients then show kb://<kb>/<doc_key>. A path on

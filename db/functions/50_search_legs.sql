@@ -71,6 +71,8 @@ returns table (term text, df bigint, tiers bigint, weight double precision, in_q
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    max_terms constant integer := kb_internal.setting_int('lexical_max_query_terms');
 begin
     return query
     select r.term, r.df, r.tiers, r.weight, r.in_query
@@ -94,7 +96,7 @@ begin
         ) as s
         where s.df > 0
     ) as r
-    where not r.in_query or r.pos <= kb_internal.setting_int('lexical_max_query_terms')
+    where not r.in_query or r.pos <= max_terms
     order by r.df, r.term;
 end
 $$;

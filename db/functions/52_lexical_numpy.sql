@@ -62,11 +62,12 @@ if "plans" not in SD:
             " from kb_internal.lexical_leg($1, $2, $3, $4, $5, $6, kb_internal.setting_int('lexical_posting_budget'), $7)",
             ["text", "integer[]", "integer", "jsonb", "float8", "float8", "jsonb"],
         ),
-        # N, total length, and the most candidates a document filter is tested on
+        # N, total length, the most candidates a document filter is tested on, and the postings budget
         "size": plpy.prepare(
             "select greatest(coalesce(sum(k.chunk_count), 0), 1)::float8 as n_chunks,"
             " greatest(coalesce(sum(k.term_total), 0), 1)::float8 as total,"
-            " kb_internal.setting_int('lexical_posting_budget') as filter_budget"
+            " kb_internal.setting_int('lexical_posting_budget') as filter_budget,"
+            " kb_internal.setting_int('lexical_numpy_posting_budget') as posting_budget"
             " from kb.knowledge_bases as k where k.id = any($1)",
             ["integer[]"],
         ),
@@ -80,13 +81,12 @@ if "plans" not in SD:
             "select q.term, q.df::float8 as df, q.weight, q.in_query, q.kept_all, q.kept_plain,"
             " s.recent_ids, s.recent_tfs, s.recent_dls"
             " from (select t.term, t.df, t.weight, t.in_query,"
-            " sum(t.df) over w <= kb_internal.setting_int('lexical_numpy_posting_budget') as kept_all,"
-            " t.in_query and coalesce(sum(t.df) filter (where t.in_query) over w, 0)"
-            " <= kb_internal.setting_int('lexical_numpy_posting_budget') as kept_plain"
+            " sum(t.df) over w <= $4 as kept_all,"
+            " t.in_query and coalesce(sum(t.df) filter (where t.in_query) over w, 0) <= $4 as kept_plain"
             " from kb_internal.lexical_query_terms($1, $2, $3) as t window w as (order by t.df, t.term)) as q"
             " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
             " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
-            ["text", "integer[]", "jsonb"],
+            ["text", "integer[]", "jsonb", "bigint"],
         ),
         # every block of the terms in one row: the blocks' fields as binary arrays and their payloads
         # concatenated, all in one order (one aggregate node over one sort): full blocks first, by tier and
@@ -165,7 +165,7 @@ c2 = k1 * b / (size["total"] / n_chunks)  # k1 * b / avgdl
 legs = [("lexical", "kept_plain")] if plain or expansions is None else []
 if expansions is not None:
     legs.append(("fuzzy", "kept_all"))
-rows = plpy.execute(plans["terms"], [query, kb_ids, expansions])
+rows = plpy.execute(plans["terms"], [query, kb_ids, expansions, size["posting_budget"]])
 out = []
 for name, kept in list(legs):
     members = [r for r in rows if r["in_query"] or name == "fuzzy"]
