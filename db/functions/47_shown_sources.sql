@@ -38,9 +38,9 @@ $$;
 
 -- The kb:// URI a reader is shown for a document, kb://<kb>/<doc_key>: the one place it is built (search
 -- results' also_in, citations, and the clients, which select it; the MCP server serves it as a resource).
--- (A standard SQL body: bound when created, so no search_path is needed, and inlined into the query that
--- calls it: search builds one per candidate.)
+-- (A standard SQL body of immutable operators: bound when created, so no search_path is needed, and inlined
+-- into the query that calls it: search builds one per candidate. format() is only stable: no inlining.)
 create or replace function kb.document_uri(kb text, doc_key text)
 returns text
 language sql immutable parallel safe
-return format('kb://%s/%s', kb, doc_key);
+return 'kb://' || coalesce(kb, '') || '/' || coalesce(doc_key, '');

@@ -197,7 +197,10 @@ begin
             k.name as kb_name, d.doc_key, d.title, d.source_url, octet_length(c.content) as text_bytes,
             kb.document_uri(k.name, d.doc_key) as uri,
             case
+                -- (the script is read only where the rule can change the score)
                 when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
+                    and (legs_run.w_lexical > 0 and fused.v_share > fused.l_share
+                        or legs_run.w_fuzzy > 0 and fused.v_share > fused.f_share)
                     and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]
                     <> all(query_scripts)
                     then legs_run.w_vector * fused.v_share
