@@ -77,7 +77,6 @@ begin
 end
 $$;
 
-
 -- The scripts a text is written in, as far as term matching cares: 'latin' (letters A-Z, a-z) and 'nonlatin'
 -- (Han, kana, Hangul, Cyrillic ...: each extra UTF-8 byte weighs 2, so a Han character 4, ~ a word), each when
 -- it holds a quarter of the weight, the larger first; none without letters. Typographic punctuation (— “ ” …)
@@ -132,7 +131,6 @@ you,your,yours,yourself,yourselves}'::text[])
     );
 end
 $$;
-
 
 -- {term: frequency} for a chunk: what the GIN index and BM25 scoring read.
 create or replace function kb.term_freqs(terms text[])

@@ -54,7 +54,6 @@ begin
 end
 $$;
 
-
 -- Ids of the knowledge bases the caller may read: public ones, their own, and team ones of their teams
 -- (admins: all). Used by every RLS policy and by the search functions.
 create or replace function kb.visible_kb_ids()
@@ -76,7 +75,6 @@ begin
     );
 end
 $$;
-
 
 -- True when the caller may replace or delete documents in the knowledge base: admins, its owner, and
 -- members of its team when it is team-visible.

@@ -24,7 +24,6 @@ begin
 end
 $$;
 
-
 -- The address of a document that whoever it is shown to can open: its source_url when that is a web
 -- address (scheme://..., other than file://), else NULL -- clients then show kb://<kb>/<doc_key>. A path on
 -- the server (what `pgkb ingest` records without --base-url) never leaves the database through a read.
