@@ -414,6 +414,24 @@ def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, co
     assert [(r["content"], r["also_in"]) for r in rows] == [(refund, []), ("另一段", [])]  # the title matches
 
 
+def test_texts_of_one_length_are_not_copies(kbdb):
+    """Fusion hashes only contents as long as another candidate's: texts of the same byte length that differ
+    are separate results, and a real copy among them is still found."""
+    kbdb.execute("select kb.create_knowledge_base('lengths', 'public')")
+    texts = ["退款规则甲：七天内", "退款规则乙：七天内", "退款规则甲：七天内", "退款 rule of 7 days"]
+    assert len({len(t.encode()) for t in texts[:3]}) == 1
+    for i, text in enumerate(texts):
+        kbdb.execute(
+            "select kb.replace_document('lengths', %s, '规则', %s::jsonb)",
+            [f"doc{i}.md", json.dumps([{"content": text}])],
+        )
+    rows = search(kbdb, "select * from kb.lexical_search('退款规则', 10, kb => 'lengths')")
+    shown = {r["content"]: r for r in rows}
+    assert len(rows) == 3 and shown["退款规则乙：七天内"]["also_in"] == [], rows
+    copy = shown["退款规则甲：七天内"]
+    assert {f"kb://lengths/{copy['doc_key']}", *copy["also_in"]} == {"kb://lengths/doc0.md", "kb://lengths/doc2.md"}
+
+
 @pytest.mark.parametrize(
     ("query", "expected_doc", "correction"),
     [
