@@ -190,7 +190,7 @@ begin
         from hits as h
     ),
     -- each fused chunk with where it is and its final score, computed once (materialized: the windows below
-    -- would evaluate them again); its content stays in TOAST until shown or hashed
+    -- would evaluate them again); octet_length reads a toasted content's header, not the content
     placed as materialized (
         select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
             fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
