@@ -2,12 +2,13 @@
 -- in a knowledge base are its newest ones in its kb.term_stats row (recent_ids / recent_tfs / recent_dls,
 -- fewer than kb_internal.recent_postings_limit()) and the older ones in blocks per (knowledge base, term, impact
 -- tier, first chunk id) of up to kb_internal.posting_block_size() postings, in id order. Builds and appends keep a
--- (term, tier) list cut into full blocks from its start, only its last block with room (postings_format 2,
--- migration 030); a delete leaves the blocks it touched smaller.
+-- (term, tier) list cut into full blocks from its start, only its last block with room (since
+-- postings_format 2, migration 030); a delete leaves the blocks it touched smaller.
 --
--- Block payload (format 1): n postings of one tier, sorted by chunk id, in three runs:
---   chunk id - first_chunk   n x id_bytes (2 when the block spans fewer than 65536 ids, 4 fewer than 2^32,
---                            else 8)
+-- Block payload (format 3): n postings of one tier, sorted by chunk id, in three runs:
+--   chunk id gap             n x id_bytes: each id minus the one before it (0 for the first, which is
+--                            first_chunk); id_bytes 1 when every gap is below 256, 2 below 65536, 4 below
+--                            2^32, else 8 (format 2 stored each id minus first_chunk: gaps are narrower)
 --   term frequency           n x tf_bytes (0 for tf classes 1 and 2: the tier says it; 1 for 3..16; 4 for 17+)
 --   chunk length - floor     n x dl_bytes (1 for length classes 0-8: none is 256 wide; 4 for 724+)
 -- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb_internal.encode_postings
@@ -50,13 +51,14 @@ set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
 -- The format of a knowledge base's posting lists that kb_internal.build_postings writes and the searches expect
--- (kb.knowledge_bases.postings_format; 54_postings_rebuild.sql rebuilds the lists of older ones): 2, a
--- list cut into full blocks from its start (migration 030; 1: blocks cut at every 100,000 chunks built).
+-- (kb.knowledge_bases.postings_format; 54_postings_rebuild.sql rebuilds the lists of older ones): 3, ids
+-- stored as gaps (migration 031); 2, a list cut into full blocks from its start (migration 030); 1, blocks
+-- cut at every 100,000 chunks built.
 create or replace function kb_internal.postings_format()
 returns smallint
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
-as $$ select 2::smallint $$;
+as $$ select 3::smallint $$;
 
 -- The most postings a block holds: a flush of recent postings rewrites at most a list's last block, a
 -- delete the blocks that held the removed postings.
@@ -107,16 +109,21 @@ returns bytea
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select string_agg(substring(int8send(x.id - ids[1]) from 9 - w.id_bytes), ''::bytea order by x.o)
+    select string_agg(substring(int8send(x.gap) from 9 - w.id_bytes), ''::bytea order by x.o)
         || coalesce(string_agg(substring(int8send(x.tf::bigint) from 9 - f.tf_bytes), ''::bytea order by x.o)
             filter (where f.tf_bytes > 0), '')
         || string_agg(substring(int8send((x.dl - f.dl_min)::bigint) from 9 - f.dl_bytes), ''::bytea order by x.o)
     from kb_internal.posting_fields(tier) as f
     cross join (
-        select case when ids[cardinality(ids)] - ids[1] < 65536 then 2
-            when ids[cardinality(ids)] - ids[1] < 4294967296 then 4 else 8 end as id_bytes
+        select case when g.widest < 256 then 1 when g.widest < 65536 then 2 when g.widest < 4294967296 then 4
+            else 8 end as id_bytes
+        from (select coalesce(max(ids[i + 1] - ids[i]), 0) as widest
+            from generate_series(1, cardinality(ids) - 1) as i) as g
     ) as w
-    cross join unnest(ids, tfs, dls) with ordinality as x (id, tf, dl, o)
+    cross join (
+        select u.o, u.tf, u.dl, u.id - coalesce(lag(u.id) over (order by u.o), u.id) as gap
+        from unnest(ids, tfs, dls) with ordinality as u (id, tf, dl, o)
+    ) as x
 $$;
 
 -- The postings of one block (kb.postings row), in id order. Inlined into the SQL leg's reads (no SET
@@ -125,13 +132,14 @@ create or replace function kb_internal.decode_postings(tier integer, first_chunk
 returns table (chunk_id bigint, tf integer, dl integer)
 language sql immutable parallel safe
 as $$
-    select first_chunk + kb_internal.payload_uint(payload, i * w.id_bytes, w.id_bytes),
+    select first_chunk + sum(kb_internal.payload_uint(payload, i * w.id_bytes, w.id_bytes)) over (order by i)::bigint,
         case when f.tf_bytes = 0 then f.tf_fixed
             else kb_internal.payload_uint(payload, n * w.id_bytes + i * f.tf_bytes, f.tf_bytes)::integer end,
         f.dl_min + kb_internal.payload_uint(payload, n * (w.id_bytes + f.tf_bytes) + i * f.dl_bytes, f.dl_bytes)::integer
     from kb_internal.posting_fields(tier) as f
     cross join lateral (select octet_length(payload) / n - f.tf_bytes - f.dl_bytes as id_bytes) as w
     cross join generate_series(0, n - 1) as i
+    order by i
 $$;
 
 -- Internal: the postings of the last block of each given list (terms[i], tiers[i]) of target_kb that has

@@ -229,8 +229,9 @@ def read_class(terms):
             t, width, tb, db, ib = int(tier[a]), int(length[a]), int(tf_bytes[a]), int(dl_bytes[a]), int(id_bytes[a])
             m = buf[start[a] : start[a] + (z - a) * width].reshape(z - a, width)
             done = at + (z - a) * FULL
-            offsets = column(m, 0, ib)
-            np.add(first[a:z, None], offsets if ib < 8 else offsets.astype(np.int64), out=ids[at:done].reshape(-1, FULL))
+            out_ids = ids[at:done].reshape(-1, FULL)
+            np.cumsum(column(m, 0, ib), axis=1, dtype=np.int64, out=out_ids)  # gaps (0 first): offsets from first
+            out_ids += first[a:z, None]
             out_w = w[at:done].reshape(-1, FULL)
             if tb == 0 and db == 1:  # the tier fixes tf and the length is its floor plus one byte: a table
                 np.take(tf_part(t), m[:, FULL * ib : FULL * (ib + 1)], out=out_w, mode="clip")
@@ -252,7 +253,8 @@ def read_class(terms):
                 tfs[stored] = uint_at(buf, (base + n_blk * ib + pos * tb)[stored], tb[stored])
             dls = DL_MIN[tier[blk]] + uint_at(buf, base + n_blk * (ib + tb) + pos * db, db)
             done = at + len(blk)
-            ids[at:done] = first[blk] + uint_at(buf, base + pos * ib, ib)
+            gaps = np.cumsum(uint_at(buf, base + pos * ib, ib))  # running over all these blocks: each
+            ids[at:done] = first[blk] + gaps - np.repeat(gaps[np.cumsum(per) - per], per)  # starts at its 0
             w[at:done] = idf[term_of[blk]] * (k1 + 1) * tfs / (tfs + c1 + c2 * dls)
             at = done
     slices = []

@@ -1,7 +1,7 @@
 -- requires: plpython3u
 -- The posting build at compiled speed: kb_internal.build_postings's work (db/functions/31_postings.sql) done by
 -- numpy in the server's Python, writing the same rows as its SQL steps (kb_internal.build_postings_batch): the same
--- blocks, byte for byte (payload format 1, lists cut into full blocks from their start), the same recent
+-- blocks, byte for byte (payload format 3, lists cut into full blocks from their start), the same recent
 -- postings, tiers and blocked_to (a test compares the two builders). Skipped by `pgkb db migrate` where
 -- plpython3u is not available; kb_internal.build_postings then builds in SQL.
 
@@ -217,9 +217,11 @@ def second_pass(part):
     start = np.flatnonzero(new_list | ((np.arange(count) - list_start) % block_size == 0))
     n = np.diff(np.r_[start, count])
     first = cid[start]
-    span = cid[start + n - 1] - first
+    gap = np.diff(cid, prepend=cid[:1])
+    gap[start] = 0  # each block's ids as gaps, its first 0 (kb_internal.encode_postings)
+    widest = np.maximum.reduceat(gap, start)
     b_tier = tier[start]
-    ib = np.where(span < 65536, 2, np.where(span < 4294967296, 4, 8))
+    ib = np.where(widest < 256, 1, np.where(widest < 65536, 2, np.where(widest < 4294967296, 4, 8)))
     tb, db = TF_BYTES[b_tier], DL_BYTES[b_tier]
     length = n * (ib + tb + db)
     at = np.cumsum(length) - length
@@ -227,7 +229,7 @@ def second_pass(part):
     blk = np.repeat(np.arange(len(start)), n)
     pos = np.arange(count) - start[blk]
     out = np.zeros(int(length.sum()), dtype=np.uint8)
-    uint_into(out, at[blk] + pos * ib[blk], cid - first[blk], ib[blk])
+    uint_into(out, at[blk] + pos * ib[blk], gap, ib[blk])
     stored = tb[blk] > 0
     uint_into(out, (at[blk] + n[blk] * ib[blk] + pos * tb[blk])[stored], tf[stored], tb[blk][stored])
     uint_into(out, at[blk] + n[blk] * (ib[blk] + tb[blk]) + pos * db[blk], dl - DL_MIN[tier], db[blk])

@@ -1,5 +1,5 @@
 -- Knowledge bases whose posting blocks are in an older format (postings_format below
--- kb_internal.postings_format(); migrations 018 and 030) are rebuilt here, inside `pgkb db migrate`: after
+-- kb_internal.postings_format(); migrations 018, 030 and 031) are rebuilt here, inside `pgkb db migrate`: after
 -- 53_postings_build_numpy.sql, so that the build takes numpy where the server has it. Skipped on a schema
 -- older than migration 018 (tests that apply today's functions to an old schema).
 do $$

@@ -442,12 +442,12 @@ def test_search_works_without_plpython(db):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     tier=st.integers(0, 59),
-    gaps=st.lists(st.one_of(st.integers(1, 300_000), st.just(2**33)), min_size=0, max_size=300),
+    gaps=st.lists(st.one_of(st.integers(1, 255), st.integers(1, 300_000), st.just(2**33)), min_size=0, max_size=300),
     seed=st.integers(0, 10_000),
 )
 def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
-    """kb_internal.encode_postings then kb_internal.decode_postings gives the postings back, in every tier and id width
-    (spans below 65536, below 2^32 and above), with the widest tf and length classes (17+, 724+)."""
+    """kb_internal.encode_postings then kb_internal.decode_postings gives the postings back, in every tier and id gap
+    width (gaps below 256, 65536, 2^32 and above), with the widest tf and length classes (17+, 724+)."""
     rnd = random.Random(seed)
     tf_lo, tf_hi = [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 100_000)][tier // 10]
     floors = [0, 45, 64, 91, 128, 181, 256, 362, 512, 724, 10**6]
@@ -471,7 +471,7 @@ def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
 
 @pytest.mark.slow
 def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
-    """Blocks whose ids span more than 65536 (4-byte offsets), terms repeated 17+ times and chunks of 724+
+    """Blocks whose ids lie more than 65536 apart (4-byte gaps), terms repeated 17+ times and chunks of 724+
     terms: both legs equal exact BM25."""
     rnd = random.Random(8)
     for d in range(20):
@@ -481,8 +481,8 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         # 20 per document: 400 postings of 'wide' in the widest tier (tf 17+, 724+ terms), a full block
         chunks += [{"content": "wide " * rnd.randint(17, 30) + "pad " * 760} for _ in range(20)]
         db.execute("select kb.replace_document('kb-wide', %s, 't', %s::jsonb)", [f"d{d}.md", json.dumps(chunks)])
-        # the next document's chunk ids lie 70,000 further (5 billion once): a list's block spans more
-        # than 65536 ids (4-byte offsets), one more than 2^32 (8-byte offsets)
+        # the next document's chunk ids lie 70,000 further (5 billion once): a list's block has gaps wider
+        # than 65536 ids (4-byte gaps), one wider than 2^32 (8-byte gaps)
         gap = 5_000_000_000 if d == 10 else 70000
         db.execute(
             "select setval(pg_get_serial_sequence('kb.chunks', 'id'), (select max(id) from kb.chunks) + %s)", [gap]
