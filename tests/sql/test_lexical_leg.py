@@ -469,6 +469,24 @@ def test_payload_round_trips_in_every_tier(db, tier, gaps, seed):
     ).fetchone() == (ids, tfs, dls)
 
 
+def test_ids_take_the_width_of_their_widest_gap(db):
+    """A block stores id gaps in the fewest bytes its widest gap needs (format 3): 1 byte for ids at most 255
+    apart, although they span far more than 255; 2 for gaps up to 65535, although the block spans more."""
+    dense = [1_000_000 + 200 * i for i in range(256)]  # gaps 200, span 51,000
+    sparse = [1_000_000 + 60_000 * i for i in range(40)]  # gaps 60,000, span 2.3 million
+    for ids, width in ((dense, 1), (sparse, 2)):
+        payload = db.execute(
+            "select kb_internal.encode_postings(0, %s, %s, %s)", [ids, [1] * len(ids), [10] * len(ids)]
+        ).fetchone()[0]
+        # tier 0: tf implied, length 1 byte
+        assert len(payload) == len(ids) * (width + 1)
+        decoded = db.execute(
+            "select array_agg(chunk_id order by chunk_id) from kb_internal.decode_postings(0, %s, %s, %s)",
+            [ids[0], len(ids), payload],
+        ).fetchone()[0]
+        assert decoded == ids
+
+
 @pytest.mark.slow
 def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
     """Blocks whose ids lie more than 65536 apart (4-byte gaps), terms repeated 17+ times and chunks of 724+
