@@ -57,6 +57,11 @@ RELEASES = {
         "60c1bae3120e58775be4d77e5d4840f72adf3d3c",
         "issue 22 landed: 001-027, the last release before the schema split (028: kb_internal, kb_service, kb_admin)",
     ),
+    "issues-21-23": Release(
+        "1f9dbbedec5c33023fd728645000cd8bd862fd95",
+        "issues 21 and 23 and issue 19's hybrid costs landed: 001-030, posting ids as offsets (postings_format 2), "
+        "the last release before gap-coded ids (031)",
+    ),
 }
 
 

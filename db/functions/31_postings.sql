@@ -8,7 +8,7 @@
 -- Block payload (format 3): n postings of one tier, sorted by chunk id, in three runs:
 --   chunk id gap             n x id_bytes: each id minus the one before it (0 for the first, which is
 --                            first_chunk); id_bytes 1 when every gap is below 256, 2 below 65536, 4 below
---                            2^32, else 8 (format 2 stored each id minus first_chunk: gaps are narrower)
+--                            2^32, else 8 (formats 1 and 2 stored each id minus first_chunk: gaps are narrower)
 --   term frequency           n x tf_bytes (0 for tf classes 1 and 2: the tier says it; 1 for 3..16; 4 for 17+)
 --   chunk length - floor     n x dl_bytes (1 for length classes 0-8: none is 256 wide; 4 for 724+)
 -- all unsigned big-endian; id_bytes = octet_length(payload) / n - tf_bytes - dl_bytes. kb_internal.encode_postings

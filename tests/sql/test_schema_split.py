@@ -106,8 +106,8 @@ def test_the_release_before_the_split_upgrades_to_a_fresh_install(pre_split_db, 
     assert "028_schema_split.sql" in report.applied and report.functions_applied
 
     after = rows(conn)
-    # migration 030 rewrites the posting lists in format 2 (full blocks from each list's start): the same
-    # postings, cut differently; test_upgrades compares them with a fresh install's
+    # migrations 030 and 031 rewrite the posting lists (full blocks from each list's start, ids as gaps): the
+    # same postings, cut and encoded differently; test_upgrades compares them with a fresh install's
     rebuilt = ("postings", "term_stats")
     assert {k: v for k, v in after.items() if k not in rebuilt} == {k: v for k, v in before.items() if k not in rebuilt}
     assert [r[:4] for r in after["term_stats"]] == [r[:4] for r in before["term_stats"]]  # terms, df, tiers
