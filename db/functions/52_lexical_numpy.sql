@@ -38,6 +38,9 @@ create or replace function kb_internal.lexical_legs_numpy(
 returns table (leg text, chunk_id bigint, rank integer, score double precision)
 language plpython3u stable
 set search_path = pg_catalog, pg_temp
+-- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table (compact
+-- payloads make kb.postings small), would read every knowledge base's blocks
+set enable_seqscan = off
 as $$
 import numpy as np
 
