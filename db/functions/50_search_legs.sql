@@ -122,6 +122,9 @@ set search_path = pg_catalog, pg_temp
 -- the rounds' aggregates are planned with tiny row estimates (arrays of unknown length); a parallel plan
 -- then adds a Gather Merge and a sort of every posting read (~15% of a long query), for no gain
 set max_parallel_workers_per_gather = 0
+-- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table, would read
+-- every knowledge base's blocks and statistics
+set enable_seqscan = off
 as $$
 declare
     n_chunks double precision;
