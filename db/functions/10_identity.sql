@@ -95,7 +95,9 @@ as $$
 $$;
 
 -- Resolve a knowledge-base name the caller may read to its id. Unknown and invisible names raise the
--- same error, so names of other users' knowledge bases do not leak.
+-- same error and read the same rows (the name is looked for among the visible knowledge bases, each read
+-- by its id: an index lookup by name would fetch another user's row, visible in pg_stat_* counters), so
+-- names of other users' knowledge bases do not leak.
 create or replace function kb.resolve_kb(kb_name text)
 returns integer
 language plpgsql stable security definer
@@ -105,8 +107,11 @@ declare
     visible constant integer [] := kb.visible_kb_ids();  -- once, whatever the name (not once per row)
     found integer;
 begin
-    select k.id into found from kb.knowledge_bases as k where k.name = kb_name;
-    if found is null or found <> all(visible) then
+    select k.id into found
+    from unnest(visible) as v (id)
+    cross join lateral (select k.id, k.name from kb.knowledge_bases as k where k.id = v.id offset 0) as k
+    where k.name = kb_name;
+    if found is null then
         raise exception 'unknown knowledge base "%"', left(kb_name, 200)
             using errcode = 'no_data_found',
                 hint = 'SELECT name FROM kb.list_knowledge_bases() lists the ones you can see';

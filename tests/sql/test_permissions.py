@@ -372,6 +372,31 @@ def test_search_sees_exactly_visible_kbs(world, as_, principal, fn):
             assert "unknown knowledge base" in missing
 
 
+def test_an_invisible_name_reads_what_a_missing_one_reads(world, as_):
+    """Naming another user's knowledge base reads the same rows as naming none that exists: equal
+    pg_stat_xact_* counters of every kb table and index (the name is looked up among the caller's
+    knowledge bases only), so the counters are no oracle for which names exist."""
+    conn = as_("alice")
+    counters = (
+        "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch from pg_stat_xact_user_tables"
+        " where schemaname = 'kb' union all select c.relname, pg_stat_get_xact_numscans(c.oid),"
+        " pg_stat_get_xact_tuples_returned(c.oid), pg_stat_get_xact_tuples_fetched(c.oid), 0 from pg_class c"
+        " where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i' order by 1"
+    )
+
+    def observe(name: str) -> list:
+        with conn.transaction():
+            before = conn.execute(counters).fetchall()
+            with pytest.raises(psycopg.errors.NoDataFound), conn.transaction():  # a savepoint: the error ends it
+                conn.execute("select kb.resolve_kb(%s)", [name])
+            after = conn.execute(counters).fetchall()
+        return [(b[0], *(y - x for x, y in zip(b[1:], a[1:], strict=True))) for b, a in zip(before, after, strict=True)]
+
+    for name in ("bob-private", "no-such-kb"):
+        observe(name)  # warm caches and plans alike
+    assert observe("bob-private") == observe("no-such-kb")
+
+
 # ---------------------------------------------------------------------------------------------------
 # bypass attempts
 
