@@ -102,33 +102,68 @@ begin
 end
 $$;
 
--- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function
--- words (how, does, the, what, should ...). They name no topic, yet in a knowledge base of Chinese documents
--- they are rare, so BM25 weighed them high and matched English documents of any topic to English questions.
--- (Not "who": WHO; not "us": US.) A query of function words only keeps them all.
-create or replace function kb_internal.query_terms(query text)
+-- English function words (how, does, the, what, should ...; not "who": WHO; not "us": US): they name no
+-- topic, so query terms (kb_internal.query_terms) and the lexicon's sources and glosses
+-- (kb_internal.query_translations) leave them out.
+create or replace function kb_internal.english_function_words()
 returns text[]
-language plpgsql immutable strict parallel safe
+language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-begin
-    return (
-        select case when cardinality(k.kept) > 0 then k.kept else t.terms end
-        from (select kb.lexical_terms(query) as terms) as t
-        cross join lateral (
-            select array(
-                select x.term from unnest(t.terms) with ordinality as x (term, n)
-                where x.term <> all('{about,above,after,again,against,all,am,an,and,any,are,as,at,be,because,been,
+    select '{about,above,after,again,against,all,am,an,and,any,are,as,at,be,because,been,
 before,being,below,between,both,but,by,can,could,did,do,does,doing,down,during,each,few,for,from,further,
 had,has,have,having,he,her,here,hers,herself,him,himself,his,how,if,in,into,is,it,its,itself,just,me,
 more,most,my,myself,no,nor,not,now,of,off,on,once,only,or,other,our,ours,ourselves,out,over,own,same,
 she,should,so,some,such,than,that,the,their,theirs,them,themselves,then,there,these,they,this,those,
 through,to,too,under,until,up,very,was,we,were,what,when,where,which,while,whom,why,will,with,would,
-you,your,yours,yourself,yourselves}'::text[])
-                order by x.n
-            ) as kept
-        ) as k
+you,your,yours,yourself,yourselves}'::text[]
+$$;
+
+-- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function
+-- words (kb_internal.english_function_words). In a knowledge base of Chinese documents they are rare, so BM25
+-- weighed them high and matched English documents of any topic to English questions. A query of function
+-- words only keeps them all.
+create or replace function kb_internal.query_terms(query text)
+returns text[]
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    terms constant text[] := kb.lexical_terms(query);
+    kept text[];
+begin
+    kept := array(
+        select x.term from unnest(terms) with ordinality as x (term, n)
+        where x.term <> all(kb_internal.english_function_words())
+        order by x.n
     );
+    return case when cardinality(kept) > 0 then kept else terms end;
+end
+$$;
+
+-- The language of a text for the language profile: 'zh' when Han characters hold at least a quarter of its
+-- letters' weight (a Han character weighs 4, about a word; a Latin letter 1), 'en' when Latin letters hold
+-- at least half, else 'other' (kana, Hangul, Cyrillic ..., or no letters: a table of numbers). Code in a Chinese text
+-- does not make it English unless it outweighs the prose three to one.
+create or replace function kb_internal.text_language(input text)
+returns text
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    han constant integer := 4 * length(
+        regexp_replace(input, '[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+', '', 'g')
+    );
+    latin constant integer := length(regexp_replace(input, '[^A-Za-z]+', '', 'g'));
+    -- kana and Hangul weigh as Han; Greek, Cyrillic, Hebrew, Arabic, Indic and Thai letters as Latin ones
+    other constant integer := 4 * length(regexp_replace(input, '[^\u3040-\u30ff\u1100-\u11ff\uac00-\ud7af]+', '', 'g'))
+        + length(regexp_replace(input, '[^\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0e7f]+', '', 'g'));
+begin
+    return case
+        when han > 0 and han * 4 >= han + latin + other then 'zh'
+        when latin > 0 and latin * 2 >= han + latin + other then 'en'
+        else 'other'
+    end;
 end
 $$;
 

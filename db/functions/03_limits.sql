@@ -20,7 +20,11 @@ as $$
         ('kb_name_chars', 100, 'characters of a knowledge base name'),
         ('title_chars', 1000, 'characters of a document title'),
         ('answer_sources', 100, 'hits handed to kb.answer_prompt, kb.cite and the extractive answer'),
-        ('evidence_hits', 1000, 'hits handed to kb.answer_evidence')
+        ('evidence_hits', 1000, 'hits handed to kb.answer_evidence'),
+        ('phrasings', 4, 'phrasings of one question: the query and up to 3 more in also (each as query_chars bounds it)'),
+        ('glossary_entries', 2000, 'glossary entries of one knowledge base (kb.glossary_add)'),
+        ('glossary_terms', 8, 'terms of one glossary entry: 2..glossary_terms'),
+        ('glossary_term_chars', 64, 'characters of one glossary term')
     ) as l (name, value, bounds)
 $$;
 

@@ -40,9 +40,9 @@ declare
 begin
     foreach tbl in array array[
         'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
-        'image_captions'
+        'image_captions', 'glossary'
     ] loop
-        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016
+        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016 / 032
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'

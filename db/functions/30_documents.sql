@@ -12,7 +12,7 @@ as $$
 $$;
 
 -- Internal: add (sign = 1) or remove (sign = -1) the given chunks of one knowledge base to / from its
--- BM25 statistics (document frequencies, tiers, N, total length) and postings: added postings join their
+-- BM25 statistics (document frequencies, tiers, N, total length), language profile and postings: added postings join their
 -- terms' recent postings in kb.term_stats (moved to blocks at kb_internal.recent_postings_limit()); removed ones
 -- leave them, or the blocks (probed only for terms with blocks). Terms whose document frequency drops to
 -- 0 lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
@@ -26,6 +26,8 @@ declare
     -- false only on a schema older than migration 016, i.e. in tests that apply today's functions to an
     -- old schema (pgkb db migrate runs every migration before the functions)
     with_postings constant boolean := to_regclass('kb.postings') is not null;
+    -- false on a schema older than migration 032 (no language profile)
+    with_profile constant boolean := to_regclass('kb.glossary') is not null;
     limit_reached text[];      -- terms whose recent postings move to blocks
     in_blocks text[];          -- terms whose removed postings may be in blocks
 begin
@@ -104,12 +106,30 @@ begin
             where c.id = any(chunk_ids)
         );
 
+    if not with_profile then
+        update kb.knowledge_bases as k
+        set chunk_count = k.chunk_count + sign * totals.n, term_total = k.term_total + sign * totals.terms,
+            updated_at = now()
+        from (
+            select count(*) as n, coalesce(sum(c.term_count), 0) as terms
+            from kb.chunks as c where c.id = any(chunk_ids)
+        ) as totals
+        where k.id = target_kb;
+        return;
+    end if;
+    -- the language profile counts with N (kb_internal.text_language of each chunk's content)
     update kb.knowledge_bases as k
     set chunk_count = k.chunk_count + sign * totals.n, term_total = k.term_total + sign * totals.terms,
-        updated_at = now()
+        zh_chunks = k.zh_chunks + sign * totals.zh, en_chunks = k.en_chunks + sign * totals.en,
+        other_chunks = k.other_chunks + sign * totals.other, updated_at = now()
     from (
-        select count(*) as n, coalesce(sum(c.term_count), 0) as terms
-        from kb.chunks as c where c.id = any(chunk_ids)
+        select count(*) as n, coalesce(sum(c.term_count), 0) as terms,
+            count(*) filter (where c.lang = 'zh') as zh, count(*) filter (where c.lang = 'en') as en,
+            count(*) filter (where c.lang = 'other') as other
+        from (
+            select c.term_count, kb_internal.text_language(c.content) as lang
+            from kb.chunks as c where c.id = any(chunk_ids)
+        ) as c
     ) as totals
     where k.id = target_kb;
 end

@@ -1,18 +1,19 @@
 -- requires: plpython3u
 -- In-database query embedding over HTTP: one POST to an OpenAI-compatible /v1/embeddings endpoint
 -- (pgkb embed-server, Ollama, vLLM, TEI, OpenAI). Skipped by `pgkb db migrate` where plpython3u is not
--- available (managed PostgreSQL); kb_internal.embed_query then reports that queries need a caller-side embedding.
+-- available (managed PostgreSQL); kb_internal.query_embeddings then reports that queries need a caller-side embedding.
 
 create extension if not exists plpython3u;
 
--- POST {"model", "input": [text]} to url and return data[0].embedding. Raises with the endpoint's
+-- POST {"model", "input": inputs} to url (all of them in one request) and return their embeddings as the rows
+-- of a 2-d array, in the inputs' order (data[i].index when the endpoint gives it). Raises with the endpoint's
 -- message on HTTP errors, timeouts and malformed answers (any failure at all), every message through
 -- kb_internal.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
 -- cannot be reached (refused, unresolvable, timed out). The caller decides how to degrade.
-create or replace function kb_internal.http_embedding(
-    url text, model text, input text, api_key text default '', timeout_ms integer default 3000
+create or replace function kb_internal.http_embeddings(
+    url text, model text, inputs text [], api_key text default '', timeout_ms integer default 3000
 )
-returns real[]
+returns real [][]
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -34,7 +35,9 @@ class Unreachable(Failed):
 def attempt():
     if not url or not url.startswith(("http://", "https://")):
         raise Failed("embedding_url must be an http(s) URL")
-    body = json.dumps({"model": model, "input": [input]}).encode("utf-8")
+    if not inputs:
+        raise Failed("no input to embed")
+    body = json.dumps({"model": model, "input": list(inputs)}).encode("utf-8")
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key
@@ -48,10 +51,16 @@ def attempt():
     except (urllib.error.URLError, OSError) as e:
         raise Unreachable("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))
     try:
-        answer = json.loads(raw.decode("utf-8"))
-        return [float(x) for x in answer["data"][0]["embedding"]]
-    except (KeyError, IndexError, TypeError, ValueError):
-        raise Failed("embedding endpoint %s returned no data[0].embedding" % (url,))
+        data = json.loads(raw.decode("utf-8"))["data"]
+        if len(data) != len(inputs):
+            raise ValueError
+        order = sorted(range(len(data)), key=lambda i: data[i].get("index", i))
+        rows = [[float(x) for x in data[i]["embedding"]] for i in order]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise Failed("embedding endpoint %s returned no embedding for each of the %d inputs" % (url, len(inputs)))
+    if len({len(r) for r in rows}) != 1:
+        raise Failed("embedding endpoint %s returned embeddings of different dimensions" % (url,))
+    return rows
 
 
 try:

@@ -59,12 +59,15 @@ begin
 end
 $$;
 
--- The query terms the lexical legs score: the distinct kb.lexical_terms of query (in_query, weight 1) and
--- the terms of expansions ({term: weight}, the fuzzy leg's corrections, kb_internal.fuzzy_expansions; a term in
--- both is a query term of weight 1) that occur in the knowledge bases kb_ids, with their document
--- frequency there, their posting tiers and weight (the legs multiply a term's idf by it). At most
--- kb.settings.lexical_max_query_terms query terms: the rarest (highest idf; ties by term), so a long query
--- costs what its most telling terms cost; the corrections are bounded by the fuzzy settings. Rarest first.
+-- The query terms the lexical legs score: the distinct kb_internal.query_terms of query (in_query, weight 1), their
+-- translations (kb_internal.query_translations: glossary aliases and lexicon translations found in the
+-- vocabulary, in_query, weighted below them with one idf per source concept) and the terms of expansions
+-- ({term: weight}, the fuzzy leg's corrections, kb_internal.fuzzy_expansions) that occur in the knowledge bases
+-- kb_ids, with their document frequency there, their posting tiers and weight (the legs multiply a term's idf
+-- by it). A term that is several of these is a query term before a translation before a correction, at the
+-- highest weight. At most kb.settings.lexical_max_query_terms query terms: the rarest (highest idf; ties by
+-- term), so a long query costs what its most telling terms cost; translations and corrections are bounded by
+-- their own settings. Rarest first. in_query: scored by the BM25 leg as well as the fuzzy one.
 -- (plpgsql: its body is not checked against an older schema.)
 create or replace function kb_internal.lexical_query_terms(query text, kb_ids integer[], expansions jsonb default null)
 returns table (term text, df bigint, tiers bigint, weight double precision, in_query boolean)
@@ -77,15 +80,21 @@ begin
     return query
     select r.term, r.df, r.tiers, r.weight, r.in_query
     from (
-        select q.term, s.df, s.tiers, q.weight, q.in_query,
-            row_number() over (partition by q.in_query order by s.df, q.term) as pos
+        select q.term, s.df, s.tiers, q.weight, q.kind < 2 as in_query,
+            row_number() over (partition by q.kind = 0 order by s.df, q.term) as pos, q.kind
         from (
-            select x.term, max(x.weight) as weight, bool_or(x.in_query) as in_query
+            -- kind 0: a query term, 1: a translation, 2: a correction
+            select x.term, max(x.weight) filter (where x.kind = min_kind) as weight, min(x.kind) as kind
             from (
-                select t.term, 1::double precision as weight, true as in_query
-                from unnest(kb_internal.query_terms(query)) as t (term)
-                union all
-                select e.key, e.value::double precision, false from jsonb_each_text(expansions) as e
+                select x.*, min(x.kind) over (partition by x.term) as min_kind
+                from (
+                    select t.term, 1::double precision as weight, 0 as kind
+                    from unnest(kb_internal.query_terms(query)) as t (term)
+                    union all
+                    select t.term, t.weight, 1 from kb_internal.query_translations(query, kb_ids) as t
+                    union all
+                    select e.key, e.value::double precision, 2 from jsonb_each_text(expansions) as e
+                ) as x
             ) as x
             group by x.term
         ) as q
@@ -96,7 +105,7 @@ begin
         ) as s
         where s.df > 0
     ) as r
-    where not r.in_query or r.pos <= max_terms
+    where r.kind <> 0 or r.pos <= max_terms
     order by r.df, r.term;
 end
 $$;

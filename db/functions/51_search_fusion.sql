@@ -21,7 +21,10 @@ as $$
 $$;
 
 -- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
--- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. fusion 'dbsf'
+-- visibility and model, embed the query if needed, run each leg whose weight is > 0 and fuse. Phrasings: the
+-- query and also (kb.check_search_input bounds them); every leg runs for every phrasing (embeddings: query_embedding
+-- and also_embeddings, the missing ones embedded in one request), each (leg, phrasing) is spread on its own, and a
+-- chunk counts in a leg with its best share over the phrasings; then the legs are fused once. fusion 'dbsf'
 -- (default): distribution-based score fusion, each leg's scores mapped by (score - (mean - 3 sd)) / (6 sd) over its own hits, times the leg weight,
 -- summed; 'rrf': weighted reciprocal rank fusion, sum(weight / (rrf_k + rank)). Raises on bad input
 -- (blank or oversized query, top_k outside 1..100, NaN / infinite / out-of-range weights or BM25 / RRF
@@ -29,8 +32,8 @@ $$;
 -- metadata_condition). filter and metadata_condition restrict the documents inside every leg. The fuzzy
 -- leg is BM25 over the query's terms and their corrections (kb_internal.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
--- The term legs (BM25, fuzzy) cannot match text in a script the query is not written in (the first of
--- kb_internal.text_scripts of the chunk's title and headings: an English question, Chinese documents), so
+-- The term legs (BM25, fuzzy) cannot match text in a script no phrasing is written in, beyond the translations
+-- they add (the first of kb_internal.text_scripts of the chunk's title and headings: an English question, Chinese documents), so
 -- for such a chunk each term leg counts its share or the vector leg's, whichever is larger (as if it agreed
 -- with the vector leg; a term hit never lowers a chunk) — for a query of three terms or more: one or two
 -- are keywords or identifiers, which a text in another script may hold. Other chunks are fused as before.
@@ -53,7 +56,9 @@ create or replace function kb_internal.search(
     bm25_k1 double precision,
     bm25_b double precision,
     fusion text,
-    metadata_condition jsonb default null
+    metadata_condition jsonb default null,
+    also text [] default null,
+    also_embeddings vector [] default null
 )
 returns setof kb.search_result
 language plpgsql volatile
@@ -62,14 +67,13 @@ as $$
 declare
     kb_ids integer [];
     target kb.embedding_models;
-    embedding vector := query_embedding;
-    expansions jsonb;   -- the fuzzy leg's corrections of the query's terms
+    phrasings text [];          -- query, then also
+    embeddings vector [];       -- one per phrasing, or NULL
+    missing text [];
+    expansions jsonb;           -- per phrasing, the fuzzy leg's corrections of its terms (JSON null: none)
     defaults record;
     doc_filter jsonb;
-    -- a question, not a keyword or an identifier (which a text in another script may well contain)
-    query_scripts text [] := case
-        when cardinality(kb_internal.query_terms(query)) >= 3 then kb_internal.text_scripts(query) else '{}'
-    end;
+    query_scripts text [];
 begin
     select * into defaults from kb.search_defaults();
     vector_weight := coalesce(vector_weight, defaults.vector_weight);
@@ -80,7 +84,20 @@ begin
     bm25_k1 := coalesce(bm25_k1, defaults.bm25_k1);
     bm25_b := coalesce(bm25_b, defaults.bm25_b);
     fusion := coalesce(fusion, defaults.fusion);
-    perform kb.check_search_input(query, top_k);
+    perform kb.check_search_input(query, top_k, also);
+    phrasings := array[query] || coalesce(also, '{}');
+    if also_embeddings is not null and (also is null
+        or cardinality(also_embeddings) <> cardinality(also) or array_ndims(also_embeddings) <> 1) then
+        raise exception 'also_embeddings must hold one embedding for each phrasing in also (%), got %',
+            coalesce(cardinality(also), 0), cardinality(also_embeddings) using errcode = 'invalid_parameter_value';
+    end if;
+    -- a question, not a keyword or an identifier (which a text in another script may well contain): the
+    -- scripts of the phrasings of three terms or more
+    query_scripts := array(
+        select distinct x.script from unnest(phrasings) as p (q)
+        cross join lateral unnest(kb_internal.text_scripts(p.q)) as x (script)
+        where cardinality(kb_internal.query_terms(p.q)) >= 3
+    );
     if candidates is null or candidates not between 1 and kb_internal.api_limit('candidates') then
         raise exception 'candidates must be between 1 and %, got %', kb_internal.api_limit('candidates'),
             coalesce(candidates::text, 'NULL') using errcode = 'invalid_parameter_value';
@@ -116,56 +133,84 @@ begin
 
     if vector_weight > 0 then
         target := kb.resolve_model(model);
-        if embedding is not null and vector_dims(embedding) <> target.dimension then
-            raise exception 'query_embedding has % dimensions; model "%" has %',
-                vector_dims(embedding), target.name, target.dimension using errcode = 'data_exception';
+        embeddings := array[query_embedding] || coalesce(also_embeddings, '{}');
+        if exists (select from unnest(embeddings) as e where e is not null and vector_dims(e) <> target.dimension) then
+            raise exception 'query_embedding has % dimensions; model "%" has %', (
+                select vector_dims(e) from unnest(embeddings) as e
+                where e is not null and vector_dims(e) <> target.dimension limit 1
+            ), target.name, target.dimension using errcode = 'data_exception';
         end if;
-        if embedding is not null and not kb_internal.usable_embedding(embedding) then
+        if exists (select from unnest(embeddings) as e where e is not null and not kb_internal.usable_embedding(e)) then
             raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
                 using errcode = 'data_exception';
         end if;
-        if embedding is null then
-            embedding := kb_internal.embed_query(query, target);
+        -- the phrasings without an embedding, embedded in one request
+        missing := array(select p.q from unnest(phrasings, embeddings) as p (q, e) where p.e is null);
+        if cardinality(missing) > 0 then
+            missing := kb_internal.embed_queries(missing, target);
+            embeddings := array(
+                select coalesce(p.e, missing[(count(*) filter (where p.e is null) over (order by p.n))::integer])
+                from unnest(embeddings) with ordinality as p (e, n) order by p.n
+            );
         end if;
     end if;
 
     if fuzzy_weight > 0 then
-        expansions := kb_internal.fuzzy_expansions(query, kb_ids);
+        expansions := (
+            select jsonb_agg(coalesce(kb_internal.fuzzy_expansions(p.q, kb_ids), 'null'::jsonb) order by p.n)
+            from unnest(phrasings) with ordinality as p (q, n)
+        );
     end if;
 
     return query
-    with vector_hits as (
-        select * from kb_internal.vector_leg(embedding, target, kb_ids, candidates, doc_filter)
-        where vector_weight > 0 and embedding is not null
+    with phrasing as (
+        select p.n::integer as n, p.q, nullif(expansions -> (p.n::integer - 1), 'null'::jsonb) as expanded
+        from unnest(phrasings) with ordinality as p (q, n)
     ),
-    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the query has corrections. Without any the
+    -- every leg for every phrasing (n)
+    vector_hits as (
+        select p.n::integer as n, v.* from unnest(embeddings) with ordinality as p (e, n)
+        cross join lateral kb_internal.vector_leg(p.e, target, kb_ids, candidates, doc_filter) as v
+        where vector_weight > 0 and p.e is not null
+    ),
+    -- the BM25 legs: 'lexical' rows, and 'fuzzy' rows when the phrasing has corrections. Without any the
     -- fuzzy leg would rank as the BM25 leg does: alone (kb.fuzzy_search) it reuses those rows; beside a
     -- BM25 leg it adds nothing, which would only count BM25 twice
     bm25_hits as (
-        select * from kb_internal.lexical_hits(query, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, expansions,
-            lexical_weight > 0 or expansions is null)
+        select p.n, p.expanded is null as plain_only, l.*
+        from phrasing as p
+        cross join lateral kb_internal.lexical_hits(p.q, kb_ids, candidates, doc_filter, bm25_k1, bm25_b, p.expanded,
+            lexical_weight > 0 or p.expanded is null) as l
         where lexical_weight > 0 or fuzzy_weight > 0
     ),
     hits as (
         select 'vector' as leg, vector_weight as weight, v.* from vector_hits as v
         union all
-        select 'lexical', lexical_weight, l.chunk_id, l.rank, l.score from bm25_hits as l
+        select 'lexical', lexical_weight, l.n, l.chunk_id, l.rank, l.score from bm25_hits as l
         where lexical_weight > 0 and l.leg = 'lexical'
         union all
-        select 'fuzzy', fuzzy_weight, f.chunk_id, f.rank, f.score from bm25_hits as f
-        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or expansions is null and lexical_weight = 0)
+        select 'fuzzy', fuzzy_weight, f.n, f.chunk_id, f.rank, f.score from bm25_hits as f
+        where fuzzy_weight > 0 and (f.leg = 'fuzzy' or f.plain_only and lexical_weight = 0)
     ),
     leg_stats as (
-        select h.leg, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg
+        select h.leg, h.n, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg, h.n
     ),
     shares as (
-        -- each hit's share before its leg's weight: RRF's 1 / (k + rank), or DBSF's place in the leg's spread
+        -- each hit's share before its leg's weight: RRF's 1 / (k + rank), or DBSF's place in the spread of
+        -- its leg for its phrasing
         select h.*, case
                 when fusion = 'rrf' then 1 / (rrf_k + h.rank)
                 when s.sd > 0 then (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
                 else 1.0        -- a leg whose hits all score alike: each counts as its best
             end as share
-        from hits as h join leg_stats as s on s.leg = h.leg
+        from hits as h join leg_stats as s on s.leg = h.leg and s.n = h.n
+    ),
+    -- a chunk's share in a leg: its best over the phrasings (two phrasings that find it count once)
+    leg_shares as (
+        select h.chunk_id, h.leg, max(h.weight) as weight, max(h.share) as share, min(h.rank) as rank,
+            max(h.score) as score
+        from shares as h
+        group by h.chunk_id, h.leg
     ),
     fused as (
         select h.chunk_id, sum(h.weight * h.share) as fused_score,
@@ -175,10 +220,10 @@ begin
             min(h.rank) filter (where h.leg = 'vector') as v_rank,
             min(h.rank) filter (where h.leg = 'lexical') as l_rank,
             min(h.rank) filter (where h.leg = 'fuzzy') as f_rank,
-            min(h.score) filter (where h.leg = 'vector') as v_score,
-            min(h.score) filter (where h.leg = 'lexical') as l_score,
-            min(h.score) filter (where h.leg = 'fuzzy') as f_score
-        from shares as h
+            max(h.score) filter (where h.leg = 'vector') as v_score,
+            max(h.score) filter (where h.leg = 'lexical') as l_score,
+            max(h.score) filter (where h.leg = 'fuzzy') as f_score
+        from leg_shares as h
         group by h.chunk_id
     ),
     -- the weights of the legs that ran: a chunk in a script the query lacks has no term in common with it,
@@ -230,7 +275,7 @@ begin
     )
     select r.chunk_id, r.kb_name, r.doc_key, r.title, kb_internal.heading_trail(r.title, r.heading_path), r.ordinal,
         r.content, kb_internal.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
-        r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, embedding is not null,
+        r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, coalesce(embeddings[1] is not null, false),
         array(
             select distinct o.uri from copies as o
             where o.text_hash = r.text_hash and o.place > 1 and o.uri <> r.uri order by o.uri

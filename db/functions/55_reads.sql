@@ -20,12 +20,13 @@ as $$
         ), '{}')
 $$;
 
--- The knowledge bases the caller may read, with their size and whether the caller may write to them.
--- Owner and team names are shown only for knowledge bases the caller can see (this list).
+-- The knowledge bases the caller may read, with their size, their language profile (kb.language_profile:
+-- shares of chunks in Chinese, English, other, and the main language) and whether the caller may write to
+-- them. Owner and team names are shown only for knowledge bases the caller can see (this list).
 create or replace function kb.list_knowledge_bases()
 returns table (
     name text, visibility text, owner text, team text, description text, document_count bigint,
-    chunk_count bigint, can_write boolean, created_at timestamptz, last_updated timestamptz
+    chunk_count bigint, can_write boolean, created_at timestamptz, last_updated timestamptz, languages jsonb
 )
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -34,7 +35,8 @@ as $$
     select k.name, k.visibility, u.name, t.name, k.description,
         (select count(*) from kb.documents as d where d.kb_id = k.id),
         k.chunk_count, kb.can_write_kb(k.id), k.created_at,
-        greatest(k.updated_at, (select max(d.updated_at) from kb.documents as d where d.kb_id = k.id))
+        greatest(k.updated_at, (select max(d.updated_at) from kb.documents as d where d.kb_id = k.id)),
+        kb.language_profile(k.zh_chunks, k.en_chunks, k.other_chunks)
     from kb.knowledge_bases as k
     left join kb.users as u on u.id = k.owner_id
     left join kb.teams as t on t.id = k.team_id

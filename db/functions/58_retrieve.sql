@@ -3,7 +3,8 @@
 -- relative to each query's own hits, so a threshold on it means nothing across queries.
 
 -- kb.hybrid_search's hits in its order, each with relevance = the greater of (a) its query-term coverage
--- (share of the query's distinct kb.lexical_terms found in the chunk, title and headings) and (b) its cosine
+-- (share of the query's distinct kb_internal.query_terms found in the chunk, title and headings; with also, the
+-- best phrasing's) and (b) its cosine
 -- similarity mapped from [relevance_cosine_floor, 1] to [0, 1]; score = the lowest relevance at or above its
 -- rank, so scores never rise down the list and those >= score_threshold are a prefix of pgkb's ranking.
 -- also_in: kb.hybrid_search's (other documents holding the same text). vector_weight 0: the lexical legs
@@ -16,7 +17,9 @@ create or replace function kb.retrieve(
     model text default null,
     metadata_condition jsonb default null,
     score_threshold double precision default 0,
-    vector_weight double precision default null
+    vector_weight double precision default null,
+    also text [] default null,
+    also_embeddings vector [] default null
 )
 returns table (
     chunk_id bigint, knowledge_base text, doc_key text, title text, heading_path text[], chunk_index integer,
@@ -29,7 +32,7 @@ as $$
 declare
     floor_raw text := kb_internal.setting('relevance_cosine_floor');
     cos_floor double precision;
-    query_terms text [];
+    phrasing_terms jsonb;   -- per phrasing, its distinct query terms
     target kb.embedding_models;
 begin
     if not coalesce(score_threshold between 0 and 1, false) then
@@ -41,7 +44,10 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     cos_floor := floor_raw::double precision;
-    query_terms := array(select distinct t.term from unnest(kb_internal.query_terms(query)) as t (term));
+    phrasing_terms := (
+        select jsonb_agg(to_jsonb(array(select distinct t.term from unnest(kb_internal.query_terms(p.q)) as t (term))))
+        from unnest(array[query] || coalesce(also, '{}')) as p (q)
+    );
     if query_embedding is not null then
         target := kb.resolve_model(model);
     end if;
@@ -51,21 +57,24 @@ begin
             h.metadata, h.score, h.vector_score, h.also_in, h.ordinality as ord
         from kb.hybrid_search(
             query, top_k, retrieve.kb, query_embedding, model, retrieve.vector_weight,
-            metadata_condition => metadata_condition
+            metadata_condition => metadata_condition, also => also, also_embeddings => also_embeddings
         ) with ordinality as h
     ),
     scored as (
         select hits.*, d.metadata as doc_metadata,
             greatest(
-                case when cardinality(query_terms) > 0 then
-                    (select count(*) from unnest(query_terms) as q (term) where q.term = any(c.terms))::double precision
-                    / cardinality(query_terms)
-                else 0 end,
-                least(1, greatest(0, (coalesce(
+                -- the best phrasing's coverage
+                coalesce((
+                    select max((
+                        select count(*) from jsonb_array_elements_text(p.terms) as q (term) where q.term = any(c.terms)
+                    )::double precision / jsonb_array_length(p.terms))
+                    from jsonb_array_elements(phrasing_terms) as p (terms) where jsonb_array_length(p.terms) > 0
+                ), 0),
+                least(1, greatest(0, (coalesce(greatest(
                     (select 1 - (e.embedding <=> query_embedding) from kb.embeddings as e
                         where e.chunk_id = hits.chunk_id and e.model_id = target.id and query_embedding is not null),
                     hits.vector_score
-                ) - cos_floor) / (1 - cos_floor)))
+                ), 0) - cos_floor) / (1 - cos_floor)))
             ) as rel
         from hits
         join kb.chunks as c on c.id = hits.chunk_id

@@ -4,11 +4,14 @@
 -- hand-crafted hits array naming other users' chunk ids learns nothing (it is no oracle).
 
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
--- coverage (best share of the question's idf mass -- distinct kb.lexical_terms, idf as in kb_internal.lexical_leg
--- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's
--- term_freqs), the chunk it came from, top_coverage (first visible hit), top_known_coverage (its share of
--- the terms the knowledge bases hold only), per_hit, counts. Raises on a bad question.
-create or replace function kb.answer_evidence(question text, hits kb.search_result[])
+-- coverage (best share of the question's idf mass -- distinct kb_internal.query_terms, idf as in the BM25 legs
+-- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's term_freqs,
+-- a term also present when all the terms of one of its translations are, kb_internal.query_translations, its
+-- idf then its concept's when the term itself is unseen), the chunk it came from, top_coverage (first visible
+-- hit), top_known_coverage (its share of the terms the knowledge bases hold or translate only), per_hit,
+-- counts. With also (other phrasings of the question) each measure is the best over the phrasings. Raises on
+-- a bad question or also.
+create or replace function kb.answer_evidence(question text, hits kb.search_result[], also text [] default null)
 returns jsonb
 language plpgsql stable security definer
 set search_path = pg_catalog, public, pg_temp
@@ -18,7 +21,7 @@ declare
     given integer := coalesce(cardinality(hits), 0);
     result jsonb;
 begin
-    perform kb.check_search_input(question, 1);
+    perform kb.check_search_input(question, 1, also);
     if given > 1000 then
         raise exception 'hits holds % rows; at most 1000 are accepted', given
             using errcode = 'program_limit_exceeded';
@@ -48,32 +51,66 @@ begin
         select greatest(coalesce(sum(k.chunk_count), 0), 1)::double precision as n_chunks
         from kb.knowledge_bases as k, kbs where k.id = any(kbs.ids)
     ),
+    phrasings as (
+        select p.n, p.q from unnest(array[question] || coalesce(also, '{}')) with ordinality as p (q, n)
+    ),
     query_terms as (
-        select distinct t.term from unnest(kb_internal.query_terms(question)) as t (term)
+        select distinct p.n, t.term from phrasings as p cross join unnest(kb_internal.query_terms(p.q)) as t (term)
+    ),
+    -- each translation (its terms) with the query terms its source covers and its concept's df
+    translations as (
+        select p.n, x.covers, x.translation, array_agg(x.term) as terms, max(x.concept_df) as concept_df
+        from phrasings as p
+        cross join kbs
+        cross join lateral kb_internal.query_translations(p.q, kbs.ids) as x
+        group by p.n, x.source, x.covers, x.translation
+    ),
+    concepts as (
+        select t.n, c.term, max(t.concept_df) as concept_df
+        from translations as t cross join unnest(t.covers) as c (term)
+        group by t.n, c.term
     ),
     weighted as (
-        select q.term, coalesce(sum(st.df), 0) as df,
-            ln(1 + (corpus.n_chunks - coalesce(sum(st.df), 0) + 0.5) / (coalesce(sum(st.df), 0) + 0.5)) as idf
-        from query_terms as q
+        select q.n, q.term, q.df, c.concept_df is not null as translated,
+            ln(1 + (corpus.n_chunks - case when q.df = 0 and c.concept_df is not null then c.concept_df else q.df end
+                + 0.5) / (case when q.df = 0 and c.concept_df is not null then c.concept_df else q.df end + 0.5)) as idf
+        from (
+            select q.n, q.term, coalesce(sum(st.df), 0) as df
+            from query_terms as q
+            cross join kbs
+            left join kb.term_stats as st on st.term = q.term and st.kb_id = any(kbs.ids)
+            group by q.n, q.term
+        ) as q
         cross join corpus
-        cross join kbs
-        left join kb.term_stats as st on st.term = q.term and st.kb_id = any(kbs.ids)
-        group by q.term, corpus.n_chunks
+        left join concepts as c on c.n = q.n and c.term = q.term
     ),
     mass as (
-        select coalesce(sum(w.idf), 0) as total, count(*) as n_terms, count(*) filter (where w.df = 0) as unseen,
-            coalesce(sum(w.idf) filter (where w.df > 0), 0) as known
-        from weighted as w
+        select w.n, coalesce(sum(w.idf), 0) as total, count(*) as n_terms,
+            count(*) filter (where w.df = 0 and not w.translated) as unseen,
+            coalesce(sum(w.idf) filter (where w.df > 0 or w.translated), 0) as known
+        from weighted as w group by w.n
+    ),
+    -- per chunk and phrasing: the idf of the terms it holds, itself or through a translation
+    held as (
+        select s.chunk_id, w.n, w.idf, w.df > 0 or w.translated as known
+        from seen as s
+        cross join weighted as w
+        where s.term_freqs ? w.term or exists (
+            select from translations as t
+            where t.n = w.n and w.term = any(t.covers) and s.term_freqs ?& t.terms
+        )
     ),
     scored as (
         select s.chunk_id, s.ord, s.vector_score, s.vector_used, s.lexical_score,
-            case when mass.total > 0 then coalesce((
-                select sum(w.idf) from weighted as w where s.term_freqs ? w.term
-            ), 0) / mass.total else 0 end as coverage,
-            case when mass.known > 0 then coalesce((
-                select sum(w.idf) from weighted as w where w.df > 0 and s.term_freqs ? w.term
-            ), 0) / mass.known else 0 end as known_coverage
-        from seen as s cross join mass
+            coalesce(max(case when m.total > 0 then coalesce(h.idf, 0) / m.total else 0 end), 0) as coverage,
+            coalesce(max(case when m.known > 0 then coalesce(h.known_idf, 0) / m.known else 0 end), 0) as known_coverage
+        from seen as s
+        cross join mass as m
+        left join lateral (
+            select sum(h.idf) as idf, sum(h.idf) filter (where h.known) as known_idf
+            from held as h where h.chunk_id = s.chunk_id and h.n = m.n
+        ) as h on true
+        group by s.chunk_id, s.ord, s.vector_score, s.vector_used, s.lexical_score
     ),
     best as (
         select s.chunk_id, s.coverage from scored as s order by s.coverage desc, s.ord limit 1
@@ -88,8 +125,9 @@ begin
         'coverage_chunk_id', (select b.chunk_id from best as b),
         'top_coverage', (select s.coverage from scored as s order by s.ord limit 1),
         'top_known_coverage', coalesce((select s.known_coverage from scored as s order by s.ord limit 1), 0),
-        'query_terms', mass.n_terms,
-        'unseen_terms', mass.unseen,
+        'query_terms', coalesce(mass.n_terms, 0),
+        'unseen_terms', coalesce(mass.unseen, 0),
+        'translated_terms', (select count(*) from weighted as w where w.n = 1 and w.translated),
         'per_hit', coalesce((
             select jsonb_agg(jsonb_build_object(
                 'chunk_id', s.chunk_id, 'coverage', round(s.coverage::numeric, 4), 'vector_score', s.vector_score
@@ -98,7 +136,8 @@ begin
         ), '[]')
     )
     into result
-    from mass;
+    from (select 1) as one
+    left join mass on mass.n = 1;
     return result;
 end
 $$;

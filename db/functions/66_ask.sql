@@ -13,7 +13,7 @@
 -- mode 'closest', found false.
 create or replace function kb_internal.ask_answer(
     q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean,
-    given_embedding vector, model_name text, v_weight double precision
+    given_embedding vector, model_name text, v_weight double precision, also text [], also_embeddings vector []
 )
 returns table (
     answer text, answered boolean, citations jsonb, mode text, model text, evidence jsonb,
@@ -32,12 +32,14 @@ declare
     ) is not null;
     hits kb.search_result [];
     embedding vector := given_embedding;
+    phrasing_embeddings vector [] := also_embeddings;
+    embedded vector [];
     embedding_failure text;
     reply jsonb;
     checked record;
     llm_error text;
 begin
-    perform kb.check_search_input(q, k);
+    perform kb.check_search_input(q, k, also);
     wanted := lower(btrim(coalesce(wanted, 'auto')));
     if wanted not in ('auto', 'llm', 'extractive') then
         raise exception 'mode must be ''auto'', ''llm'' or ''extractive'' (or NULL for auto), got %', left(wanted, 50)
@@ -63,19 +65,25 @@ begin
         perform kb.resolve_kb(kb_name);     -- an unknown knowledge base fails before the embedding is awaited
     end if;
     -- embedded here, not by kb_internal.search, to learn why it failed; vector weight 0 then (the same legs run)
+    -- every phrasing in one request
     if embedding is null and v_weight is distinct from 0 then
-        select e.embedding, e.failure into embedding, embedding_failure
-        from kb_internal.query_embedding(q, kb.resolve_model(model_name)) as e;
+        select e.embeddings, e.failure into embedded, embedding_failure
+        from kb_internal.query_embeddings(array[q] || coalesce(also, '{}'), kb.resolve_model(model_name)) as e;
+        embedding := embedded[1];
+        if also is not null and phrasing_embeddings is null then
+            phrasing_embeddings := embedded[2:];
+        end if;
         v_weight := case when embedding is null then 0 else v_weight end;
     end if;
     hits := array(
         select h from kb_internal.search(
             q, k, kb_name, embedding, model_name, v_weight,
-            null, null, null, null, doc_filter, null, null, null
+            null, null, null, null, doc_filter, null, null, null, null, also,
+            case when v_weight is distinct from 0 then phrasing_embeddings end
         ) as h
     );
     retrieved := clock_timestamp();
-    evidence := kb.answer_evidence(q, hits);
+    evidence := kb.answer_evidence(q, hits, also);
     evidence := evidence || jsonb_build_object(
         'score', kb.answer_score(evidence),
         'min_score', kb_internal.setting('answer_min_score')::double precision,
@@ -160,7 +168,8 @@ $$;
 -- introduced as such) when an extractive answer's first source holds few of its words. stream: chat
 -- deltas arrive as NOTICEs 'pgkb-delta:<text>'. query_embedding, model and vector_weight are
 -- kb.hybrid_search's: without an embedding the database embeds the question itself, unless vector_weight
--- is 0 (a caller whose own embedding failed: lexical legs only, no second try here).
+-- is 0 (a caller whose own embedding failed: lexical legs only, no second try here). also / also_embeddings:
+-- other phrasings of the question, as kb.hybrid_search takes them; the gate reads the best phrasing's evidence.
 create or replace function kb.ask(
     question text,
     top_k integer default 5,
@@ -170,7 +179,9 @@ create or replace function kb.ask(
     stream boolean default false,
     query_embedding vector default null,
     model text default null,
-    vector_weight double precision default null
+    vector_weight double precision default null,
+    also text [] default null,
+    also_embeddings vector [] default null
 )
 returns table (
     answer text, found boolean, citations jsonb, mode text, model text, evidence jsonb,
@@ -180,5 +191,5 @@ returns table (
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.ask_answer($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    select * from kb_internal.ask_answer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 $$;

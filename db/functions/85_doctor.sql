@@ -432,7 +432,7 @@ as $$
     where not exists (select from problems)
 $$;
 
--- The database's own query embedding (kb_internal.embed_query): kb.settings embedding_url answers the default
+-- The database's own query embedding (kb_internal.query_embeddings): kb.settings embedding_url answers the default
 -- model's query with a vector of its dimension. Skipped without plpython3u; 'ok' with no URL configured.
 create or replace function kb_internal.doctor_query_embedding()
 returns table ("check" text, status text, detail text, fix text)
@@ -451,7 +451,7 @@ begin
     if url = '' then
         status := 'ok';
         detail := 'embedding_url is empty: searches that pass no query_embedding use the lexical legs only';
-    elsif to_regprocedure('kb_internal.http_embedding(text,text,text,text,integer)') is null then
+    elsif to_regprocedure('kb_internal.http_embeddings(text,text,text[],text,integer)') is null then
         status := 'skipped';
         detail := 'needs plpython3u (see extensions)';
     elsif model.id is null then
@@ -459,11 +459,11 @@ begin
         detail := 'no default embedding model (see embeddings)';
     else
         begin
-            execute 'select kb_internal.http_embedding($1, $2, $3, $4, $5)' into result
-            using url, model.name, model.query_prefix || 'pgkb doctor', api_key, timeout_ms;
-            if cardinality(result) is distinct from model.dimension then
+            execute 'select kb_internal.http_embeddings($1, $2, $3, $4, $5)' into result
+            using url, model.name, array[model.query_prefix || 'pgkb doctor'], api_key, timeout_ms;
+            if coalesce(array_length(result, 2), 0) is distinct from model.dimension then
                 detail := format('%s returned %s dimensions; model %s has %s', kb_internal.shown_url(url),
-                    coalesce(cardinality(result), 0), model.name, model.dimension);
+                    coalesce(array_length(result, 2), 0), model.name, model.dimension);
             end if;
         exception when others then
             detail := regexp_replace(kb_internal.redact(sqlerrm, url, array[api_key]), '^plpy\.Error: ', '');

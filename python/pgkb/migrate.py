@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psycopg
 
+from pgkb.lexicon import load_lexicon
 from pgkb.rows import one
 
 LOCK_KEY = 0x70676B62  # "pgkb"
@@ -57,12 +58,14 @@ class MigrateReport:
     functions_applied: bool = False
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     indexes: list[tuple[str, str]] = field(default_factory=list)  # (index, what was done)
+    lexicon: str = ""  # what pgkb.lexicon.load_lexicon did
 
     def lines(self) -> list[str]:
         out = [f"applied migration {name}" for name in self.applied]
         out.append("applied db/functions" if self.functions_applied else "db/functions unchanged")
         out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
         out += [f"index kb.{name} {action}" for name, action in self.indexes]
+        out += [self.lexicon] if self.lexicon else []
         return out
 
 
@@ -224,6 +227,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
         with conn.transaction():  # a transaction of its own, with the functions just applied
             conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
             report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
+        report.lexicon = load_lexicon(conn)  # its own transaction; unchanged editions are not reloaded
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report

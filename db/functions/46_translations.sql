@@ -1,0 +1,271 @@
+-- Offline translation of a query's words for the term legs and the answer gate: a knowledge base's glossary
+-- (kb.glossary, 44_glossary.sql) and the Chinese–English lexicon (kb_internal.lexicon: CC-CEDICT, CC BY-SA 4.0,
+-- loaded by `pgkb db migrate`, pgkb.lexicon). kb_internal.lexical_query_terms (50_search_legs.sql) adds the
+-- translations to the query's terms, weighted below them; kb.answer_evidence counts a query term as covered
+-- by a chunk that holds one of its translations. Every read is keyed by the searched kb_ids.
+
+-- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
+-- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
+-- words), then the words the lexicon knows -- each run of Chinese characters split by longest match (words of
+-- 2 to 8 characters, the first 200 characters of the query), the English words by longest match of up to
+-- three words (the last one also as its singular or stem: tokens, expired, rotating), function words not on
+-- their own. Each source as {source, lang, key (the lexicon's form), kind ('glossary' | 'lexicon'), targets
+-- (a glossary term's aliases)}. Bounded: at most 64 words and 200 Chinese characters are looked up.
+create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
+returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+declare
+    use_lexicon constant boolean := kb_internal.setting_number('lexicon_weight') > 0;
+    use_glossary constant boolean := kb_internal.setting_number('glossary_weight') > 0;
+    max_sources constant integer := kb_internal.setting_int('lexicon_max_sources');
+    function_words constant text[] := kb_internal.english_function_words();
+    folded constant text := kb.fold_text(query);
+    words constant text[] := array(
+        select m[1] from regexp_matches(lower(normalize(query, nfkc)), '[a-z0-9]+', 'g') as m limit 64
+    );
+    spaced constant text := ' ' || array_to_string(words, ' ') || ' ';
+    runs constant text[] := array(
+        select left(m[1], 200) from regexp_matches(
+            left(folded, 2000), '([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]{2,})', 'g'
+        ) as m
+    );
+    sources jsonb := '[]';
+    taken text[] := '{}';   -- the sources so far (a glossary term is not looked up in the lexicon again)
+    known text[];
+    run text;
+    pos integer;
+    len integer;
+    english jsonb;      -- "position:length" -> the lexicon's form of that English phrase
+    entry record;
+begin
+    if max_sources < 1 or not (use_lexicon or use_glossary) then
+        return sources;
+    end if;
+    if use_glossary then
+        for entry in
+            select m.term, array(select t from unnest(g.terms) as t where t <> m.term) as others
+            from kb.glossary as g
+            cross join lateral unnest(g.terms) as m (term)
+            where g.kb_id = any(kb_ids)
+                and case when m.term ~ '[^\x01-\x7f]'
+                    then strpos(folded, kb.fold_text(m.term)) > 0
+                    else strpos(spaced, ' ' || array_to_string(array(
+                        select x[1] from regexp_matches(lower(m.term), '[a-z0-9]+', 'g') as x
+                    ), ' ') || ' ') > 0 and m.term ~ '[A-Za-z0-9]'
+                end
+            order by g.id, m.term
+        loop
+            if not kb.fold_text(entry.term) = any(taken) then
+                sources := sources || jsonb_build_object('source', entry.term, 'lang', '', 'key', '',
+                    'kind', 'glossary', 'targets', to_jsonb(entry.others));
+                taken := taken || kb.fold_text(entry.term);
+            end if;
+        end loop;
+    end if;
+    if not use_lexicon then
+        return (select coalesce(jsonb_agg(s.v order by s.n), '[]') from jsonb_array_elements(sources)
+            with ordinality as s (v, n) where s.n <= max_sources);
+    end if;
+
+    -- Chinese: every substring of 2..8 characters of each run, looked up at once; then longest match
+    known := array(
+        select distinct l.source from kb_internal.lexicon as l
+        where l.lang = 'zh' and l.source = any(array(
+            select substr(r.run, p.i, n.len)
+            from unnest(runs) as r (run)
+            cross join generate_series(1, length(r.run) - 1) as p (i)
+            cross join generate_series(2, 8) as n (len)
+            where p.i + n.len - 1 <= length(r.run)
+        ))
+    );
+    foreach run in array runs loop
+        pos := 1;
+        while pos < length(run) loop
+            len := least(8, length(run) - pos + 1);
+            while len >= 2 and not substr(run, pos, len) = any(known) loop
+                len := len - 1;
+            end loop;
+            if len >= 2 then
+                if not substr(run, pos, len) = any(taken) then
+                    sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
+                        'key', substr(run, pos, len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                    taken := taken || substr(run, pos, len);
+                end if;
+                pos := pos + len;
+            else
+                pos := pos + 1;
+            end if;
+        end loop;
+    end loop;
+
+    -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
+    -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
+    english := (
+        select coalesce(jsonb_object_agg(m.pos || ':' || m.len, m.key), '{}') from (
+            select distinct on (p.i, n.len) p.i as pos, n.len, k.key
+            from generate_subscripts(words, 1) as p (i)
+            cross join generate_series(1, 3) as n (len)
+            cross join lateral unnest(kb_internal.english_variants(words[p.i + n.len - 1])) with ordinality as v (form, vn)
+            cross join lateral (
+                select array_to_string(words[p.i:p.i + n.len - 2], ' ') || case when n.len > 1 then ' ' else '' end
+                    || v.form as key
+            ) as k
+            -- one index lookup per form, whatever the row estimates
+            cross join lateral (
+                select from kb_internal.lexicon as l where l.lang = 'en' and l.source = k.key limit 1
+            ) as known
+            where p.i + n.len - 1 <= cardinality(words)
+                and (n.len > 1 or not (words[p.i] = any(function_words) or length(words[p.i]) < 2))
+            order by p.i, n.len, v.vn
+        ) as m
+    );
+    pos := 1;
+    while pos <= cardinality(words) loop
+        len := least(3, cardinality(words) - pos + 1);
+        while len >= 1 and not english ? (pos || ':' || len) loop
+            len := len - 1;
+        end loop;
+        if len >= 1 then
+            if not array_to_string(words[pos:pos + len - 1], ' ') = any(taken) then
+                sources := sources || jsonb_build_object('source', array_to_string(words[pos:pos + len - 1], ' '),
+                    'lang', 'en', 'key', english ->> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                taken := taken || array_to_string(words[pos:pos + len - 1], ' ');
+            end if;
+            pos := pos + len;
+        else
+            pos := pos + 1;
+        end if;
+    end loop;
+    return (select coalesce(jsonb_agg(s.v order by s.n), '[]') from jsonb_array_elements(sources)
+        with ordinality as s (v, n) where s.n <= max_sources);
+end
+$$;
+
+-- The forms an English word is looked up under in the lexicon, the word first: plurals and third persons
+-- (tokens, policies, pushes), past forms (expired, rotated, stopped) and -ing forms (rotating, running) give
+-- their stems too. Words of digits or of 2 letters or fewer are looked up as they are.
+create or replace function kb_internal.english_variants(word text)
+returns text[]
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select array(
+        select distinct on (v.form) v.form from (
+            select 0 as n, word as form
+            union all
+            select x.n, x.form from (values
+                (1, case when word ~ '[^aeiou]ies$' then left(word, -3) || 'y' end),
+                (2, case when word ~ '(ss|sh|ch|x|z)es$' then left(word, -2) end),
+                (3, case when word ~ '[^su]s$' then left(word, -1) end),
+                (4, case when word ~ 'ied$' then left(word, -3) || 'y' end),
+                (5, case when word ~ 'ed$' then left(word, -1) end),
+                (6, case when word ~ 'ed$' then left(word, -2) end),
+                (7, case when word ~ '([^aeiou])\1ed$' then left(word, -3) end),
+                (8, case when word ~ 'ing$' then left(word, -3) end),
+                (9, case when word ~ 'ing$' then left(word, -3) || 'e' end),
+                (10, case when word ~ '([^aeiou])\1ing$' then left(word, -4) end)
+            ) as x (n, form)
+            where word ~ '^[a-z]{3,}$' and x.form is not null and length(x.form) >= 2
+        ) as v
+        order by v.form, v.n
+    )
+$$;
+
+-- The translations of query's words that the term legs score and the answer gate reads: for each source of
+-- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
+-- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
+-- lexicon_max_translations (aliases first, then by sense, then the commonest). One row per translation term:
+-- weight = the kind's weight (glossary_weight, lexicon_weight) / the translation's terms x idf(concept) /
+-- idf(term), so that BM25 scores the term with the one idf of its source's concept, whose df is the sum over
+-- its translations of their rarest term's df, at most N (Pirkola's structured query: ten translations of a
+-- common word weigh as one common word). covers: the query terms the source spans; concept_df: that df
+-- (kb.answer_evidence reads both).
+create or replace function kb_internal.query_translations(query text, kb_ids integer[])
+returns table (
+    source text, covers text [], translation text, term text, df bigint, concept_df double precision,
+    weight double precision, kind text
+)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+declare
+    sources constant jsonb := kb_internal.translation_sources(query, kb_ids);
+    max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
+    function_words constant text[] := kb_internal.english_function_words();
+    query_terms constant text[] := kb_internal.query_terms(query);
+    n_chunks double precision;
+begin
+    if jsonb_array_length(sources) = 0 or max_translations < 1 then
+        return;
+    end if;
+    select greatest(coalesce(sum(k.chunk_count), 0), 1) into n_chunks
+    from kb.knowledge_bases as k where k.id = any(kb_ids);
+    return query
+    with src as (
+        select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang, s.v ->> 'key' as key,
+            s.v ->> 'kind' as kind, s.v -> 'targets' as targets
+        from jsonb_array_elements(sources) with ordinality as s (v, n)
+    ),
+    candidates as (
+        select src.n, src.source, src.kind, t.target, t.sense::integer as sense, array(
+                select distinct x.term from unnest(kb.lexical_terms(t.target)) as x (term)
+                where x.term <> all(function_words) order by x.term
+            ) as terms
+        from src cross join lateral jsonb_array_elements_text(src.targets) with ordinality as t (target, sense)
+        where src.kind = 'glossary'
+        union all
+        select src.n, src.source, src.kind, l.target, l.sense::integer, l.terms
+        from src cross join lateral (
+            select l.target, l.sense, l.terms from kb_internal.lexicon as l
+            where l.lang = src.lang and l.source = src.key
+            -- the first senses, the shortest (commonest) words first: a common English word has up to ~150
+            order by l.sense, length(l.target), l.target limit 8 * max_translations
+        ) as l
+        where src.kind = 'lexicon'
+    ),
+    counted as (
+        select t.*, d.dfs, d.least_df
+        from candidates as t
+        cross join lateral (
+            -- one index lookup per term, keyed by kb_ids
+            select array_agg(s.df order by s.term) as dfs, min(s.df) as least_df, count(*) as n_known
+            from unnest(t.terms) as x (term)
+            cross join lateral (
+                select x.term, coalesce(sum(st.df), 0)::bigint as df from kb.term_stats as st
+                where st.kb_id = any(kb_ids) and st.term = x.term
+            ) as s
+            where s.df > 0
+        ) as d
+        where cardinality(t.terms) > 0 and d.n_known = cardinality(t.terms) and not t.terms <@ query_terms
+    ),
+    kept as (
+        select c.*, row_number() over (
+                partition by c.n order by c.kind = 'glossary' desc, c.sense, c.least_df desc, c.target
+            ) as place
+        from counted as c
+    ),
+    concepts as (
+        select k.n, least(sum(k.least_df), n_chunks) as df
+        from kept as k where k.place <= max_translations group by k.n
+    )
+    select k.source,
+        array(
+            select distinct x.term from unnest(kb.lexical_terms(k.source)) as x (term)
+            where x.term = any(query_terms) order by x.term
+        ),
+        k.target, x.term, x.df, c.df,
+        case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
+            else kb_internal.setting_number('lexicon_weight') end / cardinality(k.terms)
+        * ln(1 + (n_chunks - c.df + 0.5) / (c.df + 0.5)) / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),
+        k.kind
+    from kept as k
+    join concepts as c on c.n = k.n
+    cross join lateral unnest(k.terms, k.dfs) as x (term, df)
+    where k.place <= max_translations
+    order by k.n, k.place, x.term;
+end
+$$;
