@@ -23,6 +23,21 @@ as $$
     from (select greatest(zh_chunks, 0) + greatest(en_chunks, 0) + greatest(other_chunks, 0)::numeric as total) as t
 $$;
 
+-- The language profile of all the knowledge the caller may read (kb.language_profile of the visible knowledge
+-- bases' chunks together): what the MCP server tells an agent about the language to ask in.
+create or replace function kb.knowledge_languages()
+returns jsonb
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select kb.language_profile(
+        coalesce(sum(k.zh_chunks), 0)::bigint, coalesce(sum(k.en_chunks), 0)::bigint,
+        coalesce(sum(k.other_chunks), 0)::bigint
+    )
+    from unnest(kb.visible_kb_ids()) as v (id)
+    cross join lateral (select k.* from kb.knowledge_bases as k where k.id = v.id offset 0) as k
+$$;
+
 -- Knowledge bases written before migration 032 are counted here, inside `pgkb db migrate` (once: they are
 -- marked counted). Skipped on a schema older than migration 032.
 do $$

@@ -11,9 +11,9 @@ create extension if not exists plpython3u;
 -- kb_internal.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
 -- cannot be reached (refused, unresolvable, timed out). The caller decides how to degrade.
 create or replace function kb_internal.http_embeddings(
-    url text, model text, inputs text [], api_key text default '', timeout_ms integer default 3000
+    url text, model text, inputs text[], api_key text default '', timeout_ms integer default 3000
 )
-returns real [][]
+returns real[][]
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
 as $$

@@ -9,7 +9,7 @@
 -- timed out): kb_internal.http_embeddings's SQLSTATE 08000. A vector of the wrong dimension or a zero /
 -- degenerate norm counts as no embedding for all of them.
 create or replace function kb_internal.query_embeddings(
-    queries text [], model kb.embedding_models, out embeddings vector [], out failure text
+    queries text[], model kb.embedding_models, out embeddings vector[], out failure text
 )
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
@@ -70,8 +70,8 @@ $$;
 
 -- Embed the phrasings of a query with a registered model (kb_internal.query_embeddings, one request); NULL, and a
 -- NOTICE "pgkb: query embedding failed: <why>; searching with the lexical legs only", if no embedding can be had.
-create or replace function kb_internal.embed_queries(queries text [], model kb.embedding_models)
-returns vector []
+create or replace function kb_internal.embed_queries(queries text[], model kb.embedding_models)
+returns vector[]
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$

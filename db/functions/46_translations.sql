@@ -8,8 +8,9 @@
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
 -- words), then the words the lexicon knows -- each run of Chinese characters split by longest match (words of
 -- 2 to 8 characters, the first 200 characters of the query), the English words by longest match of up to
--- three words (the last one also as its singular or stem: tokens, expired, rotating), function words not on
--- their own. Each source as {source, lang, key (the lexicon's form), kind ('glossary' | 'lexicon'), targets
+-- three words (the last one also as its singular or stem: tokens, expired, rotating, payment; two words also
+-- as one: time out), function words not on their own. Each source as {source, lang, keys (the lexicon's forms
+-- of it), kind ('glossary' | 'lexicon'), targets
 -- (a glossary term's aliases)}. Bounded: at most 64 words and 200 Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
@@ -38,7 +39,7 @@ declare
     run text;
     pos integer;
     len integer;
-    english jsonb;      -- "position:length" -> the lexicon's form of that English phrase
+    english jsonb;      -- "position:length" -> the lexicon's forms of that English phrase
     entry record;
 begin
     if max_sources < 1 or not (use_lexicon or use_glossary) then
@@ -59,7 +60,7 @@ begin
             order by g.id, m.term
         loop
             if not kb.fold_text(entry.term) = any(taken) then
-                sources := sources || jsonb_build_object('source', entry.term, 'lang', '', 'key', '',
+                sources := sources || jsonb_build_object('source', entry.term, 'lang', '', 'keys', '[]'::jsonb,
                     'kind', 'glossary', 'targets', to_jsonb(entry.others));
                 taken := taken || kb.fold_text(entry.term);
             end if;
@@ -91,7 +92,7 @@ begin
             if len >= 2 then
                 if not substr(run, pos, len) = any(taken) then
                     sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
-                        'key', substr(run, pos, len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                        'keys', jsonb_build_array(substr(run, pos, len)), 'kind', 'lexicon', 'targets', '[]'::jsonb);
                     taken := taken || substr(run, pos, len);
                 end if;
                 pos := pos + len;
@@ -104,14 +105,17 @@ begin
     -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
     -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
     english := (
-        select coalesce(jsonb_object_agg(m.pos || ':' || m.len, m.key), '{}') from (
-            select distinct on (p.i, n.len) p.i as pos, n.len, k.key
+        select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
+            select p.i || ':' || n.len as at, jsonb_agg(distinct k.key) as keys
             from generate_subscripts(words, 1) as p (i)
             cross join generate_series(1, 3) as n (len)
             cross join lateral unnest(kb_internal.english_variants(words[p.i + n.len - 1])) with ordinality as v (form, vn)
             cross join lateral (
                 select array_to_string(words[p.i:p.i + n.len - 2], ' ') || case when n.len > 1 then ' ' else '' end
                     || v.form as key
+                union all
+                -- two words written as one: time out -> timeout, log in -> login
+                select words[p.i] || v.form where n.len = 2
             ) as k
             -- one index lookup per form, whatever the row estimates
             cross join lateral (
@@ -119,7 +123,7 @@ begin
             ) as known
             where p.i + n.len - 1 <= cardinality(words)
                 and (n.len > 1 or not (words[p.i] = any(function_words) or length(words[p.i]) < 2))
-            order by p.i, n.len, v.vn
+            group by p.i, n.len
         ) as m
     );
     pos := 1;
@@ -131,7 +135,7 @@ begin
         if len >= 1 then
             if not array_to_string(words[pos:pos + len - 1], ' ') = any(taken) then
                 sources := sources || jsonb_build_object('source', array_to_string(words[pos:pos + len - 1], ' '),
-                    'lang', 'en', 'key', english ->> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                    'lang', 'en', 'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
                 taken := taken || array_to_string(words[pos:pos + len - 1], ' ');
             end if;
             pos := pos + len;
@@ -145,8 +149,9 @@ end
 $$;
 
 -- The forms an English word is looked up under in the lexicon, the word first: plurals and third persons
--- (tokens, policies, pushes), past forms (expired, rotated, stopped) and -ing forms (rotating, running) give
--- their stems too. Words of digits or of 2 letters or fewer are looked up as they are.
+-- (tokens, policies, pushes), past forms (expired, rotated, stopped), -ing forms (rotating, running) and
+-- derived nouns (payment, rotation) give their stems too. Words of digits or of 2 letters or fewer are looked
+-- up as they are.
 create or replace function kb_internal.english_variants(word text)
 returns text[]
 language sql immutable strict parallel safe
@@ -166,7 +171,11 @@ as $$
                 (7, case when word ~ '([^aeiou])\1ed$' then left(word, -3) end),
                 (8, case when word ~ 'ing$' then left(word, -3) end),
                 (9, case when word ~ 'ing$' then left(word, -3) || 'e' end),
-                (10, case when word ~ '([^aeiou])\1ing$' then left(word, -4) end)
+                (10, case when word ~ '([^aeiou])\1ing$' then left(word, -4) end),
+                -- derived nouns: payment -> pay, rotation -> rotate, expiration -> expire
+                (11, case when word ~ '.{3}ments?$' then regexp_replace(word, 'ments?$', '') end),
+                (12, case when word ~ '.{3}ations?$' then regexp_replace(word, 'ations?$', 'ate') end),
+                (13, case when word ~ '.{3}ations?$' then regexp_replace(word, 'ations?$', 'e') end)
             ) as x (n, form)
             where word ~ '^[a-z]{3,}$' and x.form is not null and length(x.form) >= 2
         ) as v
@@ -185,7 +194,7 @@ $$;
 -- (kb.answer_evidence reads both).
 create or replace function kb_internal.query_translations(query text, kb_ids integer[])
 returns table (
-    source text, covers text [], translation text, term text, df bigint, concept_df double precision,
+    source text, covers text[], translation text, term text, df bigint, concept_df double precision,
     weight double precision, kind text
 )
 language plpgsql stable
@@ -206,8 +215,9 @@ begin
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     return query
     with src as (
-        select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang, s.v ->> 'key' as key,
-            s.v ->> 'kind' as kind, s.v -> 'targets' as targets
+        select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang,
+            array(select jsonb_array_elements_text(s.v -> 'keys')) as keys, s.v ->> 'kind' as kind,
+            s.v -> 'targets' as targets
         from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
     candidates as (
@@ -220,8 +230,9 @@ begin
         union all
         select src.n, src.source, src.kind, l.target, l.sense::integer, l.terms
         from src cross join lateral (
-            select l.target, l.sense, l.terms from kb_internal.lexicon as l
-            where l.lang = src.lang and l.source = src.key
+            select distinct on (l.sense, length(l.target), l.target) l.target, l.sense, l.terms
+            from kb_internal.lexicon as l
+            where l.lang = src.lang and l.source = any(src.keys)
             -- the first senses, the shortest (commonest) words first: a common English word has up to ~150
             order by l.sense, length(l.target), l.target limit 8 * max_translations
         ) as l

@@ -57,8 +57,8 @@ create or replace function kb_internal.search(
     bm25_b double precision,
     fusion text,
     metadata_condition jsonb default null,
-    also text [] default null,
-    also_embeddings vector [] default null
+    also text[] default null,
+    also_embeddings vector[] default null
 )
 returns setof kb.search_result
 language plpgsql volatile

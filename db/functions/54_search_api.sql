@@ -7,7 +7,7 @@
 -- top_k in 1..kb.limits() top_k, and also (other phrasings of the question: a translation, a rewording)
 -- NULL or a one-dimensional array of at most kb.limits() phrasings - 1 such queries. Clients call it before
 -- they spend time embedding a query the search would refuse.
-create or replace function kb.check_search_input(query text, top_k integer, also text [] default null)
+create or replace function kb.check_search_input(query text, top_k integer, also text[] default null)
 returns void
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -78,8 +78,8 @@ create or replace function kb.hybrid_search(
     bm25_b double precision default null,
     fusion text default null,
     metadata_condition jsonb default null,
-    also text [] default null,
-    also_embeddings vector [] default null
+    also text[] default null,
+    also_embeddings vector[] default null
 )
 returns setof kb.search_result
 language sql volatile security definer

@@ -18,8 +18,8 @@ create or replace function kb.retrieve(
     metadata_condition jsonb default null,
     score_threshold double precision default 0,
     vector_weight double precision default null,
-    also text [] default null,
-    also_embeddings vector [] default null
+    also text[] default null,
+    also_embeddings vector[] default null
 )
 returns table (
     chunk_id bigint, knowledge_base text, doc_key text, title text, heading_path text[], chunk_index integer,

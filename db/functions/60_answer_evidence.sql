@@ -11,7 +11,7 @@
 -- hit), top_known_coverage (its share of the terms the knowledge bases hold or translate only), per_hit,
 -- counts. With also (other phrasings of the question) each measure is the best over the phrasings. Raises on
 -- a bad question or also.
-create or replace function kb.answer_evidence(question text, hits kb.search_result[], also text [] default null)
+create or replace function kb.answer_evidence(question text, hits kb.search_result[], also text[] default null)
 returns jsonb
 language plpgsql stable security definer
 set search_path = pg_catalog, public, pg_temp

@@ -13,7 +13,7 @@
 -- mode 'closest', found false.
 create or replace function kb_internal.ask_answer(
     q text, k integer, kb_name text, doc_filter jsonb, wanted text, streaming boolean,
-    given_embedding vector, model_name text, v_weight double precision, also text [], also_embeddings vector []
+    given_embedding vector, model_name text, v_weight double precision, also text[], also_embeddings vector[]
 )
 returns table (
     answer text, answered boolean, citations jsonb, mode text, model text, evidence jsonb,
@@ -180,8 +180,8 @@ create or replace function kb.ask(
     query_embedding vector default null,
     model text default null,
     vector_weight double precision default null,
-    also text [] default null,
-    also_embeddings vector [] default null
+    also text[] default null,
+    also_embeddings vector[] default null
 )
 returns table (
     answer text, found boolean, citations jsonb, mode text, model text, evidence jsonb,

@@ -12,7 +12,7 @@ create table kb_internal.lexicon (
     source text not null,
     target text not null,
     sense smallint not null,
-    terms text [] not null,
+    terms text[] not null,
     primary key (lang, source, target)
 );
 
@@ -29,7 +29,7 @@ create table kb_internal.lexicon_edition (
 create table kb.glossary (
     id bigint generated always as identity primary key,
     kb_id integer not null references kb.knowledge_bases (id) on delete cascade,
-    terms text [] not null check (cardinality(terms) between 2 and 8),
+    terms text[] not null check (cardinality(terms) between 2 and 8),
     created_by integer references kb.users (id) on delete set null,
     created_at timestamptz not null default now()
 );

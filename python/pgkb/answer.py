@@ -19,11 +19,11 @@ instead. :func:`notes` says what a reader should know about an answer (extractiv
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pgkb.models.embedding import Embedder, ModelSpec
-from pgkb.search import QUERY_EMBEDDING_FAILED, acting, check_input, embed_query
+from pgkb.search import QUERY_EMBEDDING_FAILED, acting, check_also, check_input, embed_query
 
 DELTA_PREFIX = "pgkb-delta:"  # kb_internal.chat_completion's NOTICE prefix for a streamed delta (64_chat_http.sql)
 COLUMNS = (
@@ -59,19 +59,23 @@ def ask(
     on_delta: Callable[[str], None] | None = None,
     embedder: Embedder | None = None,
     spec: ModelSpec | None = None,
+    also: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """kb.ask's row as a dict (keys COLUMNS). ``on_delta``: called with each streamed piece of the answer
     (only when the answer comes from a streaming chat endpoint). ``embedder`` / ``spec`` as for
-    pgkb.search.search (None: the configured ones). AskError for input the database refuses (checked before
-    the question is embedded)."""
+    pgkb.search.search (None: the configured ones); ``also``: other phrasings of the question, embedded in
+    the same call. AskError for input the database refuses (checked before the question is embedded)."""
     import psycopg
 
     try:
-        check_input(conn, question, top_k)
+        phrasings = check_also(also)
+        check_input(conn, question, top_k, phrasings)
     except ValueError as e:
         raise AskError(str(e)) from None
-    embedded = embed_query(conn, settings, question, embedder=embedder, spec=spec)
+    embedded = embed_query(conn, settings, question, embedder=embedder, spec=spec, also=phrasings)
     named = {"top_k": top_k, "kb": kb, "mode": mode, "stream": on_delta is not None, **embedded.sql_arguments()}
+    if phrasings:
+        named["also"] = phrasings
 
     def notice(diag) -> None:
         message = diag.message_primary or ""

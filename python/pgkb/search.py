@@ -132,6 +132,7 @@ class SearchResponse:
     below_min_score: int = 0  # reranked results dropped by PGKB_RERANK_MIN_SCORE
     model: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    also: list[str] = field(default_factory=list)  # the other phrasings searched with the query
 
     @property
     def degraded_reason(self) -> str | None:
@@ -158,14 +159,27 @@ def validate(query: object, top_k: object, max_top_k: int | None = None) -> tupl
     return query.strip(_BLANK), top_k
 
 
-def check_input(conn, query: str, top_k: int) -> None:
-    """kb.check_search_input: ValueError with the database's message for a blank or over-long query or a
-    top_k out of range (one round trip, before any embedding work)."""
+def check_also(also: object) -> list[str] | None:
+    """Other phrasings of the question (``also``) as the database takes them: None or a list of strings, each
+    stripped; ValueError for anything else. How many, how long and how blank is the database's rule
+    (kb.check_search_input)."""
+    if also is None:
+        return None
+    if isinstance(also, str) or not isinstance(also, (list, tuple)):
+        raise ValueError("also must be a list of other phrasings of the question (strings)")
+    if not all(isinstance(a, str) for a in also):
+        raise ValueError("also must hold strings only: other phrasings of the question")
+    return [a.strip(_BLANK) for a in also] or None
+
+
+def check_input(conn, query: str, top_k: int, also: list[str] | None = None) -> None:
+    """kb.check_search_input: ValueError with the database's message for a blank or over-long query, a
+    top_k out of range, or a bad ``also`` (one round trip, before any embedding work)."""
     import psycopg
 
     try:
         with conn.transaction():
-            conn.execute("select kb.check_search_input(%s, %s)", [query, top_k])
+            conn.execute("select kb.check_search_input(%s, %s, %s)", [query, top_k, also])
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded) as e:
         raise ValueError(e.diag.message_primary or str(e)) from None
 
@@ -205,7 +219,7 @@ MODE_FUNCTIONS = {
 MODE_SETTINGS = {
     "hybrid": (
         "query_embedding", "model", "vector_weight", "lexical_weight", "fuzzy_weight", "rrf_k", "candidates",
-        "filter", "bm25_k1", "bm25_b", "fusion",
+        "filter", "bm25_k1", "bm25_b", "fusion", "also", "also_embeddings",
     ),
     "vector": ("query_embedding", "model", "filter"),
     "lexical": ("filter", "bm25_k1", "bm25_b"),
@@ -264,6 +278,7 @@ class QueryEmbedding:
     vector: Any
     model: str | None
     error: str | None = None
+    also: list | None = None  # the embeddings of the other phrasings, in order (None: there are none)
 
     @property
     def failure(self) -> str | None:
@@ -276,7 +291,10 @@ class QueryEmbedding:
         ``vector_weight => 0`` when there is none -- the lexical legs only, so the database never tries its
         own embedding after this one failed."""
         weight = 0.0 if self.vector is None else None
-        return {"query_embedding": self.vector, "model": self.model, "vector_weight": weight}
+        out = {"query_embedding": self.vector, "model": self.model, "vector_weight": weight}
+        if self.also:
+            out["also_embeddings"] = self.also if self.vector is not None else None
+        return out
 
 
 def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str]) -> list:
@@ -292,17 +310,27 @@ def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str
     return [_vector(v) for v in vectors]
 
 
-def embed_query(conn, settings, query: str, *, embedder: Embedder | None = None, spec: ModelSpec | None = None):
+def embed_query(
+    conn,
+    settings,
+    query: str,
+    *,
+    embedder: Embedder | None = None,
+    spec: ModelSpec | None = None,
+    also: Sequence[str] | None = None,
+):
     """The one query embedding of every Python path (search, ask, the servers' prompt and retrieval): a
-    QueryEmbedding by the configured model (``embedder`` None loads it). Never raises for an embedder that
-    fails or cannot be loaded: the QueryEmbedding then has no vector and says why, and the caller searches
-    the lexical legs only (QueryEmbedding.sql_arguments)."""
+    QueryEmbedding by the configured model (``embedder`` None loads it), with the other phrasings ``also``
+    embedded in the same call. Never raises for an embedder that fails or cannot be loaded: the
+    QueryEmbedding then has no vector and says why, and the caller searches the lexical legs only
+    (QueryEmbedding.sql_arguments)."""
     model = None
     try:
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
-        return QueryEmbedding(query_vectors(conn, spec, embedder, [query])[0], model)
+        vectors = query_vectors(conn, spec, embedder, [query, *(also or [])])
+        return QueryEmbedding(vectors[0], model, also=vectors[1:] or None)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         return QueryEmbedding(None, model, str(e))
 
@@ -320,8 +348,10 @@ def search(
     options: SearchOptions | None = None,
     spec: ModelSpec | None = None,
     max_top_k: int | None = None,
+    also: Sequence[str] | None = None,
 ) -> SearchResponse:
-    """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring.
+    """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring. ``also``:
+    other phrasings of the question (a translation into the knowledge's language), searched by every leg.
 
     ``embedder`` None loads the one ``settings`` configure (slow for the offline model: pass one in when
     searching repeatedly). Raises ValueError for bad input and psycopg errors from the database (unknown
@@ -329,12 +359,13 @@ def search(
     """
     options = options or SearchOptions.from_env()
     query, top_k = validate(query, top_k, max_top_k)
-    check_input(conn, query, top_k)
+    phrasings = check_also(also)
+    check_input(conn, query, top_k, phrasings)
     kb = kb or None
     started = time.perf_counter()
-    response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[])
+    response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[], also=phrasings or [])
 
-    embedded = embed_query(conn, settings, query, embedder=embedder, spec=spec)
+    embedded = embed_query(conn, settings, query, embedder=embedder, spec=spec, also=phrasings)
     response.model = embedded.model
     if embedded.failure is not None:
         response.degraded = True
@@ -344,7 +375,8 @@ def search(
 
     depth = min(max(options.rerank_depth, top_k), api_limit(conn, "top_k")) if reranker is not None else top_k
     with acting(conn, user, options.statement_timeout_ms):
-        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **embedded.sql_arguments())
+        arguments = embedded.sql_arguments() | ({"also": phrasings} if phrasings else {})
+        hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **arguments)
     t_search = time.perf_counter()
     response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
 

@@ -24,6 +24,10 @@ def register(sub) -> None:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print kb.ask's row as one JSON object")
     parser.add_argument(
+        "--also", action="append", default=None, metavar="PHRASING",
+        help="another phrasing of the question, e.g. its translation into the knowledge's language (repeatable)",
+    )
+    parser.add_argument(
         "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
     )
     parser.set_defaults(func=run)
@@ -54,7 +58,7 @@ def run(args, settings) -> int:
         try:
             row = ask(
                 conn, settings, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
-                timeout_ms=timeout_ms, on_delta=None if args.json else on_delta,
+                timeout_ms=timeout_ms, on_delta=None if args.json else on_delta, also=args.also,
             )  # fmt: skip
         except AskError as e:
             print(f"pgkb: ask: {e}", file=sys.stderr)

@@ -16,6 +16,11 @@ def register(sub) -> None:
     parser.add_argument("--top-k", type=int, default=5, help="results to show (default 5; kb.limits() top_k at most)")
     parser.add_argument("--json", action="store_true", help="print the response as one JSON object")
     parser.add_argument(
+        "--also", action="append", default=None, metavar="PHRASING",
+        help="another phrasing of the question, e.g. its translation into the knowledge's language (repeatable; "
+        "kb.limits() phrasings in all)",
+    )  # fmt: skip
+    parser.add_argument(
         "--user", default=None, help="act as this pgkb user (the connection must be a member of pgkb_service)"
     )
     parser.add_argument(
@@ -41,7 +46,8 @@ def run(args, settings) -> int:
     with connect(read_database_url(settings)) as conn:  # PGKB_READ_DATABASE_URL when set
         try:
             response = search(
-                conn, settings, args.query, args.top_k, args.kb, reranker=reranker, user=args.user, options=options
+                conn, settings, args.query, args.top_k, args.kb, reranker=reranker, user=args.user, options=options,
+                also=args.also,
             )
         except ValueError as e:
             print(f"pgkb: search: {e}", file=sys.stderr)

@@ -67,6 +67,10 @@ class KnowledgeBaseInfo(BaseModel):
     document_count: int
     chunk_count: int
     last_updated: str | None
+    languages: dict = Field(
+        description="shares of its chunks in Chinese (zh), English (en) and other languages, and the main one "
+        "(zh, en, other, mixed; null when empty): ask in the main language"
+    )
 
 
 class KnowledgeBasesOutput(BaseModel):

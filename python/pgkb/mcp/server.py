@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field
 
 from pgkb.config import Settings
+from pgkb.languages import advice, describe
 from pgkb.mcp.http_guard import http_app
 from pgkb.mcp.output import (
     AskOutput,
@@ -18,10 +19,12 @@ from pgkb.mcp.render import render_answer, render_document, render_prompt, rende
 from pgkb.mcp.stdio import serve_stdio
 from pgkb.search import validate
 from pgkb.serving.arguments import (
+    ALSO_DESCRIPTION,
     ServiceError,
     _bounded_message,
     _shown,
     check_int,
+    check_phrasings,
     check_text,
 )
 from pgkb.serving.auth import bearer, bearer_user
@@ -51,12 +54,23 @@ def build_server(backend: Backend):
         read_only_hint=True, idempotent_hint=True, destructive_hint=False, open_world_hint=False
     )
     config = backend.config
+    # the language of what the server's user can see, so an agent asks in it (HTTP users may see other
+    # knowledge: list_knowledge_bases gives each one's languages)
+    try:
+        hint = advice(backend.knowledge_languages(config.default_user))
+    except ServiceError:
+        hint = ""
+    also_hint = (hint + " " if hint else "") + (
+        "also: other phrasings of the same question (up to 3), e.g. its translation into the knowledge's "
+        "language; every phrasing is searched and the results fused."
+    )
     server = MCPServer(
         "pgkb",
         title="pgkb knowledge base",
         instructions=(
-            "Search the team's private knowledge base (docs, runbooks, FAQs; mostly Chinese, some English). "
-            "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
+            "Search the team's private knowledge base (docs, runbooks, FAQs). "
+            + (hint + " " if hint else "")
+            + "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
             "ask_knowledge answers a question with numbered citations, or says the knowledge base has no "
             "answer (found = false); the prompt answer_with_citations hands you the sources and the citation "
             "rules to answer yourself. Cite sources by their source URL or kb:// URI."
@@ -78,20 +92,23 @@ def build_server(backend: Backend):
             return user
         return config.default_user
 
-    @server.tool(name="search_knowledge", title="Search the knowledge base", annotations=read_only)
+    @server.tool(
+        name="search_knowledge",
+        title="Search the knowledge base",
+        annotations=read_only,
+        description="Search the knowledge base (hybrid semantic + keyword + fuzzy search; Chinese and English).\n\n"
+        "query: the question or keywords. top_k: results to return (1-20; larger values are capped at 20). "
+        'kb: search only this knowledge base ("" = every knowledge base you can see). ' + also_hint + "\n"
+        "Returns the best-matching passages with title, heading path, source, doc_id and chunk_index; "
+        "call get_document(doc_id, kb, chunk_index) to read around a passage.",
+    )
     def search_knowledge(
         query: Annotated[str, Field(description="the question or keywords (Chinese or English)")],
         ctx: Context,
         top_k: Annotated[int, Field(strict=True, description=f"results to return, 1-{MCP_MAX_TOP_K}")] = 5,
         kb: Annotated[str, Field(description='one knowledge base to search; "" = all you can see')] = "",
+        also: Annotated[list[str], Field(description=ALSO_DESCRIPTION)] = [],  # noqa: B006 (never mutated)
     ) -> Annotated[CallToolResult, SearchOutput]:
-        """Search the knowledge base (hybrid semantic + keyword + fuzzy search; Chinese and English).
-
-        query: the question or keywords. top_k: results to return (1-20; larger values are capped at 20).
-        kb: search only this knowledge base ("" = every knowledge base you can see).
-        Returns the best-matching passages with title, heading path, source, doc_id and chunk_index;
-        call get_document(doc_id, kb, chunk_index) to read around a passage.
-        """
         notes = []
         try:
             if check_int("top_k", top_k, 1) > MCP_MAX_TOP_K:
@@ -100,32 +117,39 @@ def build_server(backend: Backend):
             check_text("query", query, MAX_ARGUMENT_CHARS)
             query, top_k = validate(query, top_k, MCP_MAX_TOP_K)
             check_text("kb", kb, MAX_ARGUMENT_CHARS)
+            phrasings = check_phrasings(also)
             user = user_of(ctx)
-            response = backend.search(user, query, top_k, kb.strip() or None)
+            response = backend.search(user, query, top_k, kb.strip() or None, phrasings)
         except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, query, kb)) from e
         return render_search(response, notes)
 
-    @server.tool(name="ask_knowledge", title="Answer from the knowledge base", annotations=read_only)
+    @server.tool(
+        name="ask_knowledge",
+        title="Answer from the knowledge base",
+        annotations=read_only,
+        description="Answer a question from the knowledge base, with numbered citations [n] of the passages used. "
+        + also_hint
+        + "\n\nReturns answer, found, mode and citations ({n, title, heading_path, page, uri, quote, ...}). "
+        'found = false means the knowledge base holds no answer: the answer is then "not found" (知识库中未找到'
+        "相关信息 for Chinese questions), never a guess. mode: llm (the server's chat model), extractive (the "
+        "passages of the sources that hold the answer, verbatim Markdown, when no chat model is configured), "
+        "closest (the nearest passages, not an answer) or not_found.",
+    )
     def ask_knowledge(
         question: Annotated[str, Field(description="the question (Chinese or English)")],
         ctx: Context,
         top_k: Annotated[int, Field(strict=True, description=f"sources to retrieve, 1-{MCP_MAX_TOP_K}")] = 5,
         kb: Annotated[str, Field(description='one knowledge base to answer from; "" = all you can see')] = "",
+        also: Annotated[list[str], Field(description=ALSO_DESCRIPTION)] = [],  # noqa: B006 (never mutated)
     ) -> Annotated[CallToolResult, AskOutput]:
-        """Answer a question from the knowledge base, with numbered citations [n] of the passages used.
-
-        Returns answer, found, mode and citations ({n, title, heading_path, page, uri, quote, ...}).
-        found = false means the knowledge base holds no answer: the answer is then "not found" (知识库中未找到
-        相关信息 for Chinese questions), never a guess. mode: llm (the server's chat model), extractive (the
-        passages of the sources that hold the answer, verbatim Markdown, when no chat model is configured) or
-        not_found."""
         try:
             check_text("question", question, MAX_ARGUMENT_CHARS)
             check_int("top_k", top_k, 1, MCP_MAX_TOP_K)
             check_text("kb", kb, MAX_ARGUMENT_CHARS)
             question, top_k = validate(question, top_k, MCP_MAX_TOP_K)
-            row = backend.ask(user_of(ctx), question, top_k, kb.strip() or None)
+            phrasings = check_phrasings(also)
+            row = backend.ask(user_of(ctx), question, top_k, kb.strip() or None, phrasings)
         except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, question, kb)) from e
         return render_answer(question, kb.strip() or None, row, [])
@@ -141,10 +165,14 @@ def build_server(backend: Backend):
         ctx: Context,
         kb: Annotated[str, Field(description="one knowledge base; empty = all you can see")] = "",
         top_k: Annotated[str, Field(description=f"sources to include, 1-{MCP_MAX_TOP_K} (default 5)")] = "5",
+        also: Annotated[
+            str, Field(description="other phrasings of the question, one per line (e.g. its translation)")
+        ] = "",
     ) -> str:
         try:
             check_text("question", question, MAX_ARGUMENT_CHARS)
             check_text("kb", kb, MAX_ARGUMENT_CHARS)
+            check_text("also", also, 4 * MAX_ARGUMENT_CHARS)
             check_text("top_k", top_k, 20)
             try:
                 k = int(top_k.strip() or "5")
@@ -152,7 +180,10 @@ def build_server(backend: Backend):
                 shown = _shown(top_k, 20)
                 raise ServiceError(f"top_k must be an integer between 1 and {MCP_MAX_TOP_K}, got {shown}") from None
             question, k = validate(question, k, MCP_MAX_TOP_K)
-            messages, sources, degraded = backend.answer_prompt(user_of(ctx), question, k, kb.strip() or None)
+            phrasings = check_phrasings([line for line in also.splitlines() if line.strip()])
+            messages, sources, degraded = backend.answer_prompt(
+                user_of(ctx), question, k, kb.strip() or None, phrasings
+            )
         except (ServiceError, ValueError) as e:  # an MCPError reaches the client with its message
             raise MCPError(INVALID_PARAMS, _bounded_message(e, question, kb)) from e
         return render_prompt(question, messages, sources, degraded)
@@ -189,15 +220,18 @@ def build_server(backend: Backend):
 
     @server.tool(name="list_knowledge_bases", title="List knowledge bases", annotations=read_only)
     def list_knowledge_bases(ctx: Context) -> Annotated[CallToolResult, KnowledgeBasesOutput]:
-        """The knowledge bases you can search, with their document counts and when they last changed."""
+        """The knowledge bases you can search, with their document counts, their languages (ask in the main one)
+        and when they last changed."""
         try:
             kbs = backend.knowledge_bases(user_of(ctx))
         except ServiceError as e:
             raise ToolError(_bounded_message(e)) from e
         if kbs:
             text = "\n".join(
-                f"- {k['name']} ({k['visibility']}): {k['document_count']} documents, last updated "
-                f"{k['last_updated']}" + (f" — {k['description']}" if k["description"] else "")
+                f"- {k['name']} ({k['visibility']}): {k['document_count']} documents, "
+                + (f"{describe(k['languages'])}, " if describe(k["languages"]) else "")
+                + f"last updated {k['last_updated']}"
+                + (f" — {k['description']}" if k["description"] else "")
                 for k in kbs
             )
         else:

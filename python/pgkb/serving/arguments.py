@@ -74,3 +74,26 @@ def check_int(name: str, value: object, low: int, high: int | None = None) -> in
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ServiceError(f"{name} must be {bounds}, got {_shown(value, 20)}")
     return value
+
+
+# Beyond the query: how many phrasings, and whether one is blank or too long, is the database's rule
+# (kb.check_search_input, kb.limits() phrasings); this bounds what is read before asking it.
+MAX_PHRASINGS_READ = 16
+ALSO_DESCRIPTION = (
+    "other phrasings of the same question, e.g. its translation into the knowledge's language "
+    "(at most 3; [] = none)"
+)
+
+
+def check_phrasings(value: object, limit: int = 4000) -> list[str] | None:
+    """The ``also`` argument: a list of strings (None or [] for none), each as check_text reads it, or
+    ServiceError (not a list, not strings, far too many)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise ServiceError(f"also must be a list of strings, got {type(value).__name__}")
+    if len(value) > MAX_PHRASINGS_READ:
+        raise ServiceError(f"also holds {len(value)} phrasings; at most 3 are accepted beside the query")
+    for i, phrasing in enumerate(value, 1):
+        check_text(f"also[{i}]", phrasing, limit)
+    return list(value) or None

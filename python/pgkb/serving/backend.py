@@ -24,6 +24,7 @@ from pgkb.search import (
     QueryEmbedding,
     SearchResponse,
     acting,
+    check_also,
     check_input,
     embed_query,
     search,
@@ -363,7 +364,9 @@ class Backend:
                 self._embedder = _BoundedEmbedder(self._embedder, timeout)
             return self._spec, self._embedder
 
-    def search(self, user: str | None, query: str, top_k: int, kb: str | None) -> SearchResponse:
+    def search(
+        self, user: str | None, query: str, top_k: int, kb: str | None, also: list[str] | None = None
+    ) -> SearchResponse:
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "search"):
             spec, embedder = self.embedder(conn)
             response = search(
@@ -378,6 +381,7 @@ class Backend:
                 options=self.config.options,
                 spec=spec,
                 max_top_k=MCP_MAX_TOP_K,
+                also=also,
             )
         t = response.timings_ms
         for stage, timing in (("embed", "embed"), ("sql", "search"), ("rerank", "rerank")):
@@ -436,7 +440,7 @@ class Backend:
             ],
         }
 
-    def ask(self, user: str | None, question: str, top_k: int, kb: str | None) -> dict:
+    def ask(self, user: str | None, question: str, top_k: int, kb: str | None, also: list[str] | None = None) -> dict:
         """kb.ask as ``user`` (not streamed) with this server's query embedding (pgkb.answer.ask): retrieval,
         the not-found gate, the answer and its checked citations are the database's; its input errors become
         BadInput (an unknown or invisible kb: NotFound) with the database's message, and a database without
@@ -448,7 +452,7 @@ class Backend:
             try:
                 row = ask(
                     conn, self.config.settings, question, top_k=top_k, kb=kb, user=user,
-                    timeout_ms=self.config.options.statement_timeout_ms, embedder=embedder, spec=spec,
+                    timeout_ms=self.config.options.statement_timeout_ms, embedder=embedder, spec=spec, also=also,
                 )  # fmt: skip
             except AskError as e:
                 unknown = isinstance(e.__context__, psycopg.errors.NoDataFound)
@@ -464,26 +468,31 @@ class Backend:
         )  # fmt: skip
         return row
 
-    def answer_prompt(self, user: str | None, question: str, top_k: int, kb: str | None) -> tuple[list, list, str]:
+    def answer_prompt(
+        self, user: str | None, question: str, top_k: int, kb: str | None, also: list[str] | None = None
+    ) -> tuple[list, list, str]:
         """The chat messages kb.answer_prompt builds from the hits ``user`` may see (hybrid search with this
         server's query embedding; lexical legs only when it fails), the sources as [{n, title, heading_path,
         page, uri, source_url}] and why the search was degraded ("" when it was not)."""
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "answer_with_citations"):
             try:
-                check_input(conn, question, top_k)
+                also = check_also(also)
+                check_input(conn, question, top_k, also)
             except ValueError as e:
                 raise ServiceError(str(e)) from e
-            embedded = self._embed(conn, "answer_prompt", question)
+            embedded = self._embed(conn, "answer_prompt", question, also)
             with self.acting(conn, user), self.metrics.timed("answer_prompt", "sql"):
                 messages, sources = one(conn.execute(
                     "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s, query_embedding"
-                    " => %(query_embedding)s, model => %(model)s, vector_weight => %(vector_weight)s) as h) as hits)"
+                    " => %(query_embedding)s, model => %(model)s, vector_weight => %(vector_weight)s,"
+                    " also => %(also)s, also_embeddings => %(also_embeddings)s) as h) as hits)"
                     " select kb.answer_prompt(%(q)s, hits.hits), coalesce((select jsonb_agg(jsonb_build_object("
                     " 'n', s.ordinality, 'title', s.title, 'heading_path', to_jsonb(s.heading_path),"
                     " 'page', s.metadata -> 'page', 'source_url', s.source_url,"
                     " 'uri', kb.document_uri(s.kb, s.doc_key)) order by s.ordinality)"
                     " from unnest(hits.hits) with ordinality as s), '[]') from hits",
-                    {"q": question, "k": top_k, "kb": kb, **embedded.sql_arguments()},
+                    {"q": question, "k": top_k, "kb": kb, "also": also, "also_embeddings": None,
+                     **embedded.sql_arguments()},
                 ))  # fmt: skip
         return messages, sources, embedded.failure or ""
 
@@ -495,7 +504,7 @@ class Backend:
             self.acting(conn, user),
         ):
             rows = conn.execute(
-                "select name, visibility, description, document_count, chunk_count, last_updated"
+                "select name, visibility, description, document_count, chunk_count, last_updated, languages"
                 " from kb.list_knowledge_bases()"
             ).fetchall()
         return [
@@ -506,9 +515,19 @@ class Backend:
                 "document_count": int(docs),
                 "chunk_count": int(chunks),
                 "last_updated": last.isoformat() if last else None,
+                "languages": languages,
             }
-            for n, v, desc, docs, chunks, last in rows
+            for n, v, desc, docs, chunks, last, languages in rows
         ]
+
+    def knowledge_languages(self, user: str | None) -> dict:
+        """kb.knowledge_languages as ``user``: the language profile of everything ``user`` may read."""
+        with (
+            self.connection() as conn,
+            _db_errors(self.config.options.statement_timeout_ms, "knowledge_languages"),
+            self.acting(conn, user),
+        ):
+            return one(conn.execute("select kb.knowledge_languages()"))[0]
 
     def retrieve(
         self,
@@ -545,12 +564,12 @@ class Backend:
         log.info("retrieve user=%s kb=%s top_k=%d: %d records", user, kb, top_k, len(rows))
         return rows, embedded.failure
 
-    def _embed(self, conn: psycopg.Connection, call: str, query: str) -> QueryEmbedding:
+    def _embed(self, conn: psycopg.Connection, call: str, query: str, also: list[str] | None = None) -> QueryEmbedding:
         """The query's embedding by this server's embedder (pgkb.search.embed_query), timed as ``call``'s
         embed stage; a failure counts as a degraded ``call``."""
         spec, embedder = self.embedder(conn)
         with self.metrics.timed(call, "embed"):
-            embedded = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec)
+            embedded = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec, also=also)
         if embedded.failure is not None:
             self.metrics.degraded.labels(call).inc()
         return embedded

@@ -1,0 +1,319 @@
+"""Cross-language search (issue 31): the lexicon's translations as weighted query terms (one idf per source
+concept, only translations the vocabulary holds), the glossary and its permissions, several phrasings of one
+question (also) and their bounds, the language profile, and the answer gate across languages."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import psycopg
+import pytest
+
+ZH_DOCS = {
+    "refund.md": ("退款规则", "退款会在 3 个工作日内原路退回，超过 7 天联系财务。"),
+    "deploy.md": ("部署指南", "部署到生产环境之前先在预发环境验证，发版窗口是每周二和周四。"),
+    "cache.md": ("缓存说明", "缓存的有效期是 10 分钟，过期后自动刷新。"),
+}
+EN_DOCS = {
+    "tls.md": ("TLS certificates", "Rotate the TLS certificate before it expires; cert-manager renews it."),
+    "tokens.md": ("Auth tokens", "A refresh token that is reused revokes the whole session."),
+}
+
+
+def put(db, kb: str, docs: dict) -> None:
+    for key, (title, text) in docs.items():
+        db.execute(
+            "select kb.replace_document(%s, %s, %s, %s::jsonb)", [kb, key, title, json.dumps([{"content": text}])]
+        )
+
+
+@pytest.fixture
+def mixed(db):
+    db.execute("select kb.create_knowledge_base('mixed', 'public')")
+    put(db, "mixed", ZH_DOCS | EN_DOCS)
+    return db
+
+
+def kb_ids(db, *names: str) -> list[int]:
+    return [db.execute("select id from kb.knowledge_bases where name = %s", [n]).fetchone()[0] for n in names]
+
+
+def translations(db, query: str, kbs: list[int]) -> list[dict]:
+    cur = db.execute("select * from kb_internal.query_translations(%s, %s)", [query, kbs])
+    return [dict(zip([c.name for c in cur.description], row, strict=True)) for row in cur.fetchall()]
+
+
+def test_the_lexicon_is_loaded_by_migrate(db):
+    edition, entries = db.execute("select edition, entries from kb_internal.lexicon_edition").fetchone()
+    assert edition.startswith("CC-CEDICT 2023-11") and entries > 120_000
+    rows = set(db.execute("select lang, source, target from kb_internal.lexicon where source in ('退款', 'refund')"))
+    assert {("zh", "退款", "refund"), ("en", "refund", "退款")} <= rows
+
+
+def test_english_words_translate_into_the_vocabulary_and_back(mixed):
+    ids = kb_ids(mixed, "mixed")
+    got = {(r["source"], r["translation"]) for r in translations(mixed, "How long does a refund take?", ids)}
+    assert ("refund", "退款") in got
+    got = {(r["source"], r["term"]) for r in translations(mixed, "TLS 证书怎么轮换？", ids)}
+    assert ("证书", "certificate") in got and ("轮换", "rotate") in got
+    # stems and phrases: expires -> expire -> 过期
+    got = {(r["source"], r["translation"]) for r in translations(mixed, "what happens when the cache expires", ids)}
+    assert ("expires", "过期") in got and ("cache", "缓存") in got
+
+
+def test_a_translation_absent_from_the_vocabulary_is_dropped(mixed):
+    """'refund' also means 退还 in CC-CEDICT; the knowledge base never says 退还, so it is not a query term."""
+    ids = kb_ids(mixed, "mixed")
+    assert mixed.execute("select count(*) from kb_internal.lexicon where source = 'refund' and target = '退还'").fetchone()[0]
+    terms = {r["term"] for r in translations(mixed, "refund", ids)}
+    assert "退款" in terms and "退还" not in terms
+    assert not translations(mixed, "parental leave", ids)  # 育儿假: nothing of it in the vocabulary
+
+
+def test_all_translations_of_one_word_share_one_idf(db):
+    """Pirkola's structured query: each translation term's weight makes its idf the concept's, whose df is the
+    sum of the translations' df; a word with several translations weighs as one word, not as several."""
+    db.execute("select kb.create_knowledge_base('expiry', 'public')")
+    docs = {f"d{i}.md": ("说明", text) for i, text in enumerate(["证书到期", "证书过期", "缓存过期", "其他内容", "别的"])}
+    put(db, "expiry", docs)
+    ids = kb_ids(db, "expiry")
+    rows = [r for r in translations(db, "expire", ids) if r["source"] == "expire"]
+    assert {r["term"] for r in rows} >= {"过期", "到期"}
+    n = 5
+    weight = db.execute("select kb_internal.setting_number('lexicon_weight')").fetchone()[0]
+
+    def idf(df: float) -> float:
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    assert {r["concept_df"] for r in rows} == {sum(r["df"] for r in rows)}  # one df for the set: 1 + 2
+    for r in rows:  # weight x idf(term) = lexicon_weight x idf(concept), whatever the term's own df
+        assert r["weight"] * idf(r["df"]) == pytest.approx(weight * idf(r["concept_df"]))
+    # the term legs score them so: a chunk holding one translation gets the concept's idf
+    scored = dict(db.execute("select term, weight from kb_internal.lexical_query_terms('expire', %s)", [ids]).fetchall())
+    assert scored["过期"] * idf(2) == pytest.approx(scored["到期"] * idf(1))
+
+
+def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixed):
+    ids = kb_ids(mixed, "mixed")
+    rows = mixed.execute("select term, weight, in_query from kb_internal.lexical_query_terms('refund policy', %s)", [ids])
+    weights = {t: (w, q) for t, w, q in rows}
+    assert weights["退款"][1] is True and weights["退款"][0] < 1
+    mixed.execute("update kb.settings set value = '0' where key = 'lexicon_weight'")
+    assert not translations(mixed, "refund policy", ids)
+
+
+def test_english_question_finds_the_chinese_document_by_its_terms(mixed):
+    hits = mixed.execute("select doc_key from kb.lexical_search('How long does a refund take?', 3, 'mixed')").fetchall()
+    assert hits and hits[0][0] == "refund.md"
+    hits = mixed.execute("select doc_key from kb.lexical_search('怎么轮换证书', 3, 'mixed')").fetchall()
+    assert hits and hits[0][0] == "tls.md"
+
+
+def test_phrasings_are_searched_and_fused_once(mixed):
+    """also: each phrasing runs every leg; a chunk found by two phrasings is one result."""
+    plain = mixed.execute("select doc_key from kb.lexical_search('发版窗口', 5, 'mixed')").fetchall()
+    assert plain[0][0] == "deploy.md"
+    rows = mixed.execute(
+        "select doc_key from kb.hybrid_search('release window', 5, 'mixed', vector_weight => 0,"
+        " also => array['发版窗口', '发版窗口'])"
+    ).fetchall()
+    keys = [r[0] for r in rows]
+    assert keys[0] == "deploy.md" and len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize(
+    ("also", "message"),
+    [
+        (["a", "b", "c", "d"], "at most 3"),
+        ([" \u200b "], "must not be empty"),
+        (["x" * 4001], "at most 4000"),
+        ([None], "must not be empty"),
+    ],
+)
+def test_bad_phrasings_are_refused_with_a_clear_error(mixed, also, message):
+    for sql in (
+        "select * from kb.hybrid_search('refund', 5, 'mixed', vector_weight => 0, also => %s)",
+        "select * from kb.retrieve('refund', 5, 'mixed', vector_weight => 0, also => %s)",
+        "select * from kb.ask('refund', 5, 'mixed', vector_weight => 0, also => %s)",
+        "select kb.check_search_input('refund', 5, %s)",
+    ):
+        with pytest.raises((psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded), match=message):
+            mixed.execute(sql, [also])
+
+
+def test_a_two_dimensional_also_and_misaligned_embeddings_are_refused(mixed):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="one-dimensional"):
+        mixed.execute("select kb.check_search_input('refund', 5, array[array['a'], array['b']])")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="one embedding for each phrasing"):
+        mixed.execute(
+            "select * from kb.hybrid_search('refund', 5, 'mixed', also => array['退款'],"
+            " also_embeddings => array[(select array_fill(0.1, array[384])::vector), (select array_fill(0.1, array[384])::vector)])"
+        )
+
+
+def test_language_profile_follows_every_write(db):
+    db.execute("select kb.create_knowledge_base('langs', 'public')")
+    profile = db.execute("select languages from kb.list_knowledge_bases() where name = 'langs'").fetchone()[0]
+    assert profile["main"] is None
+    put(db, "langs", ZH_DOCS)
+    put(db, "langs", {"tls.md": EN_DOCS["tls.md"]})
+    profile = db.execute("select languages from kb.list_knowledge_bases() where name = 'langs'").fetchone()[0]
+    assert profile == {"zh": 0.75, "en": 0.25, "other": 0, "main": "zh"}
+    for key in ZH_DOCS:
+        db.execute("select kb.delete_document('langs', %s)", [key])
+    profile = db.execute("select languages from kb.list_knowledge_bases() where name = 'langs'").fetchone()[0]
+    assert profile["main"] == "en" and profile["en"] == 1
+    counts = db.execute("select zh_chunks, en_chunks, other_chunks from kb.knowledge_bases where name = 'langs'")
+    assert counts.fetchone() == (0, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("退款会在 3 个工作日内原路退回", "zh"),
+        ("Rotate the TLS certificate before it expires", "en"),
+        ("用 `kubectl rollout undo deployment/order-service` 回滚到上一个版本", "zh"),
+        ("| 1 | 2 | 3 |", "other"),
+        ("ログインできません", "other"),
+    ],
+)
+def test_text_language_rules(db, text, language):
+    assert db.execute("select kb_internal.text_language(%s)", [text]).fetchone()[0] == language
+
+
+def test_a_chinese_question_over_chinese_text_with_english_titles(db):
+    """Chinese documents with English titles or file names are common: a Chinese question still finds its
+    Chinese passage first (the cross-script rule must not read the title's script alone)."""
+    db.execute("select kb.create_knowledge_base('titled', 'public')")
+    put(db, "titled", {
+        "Refund-Policy.md": ("Refund Policy", "退款会在 3 个工作日内原路退回，超过 7 天联系财务处理。"),
+        "Cache-Notes.md": ("Cache Notes", "缓存的有效期是 10 分钟，过期后自动刷新，不需要手动清理。"),
+        "Deploy-Guide.md": ("Deploy Guide", "部署到生产环境之前先在预发环境验证，发版窗口是每周二和周四。"),
+    })  # fmt: skip
+    for question, key in (("退款多久能退回来", "Refund-Policy.md"), ("缓存多久过期", "Cache-Notes.md")):
+        rows = db.execute(
+            "select doc_key from kb.hybrid_search(%s, 3, 'titled', vector_weight => 0)", [question]
+        ).fetchall()
+        assert rows[0][0] == key, (question, rows)
+
+
+class TestGlossary:
+    @pytest.fixture
+    def people(self, db, connect_as):
+        for user in ("alice", "bob"):
+            db.execute("select kb.create_user(%s, %s)", [user, user])
+        db.execute("select kb.create_knowledge_base('alice-kb', 'private', owner => 'alice')")
+        db.execute("select kb.create_knowledge_base('bob-kb', 'private', owner => 'bob')")
+        db.execute("select kb.create_knowledge_base('open', 'public', owner => 'bob')")
+        put(db, "alice-kb", {"deploy.md": ZH_DOCS["deploy.md"]})
+        put(db, "bob-kb", {"deploy.md": ("上线流程", "上线前检查告警，zebrasecret 发布。")})
+        return connect_as("alice"), connect_as("bob")
+
+    def test_owner_adds_lists_and_removes(self, people):
+        alice, _ = people
+        entry = alice.execute("select kb.glossary_add('alice-kb', array['发版', '上线', 'release'])").fetchone()[0]
+        again = alice.execute("select kb.glossary_add('alice-kb', array['release', '上线', '发版'])").fetchone()[0]
+        assert again == entry
+        rows = alice.execute("select id, knowledge_base, terms from kb.glossary('alice-kb')").fetchall()
+        assert rows == [(entry, "alice-kb", ["发版", "上线", "release"])]
+        # the glossary expands the query both ways: 'release' finds the deploy guide by 发版
+        hits = alice.execute("select doc_key from kb.lexical_search('release', 3, 'alice-kb')").fetchall()
+        assert hits and hits[0][0] == "deploy.md"
+        alice.execute("select kb.glossary_remove('alice-kb', %s)", [entry])
+        assert not alice.execute("select * from kb.glossary('alice-kb')").fetchall()
+        with pytest.raises(psycopg.errors.NoDataFound, match="no glossary entry"):
+            alice.execute("select kb.glossary_remove('alice-kb', %s)", [entry])
+
+    def test_others_cannot_read_or_write_and_learn_nothing(self, db, people):
+        alice, bob = people
+        entry = bob.execute("select kb.glossary_add('bob-kb', array['发布', 'zebrasecret'])").fetchone()[0]
+        for sql, args in (
+            ("select kb.glossary_add('bob-kb', array['a', 'b'])", []),
+            ("select * from kb.glossary('bob-kb')", []),
+            ("select kb.glossary_remove('bob-kb', %s)", [entry]),
+        ):
+            with pytest.raises(psycopg.errors.NoDataFound) as invisible:
+                alice.execute(sql, args)
+            with pytest.raises(psycopg.errors.NoDataFound) as missing:
+                alice.execute(sql.replace("bob-kb", "no-such-kb"), args)
+            assert str(invisible.value).replace("bob-kb", "X") == str(missing.value).replace("no-such-kb", "X")
+        # readable but not writable: the public knowledge base of bob
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            alice.execute("select kb.glossary_add('open', array['a', 'b'])")
+        # alice's own entry id in bob's knowledge base name: no entry of hers
+        with pytest.raises(psycopg.errors.NoDataFound):
+            alice.execute("select kb.glossary_remove('alice-kb', %s)", [entry])
+        assert alice.execute("select count(*) from kb.glossary()").fetchone()[0] == 0
+        assert db.execute("select count(*) from kb.glossary where id = %s", [entry]).fetchone()[0] == 1
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            alice.execute("select * from kb.glossary")
+
+    def test_an_invisible_glossary_never_expands_a_query_and_moves_no_counter(self, db, people):
+        alice, bob = people
+        bob.execute("select kb.glossary_add('bob-kb', array['发版', 'zebrasecret'])")
+        bob.execute("select kb.glossary_add('bob-kb', array['zebra', '上线'])")
+
+        def counters():
+            db.execute("select pg_stat_clear_snapshot()")
+            return db.execute(
+                "select coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) from pg_stat_user_tables"
+                " where relname = 'glossary'"
+            ).fetchone()[0]
+
+        ids = kb_ids(db, "alice-kb")
+        for probe in ("zebrasecret", "zebra release", "nothing here"):
+            before = counters()
+            hits = alice.execute("select doc_key from kb.hybrid_search(%s, 5, vector_weight => 0)", [probe]).fetchall()
+            assert all(h[0] == "deploy.md" for h in hits)
+            assert not any("zebrasecret" in r["term"] for r in translations(db, probe, ids))
+            after = counters()
+            assert after - before == 0, probe  # bob's rows are never read for alice's search
+
+    def test_bounds_and_bad_input(self, people):
+        alice, _ = people
+        for terms, error, message in (
+            (["only"], psycopg.errors.InvalidParameterValue, "at least 2"),
+            (["a", "A"], psycopg.errors.InvalidParameterValue, "at least 2"),
+            (["a", " "], psycopg.errors.InvalidParameterValue, "must not be empty"),
+            ([f"t{i}" for i in range(9)], psycopg.errors.ProgramLimitExceeded, "at most 8"),
+            (["x" * 65, "y"], psycopg.errors.ProgramLimitExceeded, "at most 64"),
+            (None, psycopg.errors.InvalidParameterValue, "array of 2 to 8"),
+        ):
+            with pytest.raises(error, match=message):
+                alice.execute("select kb.glossary_add('alice-kb', %s)", [terms])
+        assert not alice.execute("select * from kb.glossary('alice-kb')").fetchall()
+
+
+class TestGateAcrossLanguages:
+    """kb.ask answers a right first hit when question and passage are in different languages, both ways, and
+    still refuses an unrelated one (lexical legs here: vector_weight 0; the offline-model run is in
+    tests/sql/test_answer_languages.py)."""
+
+    def test_english_question_over_a_chinese_passage(self, mixed):
+        row = mixed.execute(
+            "select found, mode, citations, evidence from kb.ask('What are the refund rules?', 3, 'mixed',"
+            " vector_weight => 0)"
+        ).fetchone()
+        found, mode, citations, evidence = row
+        assert evidence["translated_terms"] >= 1 and evidence["top_known_coverage"] >= 0.4, evidence
+        assert citations and citations[0]["doc_key"] == "refund.md", row
+        mixed.execute("update kb.settings set value = '0' where key = 'lexicon_weight'")
+        off = mixed.execute(
+            "select mode, evidence from kb.ask('What are the refund rules?', 3, 'mixed', vector_weight => 0)"
+        ).fetchone()
+        assert off[1]["top_known_coverage"] < evidence["top_known_coverage"]
+
+    def test_chinese_question_over_an_english_passage(self, mixed):
+        row = mixed.execute(
+            "select found, mode, citations, evidence from kb.ask('怎么轮换 TLS 证书', 3, 'mixed', vector_weight => 0)"
+        ).fetchone()
+        assert row[2] and row[2][0]["doc_key"] == "tls.md", row
+        assert row[3]["top_known_coverage"] >= 0.4, row
+
+    def test_unrelated_question_is_refused(self, mixed):
+        for question in ("What is the parental leave policy?", "育儿假政策是什么？"):
+            found, mode = mixed.execute(
+                "select found, mode from kb.ask(%s, 3, 'mixed', vector_weight => 0)", [question]
+            ).fetchone()
+            assert found is False and mode in ("not_found", "closest"), question
