@@ -29,8 +29,11 @@ as $$
             'create index embedding_queue_ready_idx on kb.embedding_queue (model_id, next_attempt_at)'
             || ' where not parked'
         ),
-        ('embeddings_model_kb_idx', 'create index embeddings_model_kb_idx on kb.embeddings (model_id, kb_id)')
+        ('embeddings_model_kb_idx', 'create index embeddings_model_kb_idx on kb.embeddings (model_id, kb_id)'),
+        ('glossary_kb_idx', 'create index glossary_kb_idx on kb.glossary (kb_id)')
     ) as x (index_name, definition)
+    -- glossary_kb_idx: a schema before migration 032 has no glossary
+    where x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null
     union all
     select
         kb.hnsw_index_name(m.id),

@@ -187,10 +187,11 @@ $$;
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (aliases first, then by sense, then the commonest). One row per translation term:
--- weight = the kind's weight (glossary_weight, lexicon_weight) / the translation's terms x idf(concept) /
--- idf(term), so that BM25 scores the term with the one idf of its source's concept, whose df is the sum over
--- its translations of their rarest term's df, at most N (Pirkola's structured query: ten translations of a
--- common word weigh as one common word). covers: the query terms the source spans; concept_df: that df
+-- weight = the kind's weight (glossary_weight; lexicon_weight times the concept's share of the df of concept
+-- and source together: a word the knowledge already uses more than its translations needs them little) / the
+-- translation's terms x idf(concept) / idf(term), so that BM25 scores the term with the one idf of its
+-- source's concept, whose df is the sum over its translations of their rarest term's df, at most N (Pirkola's
+-- structured query: ten translations of a common word weigh as one common word). covers: the query terms the source spans; concept_df: that df
 -- (kb.answer_evidence reads both).
 create or replace function kb_internal.query_translations(query text, kb_ids integer[])
 returns table (
@@ -262,6 +263,20 @@ begin
     concepts as (
         select k.n, least(sum(k.least_df), n_chunks) as df
         from kept as k where k.place <= max_translations group by k.n
+    ),
+    -- the source's own df (its rarest term's; 0 when one is absent): a word the knowledge already uses as
+    -- often as its translations needs them little
+    own as (
+        select c.n, c.df, coalesce((
+            select min(coalesce(st.df, 0)) from unnest(array(
+                select distinct x.term from unnest(kb.lexical_terms(src.source)) as x (term)
+                where x.term <> all(function_words)
+            )) as t (term)
+            left join lateral (
+                select sum(st.df) as df from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = t.term
+            ) as st on true
+        ), 0) as source_df
+        from concepts as c join src on src.n = c.n
     )
     select k.source,
         array(
@@ -270,11 +285,11 @@ begin
         ),
         k.target, x.term, x.df, c.df,
         case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
-            else kb_internal.setting_number('lexicon_weight') end / cardinality(k.terms)
+            else kb_internal.setting_number('lexicon_weight') * c.df / (c.df + c.source_df) end / cardinality(k.terms)
         * ln(1 + (n_chunks - c.df + 0.5) / (c.df + 0.5)) / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),
         k.kind
     from kept as k
-    join concepts as c on c.n = k.n
+    join own as c on c.n = k.n
     cross join lateral unnest(k.terms, k.dfs) as x (term, df)
     where k.place <= max_translations
     order by k.n, k.place, x.term;

@@ -69,7 +69,8 @@ declare
     target kb.embedding_models;
     phrasings text [];          -- query, then also
     embeddings vector [];       -- one per phrasing, or NULL
-    missing text [];
+    missing text [];            -- the phrasings without an embedding
+    fresh vector [];            -- their embeddings
     expansions jsonb;           -- per phrasing, the fuzzy leg's corrections of its terms (JSON null: none)
     defaults record;
     doc_filter jsonb;
@@ -147,9 +148,9 @@ begin
         -- the phrasings without an embedding, embedded in one request
         missing := array(select p.q from unnest(phrasings, embeddings) as p (q, e) where p.e is null);
         if cardinality(missing) > 0 then
-            missing := kb_internal.embed_queries(missing, target);
+            fresh := kb_internal.embed_queries(missing, target);
             embeddings := array(
-                select coalesce(p.e, missing[(count(*) filter (where p.e is null) over (order by p.n))::integer])
+                select coalesce(p.e, fresh[(count(*) filter (where p.e is null) over (order by p.n))::integer])
                 from unnest(embeddings) with ordinality as p (e, n) order by p.n
             );
         end if;

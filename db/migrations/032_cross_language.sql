@@ -61,7 +61,7 @@ drop function if exists kb_internal.ask_answer(
 );
 drop function if exists kb.list_knowledge_bases();
 drop function if exists kb.check_search_input(text, integer);
-drop function if exists kb.answer_evidence(text, kb.search_result []);
+drop function if exists kb.answer_evidence(text, kb.search_result[]);
 drop function if exists kb_internal.http_embedding(text, text, text, text, integer);
 drop function if exists kb_internal.embed_query(text, kb.embedding_models);
 

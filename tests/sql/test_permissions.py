@@ -87,6 +87,7 @@ TABLES = [
     "schema_migrations",
     "ingest_failures",
     "image_captions",
+    "glossary",
     "api_keys",
 ]
 
@@ -414,7 +415,8 @@ def test_an_invisible_name_reads_what_a_missing_one_reads(world, as_):
         " 'dbsf')",
         "select kb_internal.adjust_term_stats(1, array[1::bigint], 1)",
         "select kb_internal.check_chunks('[]', null)",
-        "select kb_internal.embed_query('x', (select m from kb.embedding_models m limit 1))",
+        "select kb_internal.embed_queries(array['x'], (select m from kb.embedding_models m limit 1))",
+        "select * from kb_internal.query_translations('x', array[1, 2, 3, 4])",
         "select * from kb_internal.query_embedding('x', (select m from kb.embedding_models m limit 1))",
         "select kb_internal.writable_kb('public-kb')",
         "select * from kb_admin.doctor()",
@@ -428,7 +430,8 @@ def test_an_invisible_name_reads_what_a_missing_one_reads(world, as_):
         "search",
         "adjust_term_stats",
         "check_chunks",
-        "embed_query",
+        "embed_queries",
+        "query_translations",
         "query_embedding",
         "writable_kb",
         "doctor",
@@ -603,6 +606,7 @@ UPDATABLE_COLUMN = {
     "schema_migrations": "name",
     "ingest_failures": "error",
     "image_captions": "caption",
+    "glossary": "terms",
     "api_keys": "name",
 }
 

@@ -340,7 +340,8 @@ def test_database_embeds_the_query_itself_through_the_endpoint(kbdb, embedder, f
     assert rows[0]["vector_used"] is True and rows[0]["doc_key"] == "perf/tuning.md"
     # the in-database embedding (model prefix, then the endpoint) equals the client-side one ...
     in_db = kbdb.execute(
-        "select kb_internal.embed_query(%s, m) from kb.embedding_models m where m.name = 'multilingual-e5-small'",
+        "select (kb_internal.embed_queries(array[%s], m))[1] from kb.embedding_models m"
+        " where m.name = 'multilingual-e5-small'",
         [query],
     ).fetchone()[0]
     direct = embedder.embed(["query: " + query])[0]

@@ -19,6 +19,7 @@ NAMES = (
     "mcp",
     "serve",
     "key",
+    "glossary",
     "embed_server",
     "eval",
     "sweep",

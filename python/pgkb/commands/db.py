@@ -85,6 +85,24 @@ def _lexical_engine(conn) -> str:
     return f"{engine} ({reason})" if engine == "numpy" else f"{engine} in SQL ({reason})"
 
 
+def _languages(conn) -> list[str]:
+    """A line per knowledge base with its language profile (kb.list_knowledge_bases), and the lexicon's edition."""
+    import psycopg
+
+    from pgkb.languages import describe
+
+    try:
+        with conn.transaction():
+            rows = conn.execute("select name, chunk_count, languages from kb.list_knowledge_bases()").fetchall()
+            edition = conn.execute(
+                "select edition || ', ' || entries || ' entries' from kb_internal.lexicon_edition"
+            ).fetchone()
+    except psycopg.Error:
+        return []  # a schema before migration 032
+    lines = [f"knowledge base {n}: {c} chunks, {describe(p) or 'empty'}" for n, c, p in rows]
+    return lines + [f"lexicon: {edition[0] if edition else 'not loaded (pgkb db migrate loads it)'}"]
+
+
 def _report_indexes(url: str) -> int:
     """Print each index pgkb expects that searches cannot use (missing or invalid); 4 when there is one."""
     import psycopg
@@ -100,10 +118,13 @@ def _report_indexes(url: str) -> int:
                 return 0
             problems = index_problems(conn)
             engine = _lexical_engine(conn)
+            languages = _languages(conn)
     except psycopg.Error as e:
         print(f"indexes: not checked ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})")
         return 0
     print(f"BM25 leg: {engine}")
+    for line in languages:
+        print(line)
     for name, problem in problems:
         print(f"index kb.{name}: {problem} (searches that need it scan sequentially; `pgkb db migrate` re-creates it)")
     if not problems:
