@@ -10,7 +10,8 @@ What is kept of an entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the si
 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
 dropped ("(computing) session" -> "session"), a leading "to" / "a" / "an" / "the" dropped, glosses split at
 ";" -- except cross-references and grammar notes ("variant of ...", "see ...", "CL:...", "surname ...",
-"abbr. for ...") and glosses that are a question's form ("for what reason"). Each (word, gloss) gives a row in both directions with the gloss's place in its entry.
+"abbr. for ...") and glosses that are a question's form ("for what reason").
+Each (word, gloss) gives a row in both directions with the gloss's place in its entry.
 """
 
 from __future__ import annotations
