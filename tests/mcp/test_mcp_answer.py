@@ -112,7 +112,7 @@ def test_answer_with_citations_prompt(ask_world):
             prompts = {p.name: p for p in (await client.list_prompts()).prompts}
             prompt = prompts["answer_with_citations"]
             args = {a.name: a for a in prompt.arguments}
-            assert set(args) == {"question", "kb", "top_k"} and args["question"].required
+            assert set(args) == {"question", "kb", "top_k", "also"} and args["question"].required
             assert not args["kb"].required and not args["top_k"].required
 
             got = await client.get_prompt("answer_with_citations", {"question": "退款多久到账", "top_k": "3"})
@@ -134,6 +134,7 @@ def test_answer_with_citations_prompt(ask_world):
                 ({"question": "退款", "top_k": "0"}, "top_k must be an integer between 1 and 20"),
                 ({"question": "  "}, "must not be empty"),
                 ({"question": "退款", "kb": "bob-notes"}, "unknown knowledge base"),
+                ({"question": "退款", "also": "a\nb\nc\nd"}, "at most 3"),
             ]:
                 with pytest.raises(MCPError, match=message):
                     await client.get_prompt("answer_with_citations", arguments)
