@@ -69,7 +69,9 @@ def retrieval(**overrides) -> dict:
     return body
 
 
-DROP_ASK = "drop function kb.ask(text, integer, text, jsonb, text, boolean, vector, text, double precision)"
+DROP_ASK = (
+    "drop function kb.ask(text, integer, text, jsonb, text, boolean, vector, text, double precision, text[], vector[])"
+)
 
 
 # ------------------------------------------------------------------------------------------------- Dify
