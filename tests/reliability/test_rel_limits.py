@@ -160,6 +160,14 @@ def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_pat
     used to open a probe of its own (12 connections with a pool of 4); then, under load, that they opened
     them in turn (6: a closed probe's backend was still counted when the next one connected)."""
     extra = {"PGKB_MCP_POOL_SIZE": str(POOL), "PGKB_MCP_MAX_CONCURRENT": str(MAX_CONCURRENT)}
+    # the service role's connections of earlier tests' servers are gone (they close as those servers exit);
+    # the new server opens its pool as it starts (it reads the language of the knowledge for its instructions)
+    assert rh.wait_for(lambda: svc_connections(world) == 0, 30), (
+        "connections of the service role linger",
+        world.execute(
+            "select application_name, state, backend_start, query from pg_stat_activity where usename = 'svc'"
+        ).fetchall(),
+    )
     server, base = rh.mcp_http_server(dsn_of("svc"), fake.url, tmp_path, {"tok": "alice"}, **extra)
     peak = 0
     stop = threading.Event()
@@ -171,8 +179,6 @@ def test_mcp_http_database_connections_stay_bounded(world, dsn_of, fake, tmp_pat
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
-    # the service role's connections of earlier tests' servers are gone (they close as those servers exit)
-    assert rh.wait_for(lambda: svc_connections(world) == 0, 30), "connections of the service role linger"
     try:
         lock = TableLock(dsn_of(world.info.user), 120)  # requests pile up behind the stuck transaction
         watcher.start()

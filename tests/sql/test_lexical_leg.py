@@ -577,9 +577,11 @@ def test_another_users_private_match_moves_no_counter_or_plan(db, connect_as):
 
     for engine in ("numpy", "blocks", "scan"):
         db.execute("update kb.settings set value = %s where key = 'lexical_leg'", [engine])
+        # words of one shape: the lexicon looks an English word up under its forms (a plural as its singular
+        # too), so a word of another shape reads another number of the lexicon's pages
         observe("zqxbobsecret")  # warm caches and plans alike
-        observe("zqxnoonehas")
-        assert observe("zqxbobsecret") == observe("zqxnoonehas"), engine
+        observe("zqxnonsecret")
+        assert observe("zqxbobsecret") == observe("zqxnonsecret"), engine
         for search in ("kb.fuzzy_search(%s, 10)", "kb.hybrid_search(%s, 10, vector_weight => 0)"):
             observe("zqxbobsecrex", search)
             observe("yqxbobsecrex", search)
