@@ -264,6 +264,22 @@ def test_api_search_highlights_with_the_database_tokenizer(web):
     assert hidden[1]["error"].replace("bob-notes", "X") == missing[1]["error"].replace("nope", "X")
 
 
+def test_api_search_and_ask_take_other_phrasings(web):
+    """also: the question's translation is searched too (fused once) and marked in the snippets; /api/kbs
+    says each knowledge base's language in words."""
+    kbs = {k["name"]: k for k in call(web + "/api/kbs", headers=ALICE)[1]["knowledge_bases"]}
+    assert kbs["team-docs"]["language"].startswith("mostly Chinese") and kbs["team-docs"]["languages"]["zh"] > 0.5
+    assert kbs["empty-kb"]["language"] == ""
+    body = {"query": "qqzzunheardof", "kb": "team-docs"}
+    assert call(web + "/api/search", body, ALICE)[1]["results"][0]["title"] != "退款政策"  # the vector leg's guess
+    status, out, _ = call(web + "/api/search", {**body, "also": ["退款"]}, ALICE)
+    assert status == 200 and out["also"] == ["退款"]
+    assert out["results"][0]["title"] == "退款政策"
+    assert "退款" in {p["text"] for p in out["results"][0]["snippet"] if p["hit"]}
+    status, row, _ = call(web + "/api/ask", {**body, "question": body["query"], "also": ["退款"]}, ALICE)
+    assert status == 200 and row["citations"][0]["title"] == "退款政策", row
+
+
 BAD_API_INPUT = [
     ("/api/search", b"", 400, "empty"),
     ("/api/search", b"{", 400, "not valid JSON"),
@@ -284,6 +300,12 @@ BAD_API_INPUT = [
     ("/api/document", json.dumps({"doc_id": "bobmarker.md", "kb": "bob-notes"}).encode(), 404, "unknown"),
     ("/api/ask", json.dumps({"question": None}).encode(), 400, "question is required"),
     ("/api/ask", json.dumps({"question": "x", "top_k": 100}).encode(), 400, "top_k"),
+    ("/api/search", json.dumps({"query": "x", "also": "登录"}).encode(), 400, "also must be a list of strings"),
+    ("/api/search", json.dumps({"query": "x", "also": [1]}).encode(), 400, "also[1] must be a string"),
+    ("/api/search", json.dumps({"query": "x", "also": ["a", "b", "c", "d"]}).encode(), 400, "at most"),
+    ("/api/search", json.dumps({"query": "x", "also": ["\u3000"]}).encode(), 400, "also[1] must not be empty"),
+    ("/api/search", b'{"query": "x", "also": ["\\udc00"]}', 400, "unpaired surrogate"),
+    ("/api/ask", json.dumps({"question": "x", "also": {"a": 1}}).encode(), 400, "also must be a list"),
 ]  # fmt: skip
 
 
@@ -478,6 +500,16 @@ def test_page_in_a_real_browser(web, world):
         assert len(browser.find_elements(By.CSS_SELECTOR, "#doc-chunks .chunk")) == 2
         browser.find_element(By.ID, "doc-close").click()
         assert browser.find_element(By.ID, "doc-view").is_displayed() is False
+        # the knowledge's language, and a translation in "Also as" found where the words alone find nothing
+        assert "mostly Chinese" in picker.first_selected_option.text
+        assert browser.find_element(By.ID, "language").text.startswith("The knowledge is mostly Chinese")
+        query = browser.find_element(By.ID, "query")
+        query.clear()
+        browser.find_element(By.ID, "also").send_keys("退款")
+        query.send_keys("qqzzunheardof\n")
+        first_crumbs = (By.CSS_SELECTOR, "#results li.result:first-child .crumbs")
+        wait.until(lambda b: b.find_element(*first_crumbs).text.startswith("退款政策"))
+        browser.find_element(By.ID, "also").clear()
         # markup in a query is text, never HTML
         # without kb.ask (/api/ask answers 501) the answer section stays hidden
         world.execute(DROP_ASK)

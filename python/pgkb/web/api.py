@@ -4,14 +4,16 @@ PGKB_MCP_TOKENS token; 401 without a valid one) and acts as the token's pgkb use
 top_k out of range), 404 for a knowledge base or document the user cannot see (the same as one that does not
 exist), 501 for /api/ask while the database has no kb.ask, 503 when the database is unavailable or busy.
 
-- ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...}]}``
-- ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5)}`` -> ``{"query", "kb", "results":
+- ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...,
+  languages, language}]}``; language: the profile in words ("mostly Chinese (97 %; English 3 %)").
+- ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5), "also"? (other phrasings of the question,
+  e.g. its translation: a list of at most 3 strings)}`` -> ``{"query", "kb", "also", "results":
   [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, also_in, page, score, snippet}],
   "degraded", "degraded_reason"}``; snippet is kb.snippet's window as ``[{"text", "hit"}]`` parts (hit: a
   query term by the database's tokenizer), so the page highlights without parsing markup.
 - ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document,
   each chunk with ``content_html``: its Markdown as HTML (pgkb.web.markdown: no raw HTML, http(s) / kb:// links).
-- ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20)}`` -> kb.ask's row: ``{answer, found, citations:
+- ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20), "also"?}`` -> kb.ask's row: ``{answer, found, citations:
   [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote}], mode, model, ...,
   notes, answer_html}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical
   only, ...); answer_html: the answer's Markdown as HTML, its [n] linked to the citations (pgkb.web.markdown).
@@ -26,7 +28,16 @@ import datetime
 import decimal
 
 from pgkb.answer import notes
-from pgkb.serving.arguments import BadInput, NotFound, ServiceError, Unsupported, check_int, check_text
+from pgkb.languages import describe
+from pgkb.serving.arguments import (
+    BadInput,
+    NotFound,
+    ServiceError,
+    Unsupported,
+    check_int,
+    check_phrasings,
+    check_text,
+)
 from pgkb.serving.auth import bearer, bearer_user
 from pgkb.serving.config import MAX_ARGUMENT_CHARS, MAX_CHUNK_INDEX, MAX_WINDOW, MCP_MAX_TOP_K
 from pgkb.web import markdown
@@ -82,6 +93,13 @@ def _int(body: dict, name: str, default: int, low: int, high: int) -> int:
         raise RequestError(400, str(e)) from None
 
 
+def _phrasings(body: dict) -> list[str] | None:
+    try:
+        return check_phrasings(body.get("also"), MAX_ARGUMENT_CHARS)
+    except ServiceError as e:
+        raise RequestError(400, str(e)) from None
+
+
 def routes(backend):
     from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
@@ -111,18 +129,23 @@ def routes(backend):
         return call
 
     def kbs(user: str, _body: dict) -> dict:
-        return {"user": user, "knowledge_bases": backend.knowledge_bases(user)}
+        listed = backend.knowledge_bases(user)
+        return {"user": user, "knowledge_bases": [{**k, "language": describe(k["languages"])} for k in listed]}
 
     def search(user: str, body: dict) -> dict:
         query = _text(body, "query", MAX_ARGUMENT_CHARS, required=True)
         kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
-        response = backend.search(user, query, top_k, kb)
+        also = _phrasings(body)
+        response = backend.search(user, query, top_k, kb, also)
         contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
-        snippets = backend.snippets(query, contents, SNIPPET_CHARS, MARKS) if contents else []
+        # the snippet's window and marks: the terms of every phrasing (a translation's words in the passage)
+        marked = " ".join([query, *response.also])
+        snippets = backend.snippets(marked, contents, SNIPPET_CHARS, MARKS) if contents else []
         return {
             "query": response.query,
             "kb": kb,
+            "also": response.also,
             "results": [
                 {
                     "rank": i,
@@ -156,7 +179,7 @@ def routes(backend):
         question = _text(body, "question", MAX_ARGUMENT_CHARS, required=True)
         kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
-        row = backend.ask(user, question, top_k, kb)
+        row = backend.ask(user, question, top_k, kb, _phrasings(body))
         cited = {c["n"] for c in row.get("citations") or []}
         return _plain({**row, "notes": notes(row), "answer_html": markdown.render(row["answer"], cited)})
 

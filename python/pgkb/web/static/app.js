@@ -128,9 +128,24 @@ function showApp(data) {
   const picker = $("kb");
   picker.replaceChildren(el("option", { value: "" }, "All knowledge bases"));
   for (const kb of data.knowledge_bases) {
-    picker.append(el("option", { value: kb.name }, kb.name + " (" + kb.document_count + " documents)"));
+    const details = [kb.document_count + " documents", kb.language].filter(Boolean).join(", ");
+    const option = el("option", { value: kb.name }, kb.name + " (" + details + ")");
+    option.dataset.language = kb.language || "";
+    picker.append(option);
   }
+  showLanguage();
   $("query").focus();
+}
+
+// The language of the chosen knowledge base(s): ask in it, or put a translation in "Also as" (without one the
+// database translates the question's words with its dictionary).
+function showLanguage() {
+  const picker = $("kb");
+  const chosen = picker.value ? [picker.selectedOptions[0]] : Array.from(picker.options).slice(1);
+  const languages = [...new Set(chosen.map((o) => o.dataset.language).filter(Boolean))];
+  $("language").textContent = languages.length === 1
+    ? "The knowledge is " + languages[0] + ". A question in another language finds more with its translation in “Also as”."
+    : "";
 }
 
 // ------------------------------------------------------------------------------------------- search
@@ -179,7 +194,7 @@ function renderAnswer(data) {
 
 async function runAsk(serial, body) {
   try {
-    const data = await api("POST", "/api/ask", { question: body.query, kb: body.kb, top_k: body.top_k });
+    const data = await api("POST", "/api/ask", { question: body.query, kb: body.kb, top_k: body.top_k, also: body.also });
     if (serial === searchSerial) renderAnswer(data);
   } catch (e) {
     if (e.status === 501) askSupported = false;
@@ -190,7 +205,8 @@ async function runAsk(serial, body) {
 
 async function runSearch(event) {
   event.preventDefault();
-  const body = { query: $("query").value, kb: $("kb").value, top_k: Number($("top-k").value) };
+  const also = $("also").value.trim();
+  const body = { query: $("query").value, kb: $("kb").value, top_k: Number($("top-k").value), also: also ? [also] : [] };
   const serial = ++searchSerial;
   $("search-button").disabled = true;
   $("answer").hidden = true;
@@ -251,6 +267,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("sign-out").addEventListener("click", signOut);
   $("search-form").addEventListener("submit", runSearch);
+  $("kb").addEventListener("change", showLanguage);
   $("doc-close").addEventListener("click", () => { $("doc-view").hidden = true; });
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) signIn(saved);
