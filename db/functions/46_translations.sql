@@ -187,12 +187,13 @@ $$;
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (aliases first, then by sense, then the commonest). One row per translation term:
--- weight = the kind's weight (glossary_weight; lexicon_weight times the concept's share of the df of concept
--- and source together: a word the knowledge already uses more than its translations needs them little) / the
--- translation's terms x idf(concept) / idf(term), so that BM25 scores the term with the one idf of its
--- source's concept, whose df is the sum over its translations of their rarest term's df, at most N (Pirkola's
--- structured query: ten translations of a common word weigh as one common word). covers: the query terms the source spans; concept_df: that df
--- (kb.answer_evidence reads both).
+-- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
+-- concept and source together: a word the knowledge already uses as often as its translations needs them
+-- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /
+-- idf(term), at most 1 (a common term of a phrase, 使用 of 再使用, keeps its own idf): BM25 scores the term
+-- with the one idf of its source's concept, whose df is the sum over its translations of their rarest term's
+-- df, at most N (Pirkola's structured query: ten translations of a common word weigh as one common word).
+-- covers: the query terms the source spans; concept_df: that df (kb.answer_evidence reads both).
 create or replace function kb_internal.query_translations(query text, kb_ids integer[])
 returns table (
     source text, covers text[], translation text, term text, df bigint, concept_df double precision,
@@ -285,8 +286,9 @@ begin
         ),
         k.target, x.term, x.df, c.df,
         case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
-            else kb_internal.setting_number('lexicon_weight') * c.df / (c.df + c.source_df) end / cardinality(k.terms)
-        * ln(1 + (n_chunks - c.df + 0.5) / (c.df + 0.5)) / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),
+            else kb_internal.setting_number('lexicon_weight') * (c.df / (c.df + c.source_df)) ^ 2 end / cardinality(k.terms)
+        * ln(1 + (n_chunks - greatest(c.df, x.df) + 0.5) / (greatest(c.df, x.df) + 0.5))
+        / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),
         k.kind
     from kept as k
     join own as c on c.n = k.n

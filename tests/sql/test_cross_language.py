@@ -97,6 +97,34 @@ def test_all_translations_of_one_word_share_one_idf(db):
     assert scored["过期"] * idf(2) == pytest.approx(scored["到期"] * idf(1))
 
 
+def test_a_word_the_knowledge_already_uses_needs_its_translations_little(db):
+    """The lexicon's weight falls with the square of the concept's share of the df of concept and source: with
+    'expire' in 1 chunk and its translations in 3, share = 3 / 4; a chunk holding both the word and its
+    translation (a bilingual glossary page) ranks below the one that uses the word more."""
+    db.execute("select kb.create_knowledge_base('expiry2', 'public')")
+    texts = ["证书到期", "证书过期", "缓存过期", "the token may expire", "别的"]
+    put(db, "expiry2", {f"d{i}.md": ("说明", text) for i, text in enumerate(texts)})
+    ids = kb_ids(db, "expiry2")
+    weight = db.execute("select kb_internal.setting_number('lexicon_weight')").fetchone()[0]
+    rows = [r for r in translations(db, "expire", ids) if r["source"] == "expire"]
+    assert rows and {r["concept_df"] for r in rows} == {3}
+
+    def idf(df: float) -> float:
+        return math.log(1 + (5 - df + 0.5) / (df + 0.5))
+
+    for r in rows:
+        assert r["weight"] * idf(r["df"]) == pytest.approx(weight * (3 / 4) ** 2 * idf(3))
+    db.execute("select kb.create_knowledge_base('slots', 'public')")
+    docs = {
+        "slots.md": ("插槽", "插槽 的 用法：默认 插槽 与 具名 插槽"),
+        "glossary.md": ("术语表", "插槽 slot：slot 是 组件 的 内容 出口；slot props"),
+        "other.md": ("其他", "slot 机制 另见 文档"),
+    }
+    put(db, "slots", docs)
+    hits = db.execute("select doc_key from kb.lexical_search('插槽', 3, 'slots')").fetchall()
+    assert hits[0][0] == "slots.md"
+
+
 def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixed):
     ids = kb_ids(mixed, "mixed")
     sql = "select term, weight, in_query from kb_internal.lexical_query_terms('refund policy', %s)"
