@@ -138,3 +138,26 @@ def test_a_timed_out_embedding_is_tried_once(world, endpoint, serve, fake_embedd
         assert post(port, "/retrieval", RETRIEVAL)["records"]
         # both embedding workers still wait on the hung endpoint: this one gave up without a request
         assert EMBED_WORKERS == 2 and len(hung.requests) == 2
+
+
+def test_an_english_question_embeds_its_offline_translation_in_the_same_request(world, endpoint, serve):
+    """Over Chinese knowledge (team-docs), an English question's embedding is blended with its offline
+    translation's (kb.query_translation, kb.blend_query_embeddings): one request holds both, on every path;
+    the CLI says what it translated."""
+    question = "How long does a refund take?"
+    translation = world.execute("select kb.query_translation(%s, 'team-docs')", [question]).fetchone()[0]
+    assert translation and translation.split()[0] == "退款", translation
+    both = [f"query: {question}", f"query: {translation}"]
+    before = len(endpoint.requests)
+    out = cli(world, endpoint.url, "search", question, "--kb", "team-docs")
+    assert inputs(endpoint, before) == [both] and out["translation"] == translation
+    assert out["results"][0]["doc_key"] == "policy/refund.md"
+    port, server = serve(endpoint.url)
+    with server:
+        for path, body in (("/api/search", {"query": question, "kb": "team-docs"}),
+                           ("/api/ask", {"question": question, "kb": "team-docs"})):  # fmt: skip
+            before = len(endpoint.requests)
+            post(port, path, body)
+            assert inputs(endpoint, before) == [both], path
+    # a Chinese question over the same knowledge is not translated
+    assert world.execute("select kb.query_translation('退款多久到账', 'team-docs')").fetchone()[0] is None

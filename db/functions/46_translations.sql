@@ -297,3 +297,91 @@ begin
     order by k.n, k.place, x.term;
 end
 $$;
+
+-- The question as the lexicon and the glossaries write it in the other language, for the vector leg: when
+-- the question is Chinese or English and the knowledge of kb_ids is not mostly in its language (the main
+-- language of their language profile, kb.language_profile), the first translation of each source into the
+-- other language (the one the knowledge uses most), in the question's order, then the question's own Latin
+-- words that no source translates and the knowledge holds (identifiers: TLS, JWT, 401). NULL when nothing
+-- translates.
+create or replace function kb_internal.translated_question(query text, kb_ids integer[])
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    asked constant text := kb_internal.text_language(query);
+    target constant text := case asked when 'zh' then 'en' when 'en' then 'zh' end;
+    main text;
+    translated text[];
+    covered text[];
+begin
+    if target is null then
+        return null;
+    end if;
+    select kb.language_profile(sum(k.zh_chunks)::bigint, sum(k.en_chunks)::bigint, sum(k.other_chunks)::bigint)
+        ->> 'main' into main
+    from kb.knowledge_bases as k where k.id = any(kb_ids);
+    if main is null or main = asked then
+        return null;
+    end if;
+    -- per source, the translation the knowledge uses most (the df of its rarest term), in the question's order
+    select array_agg(t.translation order by t.place), array_agg(distinct c.term) filter (where c.term is not null)
+    into translated, covered
+    from (
+        select distinct on (q.source) q.source, q.translation, q.covers, q.place
+        from (
+            select r.source, r.translation, min(r.covers) as covers, min(r.df) as df, min(r.place) as place
+            from (
+                select r.*, row_number() over () as place from kb_internal.query_translations(query, kb_ids) as r
+            ) as r
+            where kb_internal.text_language(r.translation) = target
+            group by r.source, r.translation
+        ) as q
+        order by q.source, q.df desc, q.place
+    ) as t
+    left join lateral unnest(t.covers) as c (term) on true;
+    if translated is null then
+        return null;
+    end if;
+    return array_to_string(translated || array(
+        select w.word from (
+            select m[1] as word, min(o) as o from regexp_matches(lower(normalize(query, nfkc)), '[a-z0-9]+', 'g')
+                with ordinality as x (m, o) group by m[1]
+        ) as w
+        where w.word <> all(kb_internal.english_function_words())
+            and not kb.lexical_terms(w.word) <@ coalesce(covered, '{}')
+            -- a word the knowledge holds (an identifier), not the rest of the question's prose
+            and exists (select from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = w.word and st.df > 0)
+        order by w.o limit 16
+    ), ' ');
+end
+$$;
+
+-- The question's offline translation for the vector leg (kb_internal.translated_question) over the knowledge
+-- bases a search of kb would read (NULL: every visible one), or NULL. Raises as kb.hybrid_search does for a
+-- bad query and for a knowledge base the caller cannot see. Callers that embed queries themselves embed it
+-- and pass kb.blend_query_embeddings(question's, translation's) as query_embedding.
+create or replace function kb.query_translation(query text, kb text default null)
+returns text
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform kb.check_search_input(query, 1);
+    return kb_internal.translated_question(
+        query, case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end
+    );
+end
+$$;
+
+-- The query embedding of a question and its offline translation: the normalised sum of both, halfway
+-- between the question's language and the knowledge's; the question's own when there is no translation.
+create or replace function kb.blend_query_embeddings(question vector, translation vector)
+returns vector
+language sql immutable parallel safe
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select case when translation is null or question is null then question
+        else l2_normalize(l2_normalize(question) + l2_normalize(translation)) end
+$$;

@@ -71,6 +71,7 @@ declare
     embeddings vector [];       -- one per phrasing, or NULL
     missing text [];            -- the phrasings without an embedding
     fresh vector [];            -- their embeddings
+    translated text;            -- the question's offline translation (kb_internal.translated_question)
     expansions jsonb;           -- per phrasing, the fuzzy leg's corrections of its terms (JSON null: none)
     defaults record;
     doc_filter jsonb;
@@ -145,14 +146,19 @@ begin
             raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
                 using errcode = 'data_exception';
         end if;
-        -- the phrasings without an embedding, embedded in one request
+        -- the phrasings without an embedding, embedded in one request; a question embedded here is blended
+        -- with its offline translation's embedding (kb.blend_query_embeddings), as the Python clients do
         missing := array(select p.q from unnest(phrasings, embeddings) as p (q, e) where p.e is null);
         if cardinality(missing) > 0 then
-            fresh := kb_internal.embed_queries(missing, target);
+            translated := case when query_embedding is null then kb_internal.translated_question(query, kb_ids) end;
+            fresh := kb_internal.embed_queries(missing || translated, target);
             embeddings := array(
                 select coalesce(p.e, fresh[(count(*) filter (where p.e is null) over (order by p.n))::integer])
                 from unnest(embeddings) with ordinality as p (e, n) order by p.n
             );
+            if translated is not null then
+                embeddings[1] := kb.blend_query_embeddings(embeddings[1], fresh[cardinality(missing) + 1]);
+            end if;
         end if;
     end if;
 

@@ -34,6 +34,7 @@ declare
     embedding vector := given_embedding;
     phrasing_embeddings vector [] := also_embeddings;
     embedded vector [];
+    translated text;        -- the question's offline translation (kb.query_translation), blended into its embedding
     embedding_failure text;
     reply jsonb;
     checked record;
@@ -65,13 +66,14 @@ begin
         perform kb.resolve_kb(kb_name);     -- an unknown knowledge base fails before the embedding is awaited
     end if;
     -- embedded here, not by kb_internal.search, to learn why it failed; vector weight 0 then (the same legs run)
-    -- every phrasing in one request
+    -- every phrasing and the question's offline translation in one request (blended into the question's embedding)
     if embedding is null and v_weight is distinct from 0 then
+        translated := kb.query_translation(q, kb_name);
         select e.embeddings, e.failure into embedded, embedding_failure
-        from kb_internal.query_embeddings(array[q] || coalesce(also, '{}'), kb.resolve_model(model_name)) as e;
-        embedding := embedded[1];
+        from kb_internal.query_embeddings(array[q] || coalesce(also, '{}') || translated, kb.resolve_model(model_name)) as e;
+        embedding := kb.blend_query_embeddings(embedded[1], embedded[coalesce(cardinality(also), 0) + 2]);
         if also is not null and phrasing_embeddings is null then
-            phrasing_embeddings := embedded[2:];
+            phrasing_embeddings := embedded[2:cardinality(also) + 1];
         end if;
         v_weight := case when embedding is null then 0 else v_weight end;
     end if;

@@ -72,7 +72,9 @@ def ask(
         check_input(conn, question, top_k, phrasings)
     except ValueError as e:
         raise AskError(str(e)) from None
-    embedded = embed_query(conn, settings, question, embedder=embedder, spec=spec, also=phrasings)
+    embedded = embed_query(
+        conn, settings, question, embedder=embedder, spec=spec, also=phrasings, kb=kb, user=user, timeout_ms=timeout_ms
+    )
     named = {"top_k": top_k, "kb": kb, "mode": mode, "stream": on_delta is not None, **embedded.sql_arguments()}
     if phrasings:
         named["also"] = phrasings

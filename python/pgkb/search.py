@@ -133,6 +133,7 @@ class SearchResponse:
     model: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # the other phrasings searched with the query
+    translation: str | None = None  # the question's offline translation, blended into its embedding
 
     @property
     def degraded_reason(self) -> str | None:
@@ -279,6 +280,7 @@ class QueryEmbedding:
     model: str | None
     error: str | None = None
     also: list | None = None  # the embeddings of the other phrasings, in order (None: there are none)
+    translation: str | None = None  # the question's offline translation blended into ``vector`` (None: none)
 
     @property
     def failure(self) -> str | None:
@@ -310,6 +312,19 @@ def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str
     return [_vector(v) for v in vectors]
 
 
+def query_translation(conn, query: str, kb: str | None, user: str | None = None, timeout_ms: int = 0) -> str | None:
+    """kb.query_translation as ``user``: the question's offline translation into the language of the knowledge
+    a search of ``kb`` reads, or None (the question is in it already, or nothing translates). Raises
+    psycopg.errors.NoDataFound for a knowledge base ``user`` cannot see, as the search would."""
+    with acting(conn, user, timeout_ms):
+        return conn.execute("select kb.query_translation(%s, %s)", [query, kb]).fetchone()[0]
+
+
+def blend(conn, question, translation):
+    """kb.blend_query_embeddings: the query embedding of a question and its offline translation."""
+    return conn.execute("select kb.blend_query_embeddings(%s, %s)", [question, translation]).fetchone()[0]
+
+
 def embed_query(
     conn,
     settings,
@@ -318,19 +333,26 @@ def embed_query(
     embedder: Embedder | None = None,
     spec: ModelSpec | None = None,
     also: Sequence[str] | None = None,
+    kb: str | None = None,
+    user: str | None = None,
+    timeout_ms: int = 0,
 ):
     """The one query embedding of every Python path (search, ask, the servers' prompt and retrieval): a
     QueryEmbedding by the configured model (``embedder`` None loads it), with the other phrasings ``also``
-    embedded in the same call. Never raises for an embedder that fails or cannot be loaded: the
-    QueryEmbedding then has no vector and says why, and the caller searches the lexical legs only
-    (QueryEmbedding.sql_arguments)."""
+    and the question's offline translation over ``kb`` as ``user`` sees it (query_translation) embedded in the
+    same call, the translation's blended into the question's (blend), as the database does when it embeds.
+    Never raises for an embedder that fails or cannot be loaded: the QueryEmbedding then has no vector and
+    says why, and the caller searches the lexical legs only (QueryEmbedding.sql_arguments)."""
     model = None
+    translation = query_translation(conn, query, kb, user, timeout_ms)
     try:
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
-        vectors = query_vectors(conn, spec, embedder, [query, *(also or [])])
-        return QueryEmbedding(vectors[0], model, also=vectors[1:] or None)
+        phrasings = [query, *(also or [])]
+        vectors = query_vectors(conn, spec, embedder, phrasings + ([translation] if translation else []))
+        vector = blend(conn, vectors[0], vectors[len(phrasings)]) if translation else vectors[0]
+        return QueryEmbedding(vector, model, also=vectors[1 : len(phrasings)] or None, translation=translation)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         return QueryEmbedding(None, model, str(e))
 
@@ -365,8 +387,12 @@ def search(
     started = time.perf_counter()
     response = SearchResponse(query=query, top_k=top_k, kb=kb, user=user, results=[], also=phrasings or [])
 
-    embedded = embed_query(conn, settings, query, embedder=embedder, spec=spec, also=phrasings)
+    embedded = embed_query(
+        conn, settings, query, embedder=embedder, spec=spec, also=phrasings, kb=kb, user=user,
+        timeout_ms=options.statement_timeout_ms,
+    )  # fmt: skip
     response.model = embedded.model
+    response.translation = embedded.translation
     if embedded.failure is not None:
         response.degraded = True
         response.degraded_reasons.append(embedded.failure)

@@ -480,7 +480,7 @@ def test_mixed_run_searches_every_knowledge_base_and_judges_only_its_own(db, emb
         assert evaluate.run(parse(str(folder), "--modes", "lexical"), settings_for(db), embedder=embedder) == 0
     capsys.readouterr()
     spec = evaluate.configured_embedder(db, settings_for(db), embedder)[0]
-    emb = embed_queries(db, spec, embedder, ["退款多久到账"])[0]
+    emb = embed_queries(db, spec, embedder, ["退款多久到账"], kb="eval-own-set")[0]
     alone, _ = search_mode(db, "hybrid", "退款多久到账", emb, "eval-own-set", spec, SearchSettings(depth=10))
     mixed, _ = search_mode(
         db, "hybrid", "退款多久到账", emb, "eval-own-set", spec, SearchSettings(depth=10), mixed=True

@@ -282,6 +282,21 @@ class TestGlossary:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             alice.execute("select * from kb.glossary")
 
+    def test_the_question_translation_reads_only_what_the_user_sees(self, db, people):
+        """kb.query_translation as alice: bob's private glossary and vocabulary never shape it, and his knowledge
+        base answers as a missing one."""
+        alice, bob = people
+        bob.execute("select kb.glossary_add('bob-kb', array['zebra', '上线'])")
+        put(db, "alice-kb", {"audit.md": ("审计", "所有上线都要写审计日志。")})  # 上线 in her vocabulary too
+        for kb in ("alice-kb", None):
+            assert alice.execute("select kb.query_translation('zebra', %s)", [kb]).fetchone()[0] is None
+        assert bob.execute("select kb.query_translation('zebra', 'bob-kb')").fetchone()[0] == "上线"
+        with pytest.raises(psycopg.errors.NoDataFound) as invisible:
+            alice.execute("select kb.query_translation('zebra', 'bob-kb')")
+        with pytest.raises(psycopg.errors.NoDataFound) as missing:
+            alice.execute("select kb.query_translation('zebra', 'no-such-kb')")
+        assert str(invisible.value).replace("bob-kb", "X") == str(missing.value).replace("no-such-kb", "X")
+
     def test_an_invisible_glossary_never_expands_a_query_and_moves_no_counter(self, db, people):
         alice, bob = people
         bob.execute("select kb.glossary_add('bob-kb', array['发版', 'zebrasecret'])")
@@ -350,3 +365,54 @@ class TestGateAcrossLanguages:
                 "select found, mode from kb.ask(%s, 3, 'mixed', vector_weight => 0)", [question]
             ).fetchone()
             assert found is False and mode in ("not_found", "closest"), question
+
+
+class TestTranslatedQuestion:
+    """The question's offline translation for the vector leg (kb.query_translation) and its blend into the query
+    embedding (kb.blend_query_embeddings); the database embeds both in one request."""
+
+    def test_into_the_knowledge_language_only(self, db):
+        db.execute("select kb.create_knowledge_base('zh-only', 'public')")
+        put(db, "zh-only", ZH_DOCS | {"tls-zh.md": ("证书", "TLS 证书过期之前要轮换。")})
+        db.execute("select kb.create_knowledge_base('en-only', 'public')")
+        put(db, "en-only", EN_DOCS)
+        got = db.execute("select kb.query_translation('How do I rotate the TLS certificate?', 'zh-only')").fetchone()[0]
+        words = got.split()
+        assert "证书" in words and "轮换" in words and words[-1] == "tls", got  # the identifier kept, last
+        assert not {"how", "do", "i", "the", "rotate", "certificate"} & set(words)
+        assert db.execute("select kb.query_translation('证书怎么轮换', 'zh-only')").fetchone()[0] is None
+        back = db.execute("select kb.query_translation('怎么轮换证书', 'en-only')").fetchone()[0]
+        assert {"rotate", "certificate"} <= set(back.split()), back
+        # nothing to translate into: a word the lexicon does not know
+        assert db.execute("select kb.query_translation('qqzzunheardof', 'zh-only')").fetchone()[0] is None
+
+    def test_bad_input_and_unknown_knowledge_bases(self, db):
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            db.execute("select kb.query_translation(' ', 'x')")
+        with pytest.raises(psycopg.errors.NoDataFound) as unknown:
+            db.execute("select kb.query_translation('refund', 'no-such-kb')")
+        with pytest.raises(psycopg.errors.NoDataFound) as searched:
+            db.execute("select * from kb.hybrid_search('refund', 5, 'no-such-kb', vector_weight => 0)")
+        assert unknown.value.diag.message_primary == searched.value.diag.message_primary
+
+    def test_blend(self, db):
+        blended = db.execute("select kb.blend_query_embeddings('[3,0]', '[0,2]')::text").fetchone()[0]
+        assert [round(float(x), 6) for x in blended.strip("[]").split(",")] == [0.707107, 0.707107]
+        assert db.execute("select kb.blend_query_embeddings('[3,0]', null)::text").fetchone()[0] == "[3,0]"
+
+    def test_the_database_embeds_question_and_translation_in_one_request(self, mixed, embedder, fake_embeddings):
+        if not mixed.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
+            pytest.skip("plpython3u is not installed on this server: in-database query embedding is unavailable")
+        mixed.execute("select kb.create_knowledge_base('zh-only', 'public')")
+        put(mixed, "zh-only", ZH_DOCS)
+        endpoint = fake_embeddings(embedder.embed)
+        mixed.execute("update kb.settings set value = %s where key = 'embedding_url'", [endpoint.url])
+        question = "How long does a refund take?"
+        translation = mixed.execute("select kb.query_translation(%s, 'zh-only')", [question]).fetchone()[0]
+        assert translation
+        hits = mixed.execute("select doc_key, vector_used from kb.hybrid_search(%s, 3, 'zh-only')", [question])
+        assert hits.fetchone() == ("refund.md", True)
+        assert [r["input"] for r in endpoint.requests] == [[f"query: {question}", f"query: {translation}"]]
+        mixed.execute("select found from kb.ask(%s, 3, 'zh-only', mode => 'extractive')", [question]).fetchone()
+        assert len(endpoint.requests) == 2
+        assert endpoint.requests[-1]["input"] == [f"query: {question}", f"query: {translation}"]

@@ -150,7 +150,7 @@ def ask_all(
     queries = dataset.queries
     out: list[Asked] = []
     for i in range(0, len(queries), batch):
-        vectors = embed_queries(conn, spec, embedder, [q.text for q in queries[i : i + batch]], batch)
+        vectors = embed_queries(conn, spec, embedder, [q.text for q in queries[i : i + batch]], batch, kb=kb)
         for q, emb in zip(queries[i : i + batch], vectors, strict=True):
             relevant = sorted(doc for doc, grade in q.relevant.items() if grade > 0)
             row = conn.execute(

@@ -127,7 +127,9 @@ def evaluate(
     """Embed every query once, run it in every mode, and return the JSON report. ``mixed``: search every
     knowledge base the connection can read, judged on ``kb``'s documents (the others only compete)."""
     queries = dataset.queries
-    embeddings = embed_queries(conn, spec, embedder, [q.text for q in queries], batch, progress)
+    embeddings = embed_queries(
+        conn, spec, embedder, [q.text for q in queries], batch, progress, kb=None if mixed else kb
+    )
     results = {m: ModeResult() for m in modes}
     for mode in modes:  # warm-up (caches, plans), not timed
         search_mode(conn, mode, queries[0].text, embeddings[0], kb, spec, settings, reranker, mixed=mixed)

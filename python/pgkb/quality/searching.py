@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pgkb.models.embedding import Embedder, ModelSpec
 from pgkb.quality.datasets import EvalError
 from pgkb.quality.metrics import dedupe
-from pgkb.search import MODE_SETTINGS, query_rows, query_vectors, rerank
+from pgkb.search import MODE_SETTINGS, blend, query_rows, query_translation, query_vectors, rerank
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -93,14 +93,22 @@ def other_kb_key(kb: str, doc_key: str) -> str:
 
 
 def embed_queries(
-    conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None
-) -> list:
-    """The query embeddings, in batches of ``batch``, by the search client's own query embedding
-    (pgkb.search.query_vectors: registry query prefix, norm check), as pgvector values."""
+    conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str], batch: int = 16, progress=None, *,
+    kb: str | None,
+) -> list:  # fmt: skip
+    """The query embeddings, in batches of ``batch``, as the search client makes them (pgkb.search:
+    query_vectors' registry query prefix and norm check; each question's offline translation over ``kb``,
+    None: every knowledge base, blended in), as pgvector values."""
     texts = list(texts)
     out: list = []
     for i in range(0, len(texts), batch):
-        out.extend(query_vectors(conn, spec, embedder, texts[i : i + batch]))
+        part = texts[i : i + batch]
+        translations = [query_translation(conn, t, kb) for t in part]
+        wanted = [t for t in translations if t]
+        vectors = query_vectors(conn, spec, embedder, part + wanted)
+        extra = iter(vectors[len(part) :])
+        own = zip(vectors[: len(part)], translations, strict=True)
+        out.extend(blend(conn, v, next(extra)) if t else v for v, t in own)
         if progress:
             progress(f"\rembedding queries: {min(i + batch, len(texts))}/{len(texts)}")
     if progress:

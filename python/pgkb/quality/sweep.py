@@ -85,7 +85,7 @@ def sweep(conn, datasets: list[Dataset], spec, embedder, combos, modes, batch: i
         ).fetchone()[0]
         if not chunks:
             raise EvalError(f"knowledge base {kb} is missing or empty: load it first with `pgkb eval` on {ds.name}")
-        embeddings = embed_queries(conn, spec, embedder, [q.text for q in ds.queries], batch)
+        embeddings = embed_queries(conn, spec, embedder, [q.text for q in ds.queries], batch, kb=kb)
         legs = {leg: _ndcg(conn, ds, embeddings, kb, spec, leg, SearchSettings()) for leg in ("vector", "lexical")}
         best = max(legs, key=lambda leg: legs[leg]["ndcg@10"])
         report["datasets"][ds.name] = {

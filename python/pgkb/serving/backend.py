@@ -480,7 +480,7 @@ class Backend:
                 check_input(conn, question, top_k, also)
             except ValueError as e:
                 raise ServiceError(str(e)) from e
-            embedded = self._embed(conn, "answer_prompt", question, also)
+            embedded = self._embed(conn, "answer_prompt", question, user, kb, also)
             with self.acting(conn, user), self.metrics.timed("answer_prompt", "sql"):
                 messages, sources = one(conn.execute(
                     "with hits as (select array(select h from kb.hybrid_search(%(q)s, %(k)s, %(kb)s, query_embedding"
@@ -548,7 +548,7 @@ class Backend:
                 check_input(conn, query, top_k)
             except ValueError as e:
                 raise BadInput(str(e)) from e
-            embedded = self._embed(conn, "retrieve", query)
+            embedded = self._embed(conn, "retrieve", query, user, kb)
             condition = None if metadata_condition is None else json.dumps(metadata_condition)
             with self.acting(conn, user), self.metrics.timed("retrieve", "sql"):
                 cursor = conn.execute(
@@ -564,12 +564,18 @@ class Backend:
         log.info("retrieve user=%s kb=%s top_k=%d: %d records", user, kb, top_k, len(rows))
         return rows, embedded.failure
 
-    def _embed(self, conn: psycopg.Connection, call: str, query: str, also: list[str] | None = None) -> QueryEmbedding:
-        """The query's embedding by this server's embedder (pgkb.search.embed_query), timed as ``call``'s
-        embed stage; a failure counts as a degraded ``call``."""
+    def _embed(
+        self, conn: psycopg.Connection, call: str, query: str, user: str | None, kb: str | None,
+        also: list[str] | None = None,
+    ) -> QueryEmbedding:  # fmt: skip
+        """The query's embedding by this server's embedder (pgkb.search.embed_query, the offline translation
+        as ``user`` sees ``kb``), timed as ``call``'s embed stage; a failure counts as a degraded ``call``."""
         spec, embedder = self.embedder(conn)
         with self.metrics.timed(call, "embed"):
-            embedded = embed_query(conn, self.config.settings, query, embedder=embedder, spec=spec, also=also)
+            embedded = embed_query(
+                conn, self.config.settings, query, embedder=embedder, spec=spec, also=also, kb=kb, user=user,
+                timeout_ms=self.config.options.statement_timeout_ms,
+            )  # fmt: skip
         if embedded.failure is not None:
             self.metrics.degraded.labels(call).inc()
         return embedded

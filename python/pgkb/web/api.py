@@ -139,8 +139,9 @@ def routes(backend):
         also = _phrasings(body)
         response = backend.search(user, query, top_k, kb, also)
         contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
-        # the snippet's window and marks: the terms of every phrasing (a translation's words in the passage)
-        marked = " ".join([query, *response.also])
+        # the snippet's window and marks: the terms of every phrasing and of the offline translation (a
+        # translation's words in the passage)
+        marked = " ".join([response.query, *response.also, response.translation or ""])
         snippets = backend.snippets(marked, contents, SNIPPET_CHARS, MARKS) if contents else []
         return {
             "query": response.query,
