@@ -359,16 +359,20 @@ end
 $$;
 
 -- The question's offline translation for the vector leg (kb_internal.translated_question) over the knowledge
--- bases a search of kb would read (NULL: every visible one), or NULL. Raises as kb.hybrid_search does for a
--- bad query and for a knowledge base the caller cannot see. Callers that embed queries themselves embed it
--- and pass kb.blend_query_embeddings(question's, translation's) as query_embedding.
-create or replace function kb.query_translation(query text, kb text default null)
+-- bases a search of kb would read (NULL: every visible one), or NULL -- also when the caller passed phrasings
+-- (also: its own translation beats the lexicon's). Raises as kb.hybrid_search does for a bad query or also and
+-- a knowledge base the caller cannot see. Callers that embed queries themselves embed it and pass
+-- kb.blend_query_embeddings(question's, translation's) as query_embedding.
+create or replace function kb.query_translation(query text, kb text default null, also text[] default null)
 returns text
 language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    perform kb.check_search_input(query, 1);
+    perform kb.check_search_input(query, 1, also);
+    if cardinality(also) > 0 then
+        return null;
+    end if;
     return kb_internal.translated_question(
         query, case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end
     );

@@ -146,12 +146,14 @@ begin
             raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
                 using errcode = 'data_exception';
         end if;
-        -- the phrasings without an embedding, embedded in one request; a question embedded here is blended
-        -- with its offline translation's embedding (kb.blend_query_embeddings), as the Python clients do
+        -- the phrasings without an embedding, embedded in one request; a question embedded here without
+        -- phrasings is blended with its offline translation's embedding (kb.query_translation,
+        -- kb.blend_query_embeddings), as the Python clients do
         missing := array(select p.q from unnest(phrasings, embeddings) as p (q, e) where p.e is null);
         if cardinality(missing) > 0 then
-            translated := case when query_embedding is null then kb_internal.translated_question(query, kb_ids) end;
-            fresh := kb_internal.embed_queries(missing || translated, target);
+            translated := case when query_embedding is null and also is null
+                then kb_internal.translated_question(query, kb_ids) end;
+            fresh := kb_internal.embed_queries(missing || array_remove(array[translated], null), target);
             embeddings := array(
                 select coalesce(p.e, fresh[(count(*) filter (where p.e is null) over (order by p.n))::integer])
                 from unnest(embeddings) with ordinality as p (e, n) order by p.n

@@ -68,9 +68,11 @@ begin
     -- embedded here, not by kb_internal.search, to learn why it failed; vector weight 0 then (the same legs run)
     -- every phrasing and the question's offline translation in one request (blended into the question's embedding)
     if embedding is null and v_weight is distinct from 0 then
-        translated := kb.query_translation(q, kb_name);
+        translated := kb.query_translation(q, kb_name, also);
         select e.embeddings, e.failure into embedded, embedding_failure
-        from kb_internal.query_embeddings(array[q] || coalesce(also, '{}') || translated, kb.resolve_model(model_name)) as e;
+        from kb_internal.query_embeddings(
+            array[q] || coalesce(also, '{}') || array_remove(array[translated], null), kb.resolve_model(model_name)
+        ) as e;
         embedding := kb.blend_query_embeddings(embedded[1], embedded[coalesce(cardinality(also), 0) + 2]);
         if also is not null and phrasing_embeddings is null then
             phrasing_embeddings := embedded[2:cardinality(also) + 1];

@@ -312,12 +312,16 @@ def query_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str
     return [_vector(v) for v in vectors]
 
 
-def query_translation(conn, query: str, kb: str | None, user: str | None = None, timeout_ms: int = 0) -> str | None:
+def query_translation(
+    conn, query: str, kb: str | None, user: str | None = None, timeout_ms: int = 0, also: Sequence[str] | None = None
+) -> str | None:
     """kb.query_translation as ``user``: the question's offline translation into the language of the knowledge
-    a search of ``kb`` reads, or None (the question is in it already, or nothing translates). Raises
-    psycopg.errors.NoDataFound for a knowledge base ``user`` cannot see, as the search would."""
+    a search of ``kb`` reads, or None (the question is in it already, nothing translates, or ``also`` holds
+    the caller's own phrasings). Raises psycopg.errors.NoDataFound for a knowledge base ``user`` cannot see,
+    as the search would."""
     with acting(conn, user, timeout_ms):
-        return conn.execute("select kb.query_translation(%s, %s)", [query, kb]).fetchone()[0]
+        row = conn.execute("select kb.query_translation(%s, %s, %s)", [query, kb, list(also) if also else None])
+        return row.fetchone()[0]
 
 
 def blend(conn, question, translation):
@@ -339,12 +343,12 @@ def embed_query(
 ):
     """The one query embedding of every Python path (search, ask, the servers' prompt and retrieval): a
     QueryEmbedding by the configured model (``embedder`` None loads it), with the other phrasings ``also``
-    and the question's offline translation over ``kb`` as ``user`` sees it (query_translation) embedded in the
-    same call, the translation's blended into the question's (blend), as the database does when it embeds.
+    or else the question's offline translation over ``kb`` as ``user`` sees it (query_translation) embedded in
+    the same call, the translation's blended into the question's (blend), as the database does when it embeds.
     Never raises for an embedder that fails or cannot be loaded: the QueryEmbedding then has no vector and
     says why, and the caller searches the lexical legs only (QueryEmbedding.sql_arguments)."""
     model = None
-    translation = query_translation(conn, query, kb, user, timeout_ms)
+    translation = query_translation(conn, query, kb, user, timeout_ms, also)
     try:
         spec = spec or model_spec(conn, settings.embed_model)
         model = spec.name

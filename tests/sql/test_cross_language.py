@@ -416,3 +416,8 @@ class TestTranslatedQuestion:
         mixed.execute("select found from kb.ask(%s, 3, 'zh-only', mode => 'extractive')", [question]).fetchone()
         assert len(endpoint.requests) == 2
         assert endpoint.requests[-1]["input"] == [f"query: {question}", f"query: {translation}"]
+        # the caller's own translation in also: the lexicon's is not embedded
+        sql = "select kb.query_translation(%s, 'zh-only', array['退款要多久'])"
+        assert mixed.execute(sql, [question]).fetchone()[0] is None
+        mixed.execute("select * from kb.hybrid_search(%s, 3, 'zh-only', also => array['退款要多久'])", [question])
+        assert endpoint.requests[-1]["input"] == [f"query: {question}", "query: 退款要多久"]
