@@ -24,6 +24,7 @@ GOALS = {
     "mcp_overhead_ms": 10.0,  # p95 of client time - embed - search of search_knowledge
     "mcp_sql_ratio": 1.25,  # the MCP server's SQL p50 / the same search from psql (hybrid mode) p50
     "worst_question_ratio": 3.0,  # slowest question of a shared set (lexical leg) / vector leg p95
+    "translation_ratio": 1.1,  # hybrid p95 / hybrid p95 without the lexicon and glossaries (issue 31)
 }
 
 
@@ -71,6 +72,14 @@ def check_goals(r: BenchResult) -> list[Goal]:
             ratio <= limit,
         )
     ]
+    translated, untranslated = s["hybrid"].pct(95), s["hybrid_untranslated"].pct(95)
+    goals.append(
+        Goal(
+            f"hybrid p95 <= {GOALS['translation_ratio']:g} x hybrid without translations p95",
+            f"{_fmt(translated)} / {_fmt(untranslated)} ms = {translated / untranslated:.2f}",
+            translated <= GOALS["translation_ratio"] * untranslated,
+        )
+    )
     if large:
         lex, vec = s["lexical"].pct(95), s["vector"].pct(95)
         goals.append(
