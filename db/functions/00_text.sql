@@ -119,6 +119,20 @@ through,to,too,under,until,up,very,was,we,were,what,when,where,which,while,whom,
 you,your,yours,yourself,yourselves}'::text[]
 $$;
 
+-- The distinct terms of a text that name something: kb.lexical_terms without English function words, in
+-- term order. What a translation or a glossary term is matched by (kb_internal.query_translations, the
+-- lexicon's loader).
+create or replace function kb_internal.content_terms(input text)
+returns text[]
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select array(
+        select distinct x.term from unnest(kb.lexical_terms(input)) as x (term)
+        where x.term <> all(kb_internal.english_function_words()) order by x.term
+    )
+$$;
+
 -- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function
 -- words (kb_internal.english_function_words). In a knowledge base of Chinese documents they are rare, so BM25
 -- weighed them high and matched English documents of any topic to English questions. A query of function

@@ -66,83 +66,80 @@ begin
             end if;
         end loop;
     end if;
-    if not use_lexicon then
-        return (select coalesce(jsonb_agg(s.v order by s.n), '[]') from jsonb_array_elements(sources)
-            with ordinality as s (v, n) where s.n <= max_sources);
-    end if;
+    if use_lexicon then
+        -- Chinese: every substring of 2..8 characters of each run, looked up at once; then longest match
+        known := array(
+            select distinct l.source from kb_internal.lexicon as l
+            where l.lang = 'zh' and l.source = any(array(
+                select substr(r.run, p.i, n.len)
+                from unnest(runs) as r (run)
+                cross join generate_series(1, length(r.run) - 1) as p (i)
+                cross join generate_series(2, 8) as n (len)
+                where p.i + n.len - 1 <= length(r.run)
+            ))
+        );
+        foreach run in array runs loop
+            pos := 1;
+            while pos < length(run) loop
+                len := least(8, length(run) - pos + 1);
+                while len >= 2 and not substr(run, pos, len) = any(known) loop
+                    len := len - 1;
+                end loop;
+                if len >= 2 then
+                    if not substr(run, pos, len) = any(taken) then
+                        sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
+                            'keys', jsonb_build_array(substr(run, pos, len)), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                        taken := taken || substr(run, pos, len);
+                    end if;
+                    pos := pos + len;
+                else
+                    pos := pos + 1;
+                end if;
+            end loop;
+        end loop;
 
-    -- Chinese: every substring of 2..8 characters of each run, looked up at once; then longest match
-    known := array(
-        select distinct l.source from kb_internal.lexicon as l
-        where l.lang = 'zh' and l.source = any(array(
-            select substr(r.run, p.i, n.len)
-            from unnest(runs) as r (run)
-            cross join generate_series(1, length(r.run) - 1) as p (i)
-            cross join generate_series(2, 8) as n (len)
-            where p.i + n.len - 1 <= length(r.run)
-        ))
-    );
-    foreach run in array runs loop
+        -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
+        -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
+        english := (
+            select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
+                select p.i || ':' || n.len as at, jsonb_agg(distinct k.key) as keys
+                from generate_subscripts(words, 1) as p (i)
+                cross join generate_series(1, 3) as n (len)
+                cross join lateral unnest(kb_internal.english_variants(words[p.i + n.len - 1])) with ordinality as v (form, vn)
+                cross join lateral (
+                    select array_to_string(words[p.i:p.i + n.len - 2], ' ') || case when n.len > 1 then ' ' else '' end
+                        || v.form as key
+                    union all
+                    -- two words written as one: time out -> timeout, log in -> login
+                    select words[p.i] || v.form where n.len = 2
+                ) as k
+                -- one index lookup per form, whatever the row estimates
+                cross join lateral (
+                    select from kb_internal.lexicon as l where l.lang = 'en' and l.source = k.key limit 1
+                ) as known
+                where p.i + n.len - 1 <= cardinality(words)
+                    and (n.len > 1 or not (words[p.i] = any(function_words) or length(words[p.i]) < 2))
+                group by p.i, n.len
+            ) as m
+        );
         pos := 1;
-        while pos < length(run) loop
-            len := least(8, length(run) - pos + 1);
-            while len >= 2 and not substr(run, pos, len) = any(known) loop
+        while pos <= cardinality(words) loop
+            len := least(3, cardinality(words) - pos + 1);
+            while len >= 1 and not english ? (pos || ':' || len) loop
                 len := len - 1;
             end loop;
-            if len >= 2 then
-                if not substr(run, pos, len) = any(taken) then
-                    sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
-                        'keys', jsonb_build_array(substr(run, pos, len)), 'kind', 'lexicon', 'targets', '[]'::jsonb);
-                    taken := taken || substr(run, pos, len);
+            if len >= 1 then
+                if not array_to_string(words[pos:pos + len - 1], ' ') = any(taken) then
+                    sources := sources || jsonb_build_object('source', array_to_string(words[pos:pos + len - 1], ' '),
+                        'lang', 'en', 'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
+                    taken := taken || array_to_string(words[pos:pos + len - 1], ' ');
                 end if;
                 pos := pos + len;
             else
                 pos := pos + 1;
             end if;
         end loop;
-    end loop;
-
-    -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
-    -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
-    english := (
-        select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
-            select p.i || ':' || n.len as at, jsonb_agg(distinct k.key) as keys
-            from generate_subscripts(words, 1) as p (i)
-            cross join generate_series(1, 3) as n (len)
-            cross join lateral unnest(kb_internal.english_variants(words[p.i + n.len - 1])) with ordinality as v (form, vn)
-            cross join lateral (
-                select array_to_string(words[p.i:p.i + n.len - 2], ' ') || case when n.len > 1 then ' ' else '' end
-                    || v.form as key
-                union all
-                -- two words written as one: time out -> timeout, log in -> login
-                select words[p.i] || v.form where n.len = 2
-            ) as k
-            -- one index lookup per form, whatever the row estimates
-            cross join lateral (
-                select from kb_internal.lexicon as l where l.lang = 'en' and l.source = k.key limit 1
-            ) as known
-            where p.i + n.len - 1 <= cardinality(words)
-                and (n.len > 1 or not (words[p.i] = any(function_words) or length(words[p.i]) < 2))
-            group by p.i, n.len
-        ) as m
-    );
-    pos := 1;
-    while pos <= cardinality(words) loop
-        len := least(3, cardinality(words) - pos + 1);
-        while len >= 1 and not english ? (pos || ':' || len) loop
-            len := len - 1;
-        end loop;
-        if len >= 1 then
-            if not array_to_string(words[pos:pos + len - 1], ' ') = any(taken) then
-                sources := sources || jsonb_build_object('source', array_to_string(words[pos:pos + len - 1], ' '),
-                    'lang', 'en', 'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
-                taken := taken || array_to_string(words[pos:pos + len - 1], ' ');
-            end if;
-            pos := pos + len;
-        else
-            pos := pos + 1;
-        end if;
-    end loop;
+    end if;
     return (select coalesce(jsonb_agg(s.v order by s.n), '[]') from jsonb_array_elements(sources)
         with ordinality as s (v, n) where s.n <= max_sources);
 end
@@ -206,7 +203,6 @@ as $$
 declare
     sources constant jsonb := kb_internal.translation_sources(query, kb_ids);
     max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
-    function_words constant text[] := kb_internal.english_function_words();
     query_terms constant text[] := kb_internal.query_terms(query);
     n_chunks double precision;
 begin
@@ -223,10 +219,8 @@ begin
         from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
     candidates as (
-        select src.n, src.source, src.kind, t.target, t.sense::integer as sense, array(
-                select distinct x.term from unnest(kb.lexical_terms(t.target)) as x (term)
-                where x.term <> all(function_words) order by x.term
-            ) as terms
+        select src.n, src.source, src.kind, t.target, t.sense::integer as sense,
+            kb_internal.content_terms(t.target) as terms
         from src cross join lateral jsonb_array_elements_text(src.targets) with ordinality as t (target, sense)
         where src.kind = 'glossary'
         union all
@@ -269,10 +263,7 @@ begin
     -- often as its translations needs them little
     own as (
         select c.n, c.df, coalesce((
-            select min(coalesce(st.df, 0)) from unnest(array(
-                select distinct x.term from unnest(kb.lexical_terms(src.source)) as x (term)
-                where x.term <> all(function_words)
-            )) as t (term)
+            select min(coalesce(st.df, 0)) from unnest(kb_internal.content_terms(src.source)) as t (term)
             left join lateral (
                 select sum(st.df) as df from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = t.term
             ) as st on true
@@ -286,7 +277,8 @@ begin
         ),
         k.target, x.term, x.df, c.df,
         case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
-            else kb_internal.setting_number('lexicon_weight') * (c.df / (c.df + c.source_df)) ^ 2 end / cardinality(k.terms)
+            else kb_internal.setting_number('lexicon_weight') * (c.df / (c.df + c.source_df)) ^ 2
+        end / cardinality(k.terms)
         * ln(1 + (n_chunks - greatest(c.df, x.df) + 0.5) / (greatest(c.df, x.df) + 0.5))
         / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),
         k.kind
@@ -374,7 +366,8 @@ begin
         return null;
     end if;
     return kb_internal.translated_question(
-        query, case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end
+        query,
+        case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end
     );
 end
 $$;

@@ -121,12 +121,11 @@ def load_lexicon(conn: psycopg.Connection) -> str:
         with conn.cursor().copy("copy lexicon_load (lang, source, target, sense) from stdin") as copy:
             for row in parse(io.StringIO(text)):
                 copy.write_row(row)
-        # the targets' terms by the database's own term rule (kb.lexical_terms), once, here
+        # the targets' terms by the database's own term rule (kb_internal.content_terms), once, here
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
             " select x.lang, x.source, x.target, x.sense, x.terms from ("
-            " select l.*, array(select distinct t.term from unnest(kb.lexical_terms(l.target)) as t (term)"
-            " where t.term <> all(kb_internal.english_function_words()) order by t.term) as terms"
+            " select l.*, kb_internal.content_terms(l.target) as terms"
             " from lexicon_load as l) as x where cardinality(x.terms) > 0"
         ).rowcount
         conn.execute(
