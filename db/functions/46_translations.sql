@@ -212,13 +212,13 @@ begin
     select greatest(coalesce(sum(k.chunk_count), 0), 1) into n_chunks
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     return query
-    with src as (
+    with src as materialized (
         select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang,
             array(select jsonb_array_elements_text(s.v -> 'keys')) as keys, s.v ->> 'kind' as kind,
-            s.v -> 'targets' as targets
+            s.v -> 'targets' as targets, kb_internal.content_terms(s.v ->> 'source') as terms
         from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
-    candidates as (
+    candidates as materialized (
         select src.n, src.source, src.kind, t.target, t.sense::integer as sense,
             kb_internal.content_terms(t.target) as terms
         from src cross join lateral jsonb_array_elements_text(src.targets) with ordinality as t (target, sense)
@@ -234,18 +234,19 @@ begin
         ) as l
         where src.kind = 'lexicon'
     ),
+    -- the df of every candidate's terms in the vocabulary of kb_ids, read at once
+    term_df as materialized (
+        select st.term, sum(st.df)::bigint as df from kb.term_stats as st
+        where st.kb_id = any(kb_ids) and st.term = any(array(select distinct unnest(c.terms) from candidates as c))
+            and st.df > 0
+        group by st.term
+    ),
     counted as (
         select t.*, d.dfs, d.least_df
         from candidates as t
         cross join lateral (
-            -- one index lookup per term, keyed by kb_ids
             select array_agg(s.df order by s.term) as dfs, min(s.df) as least_df, count(*) as n_known
-            from unnest(t.terms) as x (term)
-            cross join lateral (
-                select x.term, coalesce(sum(st.df), 0)::bigint as df from kb.term_stats as st
-                where st.kb_id = any(kb_ids) and st.term = x.term
-            ) as s
-            where s.df > 0
+            from unnest(t.terms) as x (term) join term_df as s on s.term = x.term
         ) as d
         where cardinality(t.terms) > 0 and d.n_known = cardinality(t.terms) and not t.terms <@ query_terms
     ),
@@ -263,19 +264,15 @@ begin
     -- often as its translations needs them little
     own as (
         select c.n, c.df, coalesce((
-            select min(coalesce(st.df, 0)) from unnest(kb_internal.content_terms(src.source)) as t (term)
+            select min(coalesce(st.df, 0)) from unnest(src.terms) as t (term)
             left join lateral (
                 select sum(st.df) as df from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = t.term
             ) as st on true
-        ), 0) as source_df
+        ), 0) as source_df,
+        array(select t from unnest(src.terms) as t where t = any(query_terms) order by t) as covers
         from concepts as c join src on src.n = c.n
     )
-    select k.source,
-        array(
-            select distinct x.term from unnest(kb.lexical_terms(k.source)) as x (term)
-            where x.term = any(query_terms) order by x.term
-        ),
-        k.target, x.term, x.df, c.df,
+    select k.source, c.covers, k.target, x.term, x.df, c.df,
         case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
             else kb_internal.setting_number('lexicon_weight') * (c.df / (c.df + c.source_df)) ^ 2
         end / cardinality(k.terms)
