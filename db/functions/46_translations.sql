@@ -288,12 +288,12 @@ end
 $$;
 
 -- The question as the lexicon and the glossaries write it in the other language, for the vector leg: when
--- the question is Chinese or English and the knowledge of kb_ids is not mostly in its language (the main
--- language of their language profile, kb.language_profile), the first translation of each source into the
--- other language (the one the knowledge uses most), in the question's order, then the question's own Latin
--- words that no source translates and the knowledge holds (identifiers: TLS, JWT, 401). NULL when nothing
--- translates.
-create or replace function kb_internal.translated_question(query text, kb_ids integer[])
+-- the caller passed no phrasing of its own (also empty or NULL), the question is Chinese or English, and the
+-- knowledge of kb_ids is mostly in the other language or mixed (the main language of their language profile,
+-- kb.language_profile). Then: per source, the translation into the other language that the knowledge uses
+-- most, in the order of the sources, then the question's own Latin terms that no source covers and the
+-- knowledge holds (identifiers: tls, user_id, 401). NULL otherwise, or when nothing translates.
+create or replace function kb_internal.translated_question(query text, kb_ids integer[], also text[] default null)
 returns text
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -302,56 +302,58 @@ declare
     asked constant text := kb_internal.text_language(query);
     target constant text := case asked when 'zh' then 'en' when 'en' then 'zh' end;
     main text;
-    translated text[];
-    covered text[];
+    chosen jsonb;       -- [{translation, covers}] per source, in the sources' order
 begin
-    if target is null then
+    if target is null or coalesce(cardinality(also), 0) > 0 then
         return null;
     end if;
     select kb.language_profile(sum(k.zh_chunks)::bigint, sum(k.en_chunks)::bigint, sum(k.other_chunks)::bigint)
         ->> 'main' into main
     from kb.knowledge_bases as k where k.id = any(kb_ids);
-    if main is null or main = asked then
+    if main is null or main not in (target, 'mixed') then
         return null;
     end if;
-    -- per source, the translation the knowledge uses most (the df of its rarest term), in the question's order
-    select array_agg(t.translation order by t.place), array_agg(distinct c.term) filter (where c.term is not null)
-    into translated, covered
+    select jsonb_agg(jsonb_build_object('translation', t.translation, 'covers', to_jsonb(t.covers)) order by t.place)
+    into chosen
     from (
+        -- per source, the translation the knowledge uses most (the df of its rarest term)
         select distinct on (q.source) q.source, q.translation, q.covers, q.place
         from (
             select r.source, r.translation, min(r.covers) as covers, min(r.df) as df, min(r.place) as place
-            from (
-                select r.*, row_number() over () as place from kb_internal.query_translations(query, kb_ids) as r
-            ) as r
+            from kb_internal.query_translations(query, kb_ids) with ordinality as r (
+                source, covers, translation, term, df, concept_df, weight, kind, place
+            )
             where kb_internal.text_language(r.translation) = target
             group by r.source, r.translation
         ) as q
         order by q.source, q.df desc, q.place
-    ) as t
-    left join lateral unnest(t.covers) as c (term) on true;
-    if translated is null then
+    ) as t;
+    if chosen is null then
         return null;
     end if;
-    return array_to_string(translated || array(
-        select w.word from (
-            select m[1] as word, min(o) as o from regexp_matches(lower(normalize(query, nfkc)), '[a-z0-9]+', 'g')
-                with ordinality as x (m, o) group by m[1]
+    return array_to_string(array(
+        select c ->> 'translation' from jsonb_array_elements(chosen) with ordinality as x (c, n) order by x.n
+    ) || array(
+        select w.term from (
+            select q.term, min(q.o) as o
+            from unnest(kb_internal.query_terms(query)) with ordinality as q (term, o)
+            where q.term ~ '^[a-z0-9_]+$' and not q.term = any(array(
+                select jsonb_array_elements_text(c -> 'covers') from jsonb_array_elements(chosen) as c
+            ))
+            group by q.term order by min(q.o) limit 64
         ) as w
-        where w.word <> all(kb_internal.english_function_words())
-            and not kb.lexical_terms(w.word) <@ coalesce(covered, '{}')
-            -- a word the knowledge holds (an identifier), not the rest of the question's prose
-            and exists (select from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = w.word and st.df > 0)
+        -- a term the knowledge holds (an identifier), not the rest of the question's prose
+        where exists (select from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = w.term and st.df > 0)
         order by w.o limit 16
     ), ' ');
 end
 $$;
 
 -- The question's offline translation for the vector leg (kb_internal.translated_question) over the knowledge
--- bases a search of kb would read (NULL: every visible one), or NULL -- also when the caller passed phrasings
--- (also: its own translation beats the lexicon's). Raises as kb.hybrid_search does for a bad query or also and
--- a knowledge base the caller cannot see. Callers that embed queries themselves embed it and pass
--- kb.blend_query_embeddings(question's, translation's) as query_embedding.
+-- bases a search of kb would read (NULL: every visible one), or NULL (also when also holds the caller's own
+-- phrasings). Raises as kb.hybrid_search does for a bad query or also and for a knowledge base the caller
+-- cannot see. Callers that embed queries themselves embed it and pass kb.blend_query_embeddings(question's,
+-- translation's) as query_embedding.
 create or replace function kb.query_translation(query text, kb text default null, also text[] default null)
 returns text
 language plpgsql stable security definer
@@ -359,23 +361,34 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     perform kb.check_search_input(query, 1, also);
-    if cardinality(also) > 0 then
-        return null;
-    end if;
     return kb_internal.translated_question(
         query,
-        case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end
+        case when query_translation.kb is null then kb.visible_kb_ids() else array[kb.resolve_kb(query_translation.kb)] end,
+        also
     );
 end
 $$;
 
--- The query embedding of a question and its offline translation: the normalised sum of both, halfway
--- between the question's language and the knowledge's; the question's own when there is no translation.
+-- The query embedding of a question and its offline translation: the normalised sum of both (each
+-- normalised first), halfway between the question's language and the knowledge's; the question's embedding as
+-- given when the translation's is NULL, or when the sum has no direction (opposite vectors). Raises
+-- data_exception for vectors of different dimensions.
 create or replace function kb.blend_query_embeddings(question vector, translation vector)
 returns vector
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select case when translation is null or question is null then question
-        else l2_normalize(l2_normalize(question) + l2_normalize(translation)) end
+declare
+    summed vector;
+begin
+    if translation is null or question is null then
+        return question;
+    end if;
+    if vector_dims(question) <> vector_dims(translation) then
+        raise exception 'the question''s embedding has % dimensions and the translation''s %',
+            vector_dims(question), vector_dims(translation) using errcode = 'data_exception';
+    end if;
+    summed := l2_normalize(question) + l2_normalize(translation);
+    return case when vector_norm(summed) > 1e-6 then l2_normalize(summed) else question end;
+end
 $$;

@@ -151,8 +151,7 @@ begin
         -- kb.blend_query_embeddings), as the Python clients do
         missing := array(select p.q from unnest(phrasings, embeddings) as p (q, e) where p.e is null);
         if cardinality(missing) > 0 then
-            translated := case when query_embedding is null and also is null
-                then kb_internal.translated_question(query, kb_ids) end;
+            translated := case when query_embedding is null then kb_internal.translated_question(query, kb_ids, also) end;
             fresh := kb_internal.embed_queries(missing || array_remove(array[translated], null), target);
             embeddings := array(
                 select coalesce(p.e, fresh[(count(*) filter (where p.e is null) over (order by p.n))::integer])

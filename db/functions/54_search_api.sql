@@ -56,7 +56,8 @@ $$;
 -- Hybrid search: vector + BM25 + fuzzy legs fused (see kb_internal.search: distribution-based score fusion by
 -- default, fusion => 'rrf' for weighted RRF); higher score is better. Settings left NULL take
 -- kb.search_defaults() (the search_* rows of kb.settings).
--- Embeds the query in the database when query_embedding is NULL (see kb_internal.embed_query); without an
+-- Embeds the query in the database when query_embedding is NULL (see kb_internal.embed_query), blended with
+-- its offline translation's (kb.query_translation) when no also is given; without an
 -- embedding it searches the lexical legs only (vector_used = false, and a NOTICE). filter: document
 -- metadata must contain it (@>); metadata_condition: Dify-style conditions (kb.check_metadata_condition).
 -- also: other phrasings of the question (a translation into the knowledge's language, a rewording; at most

@@ -171,7 +171,8 @@ $$;
 -- when kb.answer_gate refuses the evidence, 'closest' (found false: the passages nearest the question,
 -- introduced as such) when an extractive answer's first source holds few of its words. stream: chat
 -- deltas arrive as NOTICEs 'pgkb-delta:<text>'. query_embedding, model and vector_weight are
--- kb.hybrid_search's: without an embedding the database embeds the question itself, unless vector_weight
+-- kb.hybrid_search's: without an embedding the database embeds the question itself (blended with its
+-- offline translation's, kb.query_translation, when no also is given), unless vector_weight
 -- is 0 (a caller whose own embedding failed: lexical legs only, no second try here). also / also_embeddings:
 -- other phrasings of the question, as kb.hybrid_search takes them; the gate reads the best phrasing's evidence.
 create or replace function kb.ask(

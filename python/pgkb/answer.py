@@ -72,9 +72,19 @@ def ask(
         check_input(conn, question, top_k, phrasings)
     except ValueError as e:
         raise AskError(str(e)) from None
-    embedded = embed_query(
-        conn, settings, question, embedder=embedder, spec=spec, also=phrasings, kb=kb, user=user, timeout_ms=timeout_ms
+    refused = (
+        psycopg.errors.InvalidParameterValue,
+        psycopg.errors.ProgramLimitExceeded,
+        psycopg.errors.FeatureNotSupported,
+        psycopg.errors.NoDataFound,
     )
+    try:  # the question's translation is read as the user: an unknown knowledge base fails here already
+        embedded = embed_query(
+            conn, settings, question, embedder=embedder, spec=spec, also=phrasings, kb=kb, user=user,
+            timeout_ms=timeout_ms,
+        )  # fmt: skip
+    except refused as e:
+        raise AskError(_refusal(e)) from None
     named = {"top_k": top_k, "kb": kb, "mode": mode, "stream": on_delta is not None, **embedded.sql_arguments()}
     if phrasings:
         named["also"] = phrasings
@@ -91,16 +101,8 @@ def ask(
             row = conn.execute(
                 f"select {', '.join(COLUMNS)} from kb.ask(%(question)s{arguments})", {"question": question, **named}
             ).fetchone()
-    except (
-        psycopg.errors.InvalidParameterValue,
-        psycopg.errors.ProgramLimitExceeded,
-        psycopg.errors.FeatureNotSupported,
-        psycopg.errors.NoDataFound,
-    ) as e:
-        message = e.diag.message_primary or str(e)
-        if e.diag.message_hint:
-            message += f" ({e.diag.message_hint})"
-        raise AskError(message) from None
+    except refused as e:
+        raise AskError(_refusal(e)) from None
     finally:
         conn.remove_notice_handler(notice)
     answer = dict(zip(COLUMNS, row, strict=True))
@@ -108,6 +110,12 @@ def ask(
         said = f"lexical only: {QUERY_EMBEDDING_FAILED} ({embedded.error})"
         answer["evidence"] = {**(answer["evidence"] or {}), "lexical_only": said}
     return answer
+
+
+def _refusal(e) -> str:
+    """The database's message for input it refused, with its hint."""
+    message = e.diag.message_primary or str(e)
+    return message + (f" ({e.diag.message_hint})" if e.diag.message_hint else "")
 
 
 def source_line(citation: dict[str, Any]) -> str:

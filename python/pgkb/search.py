@@ -329,6 +329,16 @@ def blend(conn, question, translation):
     return conn.execute("select kb.blend_query_embeddings(%s, %s)", [question, translation]).fetchone()[0]
 
 
+def translated_vectors(conn, spec: ModelSpec, embedder: Embedder, texts: Sequence[str], translations) -> list:
+    """query_vectors of ``texts``, each blended with the embedding of its offline translation (the same
+    position of ``translations``; None: none), all embedded in one call."""
+    extra = [t for t in translations if t]
+    vectors = query_vectors(conn, spec, embedder, [*texts, *extra])
+    rest = iter(vectors[len(texts) :])
+    own = zip(vectors[: len(texts)], translations, strict=True)
+    return [blend(conn, v, next(rest)) if t else v for v, t in own]
+
+
 def embed_query(
     conn,
     settings,
@@ -346,7 +356,8 @@ def embed_query(
     or else the question's offline translation over ``kb`` as ``user`` sees it (query_translation) embedded in
     the same call, the translation's blended into the question's (blend), as the database does when it embeds.
     Never raises for an embedder that fails or cannot be loaded: the QueryEmbedding then has no vector and
-    says why, and the caller searches the lexical legs only (QueryEmbedding.sql_arguments)."""
+    says why, and the caller searches the lexical legs only (QueryEmbedding.sql_arguments). The database's
+    errors of the translation (an invisible knowledge base, a timeout) are raised as the search raises them."""
     model = None
     translation = query_translation(conn, query, kb, user, timeout_ms, also)
     try:
@@ -354,9 +365,8 @@ def embed_query(
         model = spec.name
         embedder = embedder or load_embedder(settings, spec)
         phrasings = [query, *(also or [])]
-        vectors = query_vectors(conn, spec, embedder, phrasings + ([translation] if translation else []))
-        vector = blend(conn, vectors[0], vectors[len(phrasings)]) if translation else vectors[0]
-        return QueryEmbedding(vector, model, also=vectors[1 : len(phrasings)] or None, translation=translation)
+        vectors = translated_vectors(conn, spec, embedder, phrasings, [translation] + [None] * (len(phrasings) - 1))
+        return QueryEmbedding(vectors[0], model, also=vectors[1:] or None, translation=translation)
     except (EmbeddingError, OSError, RuntimeError, ValueError, ImportError) as e:
         return QueryEmbedding(None, model, str(e))
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 
+import fixture_docs
+import numpy as np
 import psycopg
 import pytest
 
@@ -290,6 +292,9 @@ class TestGlossary:
         put(db, "alice-kb", {"audit.md": ("审计", "所有上线都要写审计日志。")})  # 上线 in her vocabulary too
         for kb in ("alice-kb", None):
             assert alice.execute("select kb.query_translation('zebra', %s)", [kb]).fetchone()[0] is None
+            # bob's word is in no vocabulary alice sees: it is not kept as an identifier
+            got = alice.execute("select kb.query_translation('deploy zebrasecret', %s)", [kb]).fetchone()[0]
+            assert "zebrasecret" not in (got or ""), got
         assert bob.execute("select kb.query_translation('zebra', 'bob-kb')").fetchone()[0] == "上线"
         with pytest.raises(psycopg.errors.NoDataFound) as invisible:
             alice.execute("select kb.query_translation('zebra', 'bob-kb')")
@@ -385,6 +390,13 @@ class TestTranslatedQuestion:
         assert {"rotate", "certificate"} <= set(back.split()), back
         # nothing to translate into: a word the lexicon does not know
         assert db.execute("select kb.query_translation('qqzzunheardof', 'zh-only')").fetchone()[0] is None
+        # a source of several terms (数据库: 数据 + 据库) gives its translation once
+        put(db, "en-only", {"db.md": ("Databases", "The database pool holds ten connections.")})
+        got = db.execute("select kb.query_translation('数据库连接怎么配置', 'en-only')").fetchone()[0]
+        assert got.split().count("database") == 1, got
+        # also given, or an invisible knowledge base: the caller's phrasing wins, the knowledge base is resolved
+        assert db.execute("select kb.query_translation('refund', 'zh-only', array['退款'])").fetchone()[0] is None
+        assert db.execute("select kb.query_translation('refund', 'zh-only', '{}')").fetchone()[0] is not None
 
     def test_bad_input_and_unknown_knowledge_bases(self, db):
         with pytest.raises(psycopg.errors.InvalidParameterValue):
@@ -394,25 +406,41 @@ class TestTranslatedQuestion:
         with pytest.raises(psycopg.errors.NoDataFound) as searched:
             db.execute("select * from kb.hybrid_search('refund', 5, 'no-such-kb', vector_weight => 0)")
         assert unknown.value.diag.message_primary == searched.value.diag.message_primary
+        with pytest.raises(psycopg.errors.NoDataFound):
+            db.execute("select kb.query_translation('refund', 'no-such-kb', array['退款'])")
 
     def test_blend(self, db):
         blended = db.execute("select kb.blend_query_embeddings('[3,0]', '[0,2]')::text").fetchone()[0]
         assert [round(float(x), 6) for x in blended.strip("[]").split(",")] == [0.707107, 0.707107]
         assert db.execute("select kb.blend_query_embeddings('[3,0]', null)::text").fetchone()[0] == "[3,0]"
+        # opposite vectors have no direction together: the question's own
+        assert db.execute("select kb.blend_query_embeddings('[1,0]', '[-2,0]')::text").fetchone()[0] == "[1,0]"
+        with pytest.raises(psycopg.errors.DataException, match="2 dimensions and the translation's 3"):
+            db.execute("select kb.blend_query_embeddings('[1,0]', '[1,0,0]')")
 
     def test_the_database_embeds_question_and_translation_in_one_request(self, mixed, embedder, fake_embeddings):
         if not mixed.execute("select 1 from pg_extension where extname = 'plpython3u'").fetchone():
             pytest.skip("plpython3u is not installed on this server: in-database query embedding is unavailable")
         mixed.execute("select kb.create_knowledge_base('zh-only', 'public')")
-        put(mixed, "zh-only", ZH_DOCS)
+        fixture_docs.load(mixed, embedder, "zh-only")  # mostly Chinese, with real passage embeddings
         endpoint = fake_embeddings(embedder.embed)
         mixed.execute("update kb.settings set value = %s where key = 'embedding_url'", [endpoint.url])
         question = "How long does a refund take?"
         translation = mixed.execute("select kb.query_translation(%s, 'zh-only')", [question]).fetchone()[0]
         assert translation
-        hits = mixed.execute("select doc_key, vector_used from kb.hybrid_search(%s, 3, 'zh-only')", [question])
-        assert hits.fetchone() == ("refund.md", True)
+        sql = "select chunk_id, vector_score from kb.hybrid_search(%s, 5, 'zh-only'{}) order by chunk_id"
+        in_db = mixed.execute(sql.format(""), [question]).fetchall()
         assert [r["input"] for r in endpoint.requests] == [[f"query: {question}", f"query: {translation}"]]
+        # the vector leg searched with the blend of both embeddings, not the question's alone
+        own, translated = (np.asarray(v) for v in embedder.embed([f"query: {question}", f"query: {translation}"]))
+        blended = mixed.execute("select kb.blend_query_embeddings(%s, %s)", [own, translated]).fetchone()[0]
+        given = sql.format(", query_embedding => %s")
+        assert all(score is not None for _, score in in_db)
+        with_blend = mixed.execute(given, [question, blended]).fetchall()
+        assert [c for c, _ in with_blend] == [c for c, _ in in_db]
+        assert [v for _, v in with_blend] == pytest.approx([v for _, v in in_db], abs=1e-6)
+        alone = mixed.execute(given, [question, own]).fetchall()
+        assert [v for _, v in alone] != pytest.approx([v for _, v in in_db], abs=1e-6)
         mixed.execute("select found from kb.ask(%s, 3, 'zh-only', mode => 'extractive')", [question]).fetchone()
         assert len(endpoint.requests) == 2
         assert endpoint.requests[-1]["input"] == [f"query: {question}", f"query: {translation}"]

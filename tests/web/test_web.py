@@ -267,7 +267,9 @@ def test_api_search_highlights_with_the_database_tokenizer(web):
 def test_api_search_and_ask_take_other_phrasings(web):
     """also: the question's translation is searched too (fused once) and marked in the snippets; /api/kbs
     says each knowledge base's language in words."""
-    kbs = {k["name"]: k for k in call(web + "/api/kbs", headers=ALICE)[1]["knowledge_bases"]}
+    listed = call(web + "/api/kbs", headers=ALICE)[1]
+    assert listed["language"].startswith("mostly Chinese"), listed  # all alice may read
+    kbs = {k["name"]: k for k in listed["knowledge_bases"]}
     assert kbs["team-docs"]["language"].startswith("mostly Chinese") and kbs["team-docs"]["languages"]["zh"] > 0.5
     assert kbs["empty-kb"]["language"] == ""
     body = {"query": "qqzzunheardof", "kb": "team-docs"}
@@ -478,6 +480,8 @@ def test_page_in_a_real_browser(web, world):
         picker = Select(browser.find_element(By.ID, "kb"))
         assert [o.get_attribute("value") for o in picker.options] == ["", "alice-notes", "empty-kb", "team-docs"]
         assert browser.execute_script("return sessionStorage.getItem('pgkb-token')") == "alice-token"
+        # the language of everything alice may read, until she picks a knowledge base
+        assert browser.find_element(By.ID, "language").text.startswith("The knowledge is mostly Chinese")
         # search
         picker.select_by_value("team-docs")
         browser.find_element(By.ID, "query").send_keys("登录态失效\n")

@@ -73,7 +73,7 @@ def render_search(response: SearchResponse, notes: list[str]):
         items.append(item)
     if response.below_min_score:
         notes.append(f"{response.below_min_score} results scored below PGKB_RERANK_MIN_SCORE and were dropped")
-    if response.translation and not response.also:
+    if response.translation:
         notes.append(
             f"the query is not in the knowledge's language: it was also searched as its word-by-word offline "
             f"translation ({_shown(response.translation)}); your own translation in `also` finds more"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pgkb.models.embedding import Embedder, ModelSpec
 from pgkb.quality.datasets import EvalError
 from pgkb.quality.metrics import dedupe
-from pgkb.search import MODE_SETTINGS, blend, query_rows, query_translation, query_vectors, rerank
+from pgkb.search import MODE_SETTINGS, query_rows, query_translation, rerank, translated_vectors
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -103,12 +103,7 @@ def embed_queries(
     out: list = []
     for i in range(0, len(texts), batch):
         part = texts[i : i + batch]
-        translations = [query_translation(conn, t, kb) for t in part]
-        wanted = [t for t in translations if t]
-        vectors = query_vectors(conn, spec, embedder, part + wanted)
-        extra = iter(vectors[len(part) :])
-        own = zip(vectors[: len(part)], translations, strict=True)
-        out.extend(blend(conn, v, next(extra)) if t else v for v, t in own)
+        out.extend(translated_vectors(conn, spec, embedder, part, [query_translation(conn, t, kb) for t in part]))
         if progress:
             progress(f"\rembedding queries: {min(i + batch, len(texts))}/{len(texts)}")
     if progress:

@@ -4,8 +4,9 @@ PGKB_MCP_TOKENS token; 401 without a valid one) and acts as the token's pgkb use
 top_k out of range), 404 for a knowledge base or document the user cannot see (the same as one that does not
 exist), 501 for /api/ask while the database has no kb.ask, 503 when the database is unavailable or busy.
 
-- ``GET /api/kbs`` -> ``{"user", "knowledge_bases": [{name, visibility, description, document_count, ...,
-  languages, language}]}``; language: the profile in words ("mostly Chinese (97 %; English 3 %)").
+- ``GET /api/kbs`` -> ``{"user", "language", "knowledge_bases": [{name, visibility, description, document_count,
+  ..., languages, language}]}``; language: the profile in words ("mostly Chinese (97 %; English 3 %)"), at the
+  top of everything the user may read.
 - ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5), "also"? (other phrasings of the question,
   e.g. its translation: a list of at most 3 strings)}`` -> ``{"query", "kb", "also", "results":
   [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, also_in, page, score, snippet}],
@@ -130,7 +131,11 @@ def routes(backend):
 
     def kbs(user: str, _body: dict) -> dict:
         listed = backend.knowledge_bases(user)
-        return {"user": user, "knowledge_bases": [{**k, "language": describe(k["languages"])} for k in listed]}
+        return {
+            "user": user,
+            "language": describe(backend.knowledge_languages(user)),  # of everything the user may read
+            "knowledge_bases": [{**k, "language": describe(k["languages"])} for k in listed],
+        }
 
     def search(user: str, body: dict) -> dict:
         query = _text(body, "query", MAX_ARGUMENT_CHARS, required=True)
@@ -141,7 +146,7 @@ def routes(backend):
         contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
         # the snippet's window and marks: the terms of every phrasing and of the offline translation (a
         # translation's words in the passage)
-        marked = " ".join([response.query, *response.also, response.translation or ""])
+        marked = " ".join([response.query, *response.also, response.translation or ""])[:MAX_ARGUMENT_CHARS]
         snippets = backend.snippets(marked, contents, SNIPPET_CHARS, MARKS) if contents else []
         return {
             "query": response.query,

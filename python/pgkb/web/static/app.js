@@ -133,6 +133,7 @@ function showApp(data) {
     option.dataset.language = kb.language || "";
     picker.append(option);
   }
+  picker.dataset.language = data.language || "";
   showLanguage();
   $("query").focus();
 }
@@ -141,10 +142,9 @@ function showApp(data) {
 // database translates the question's words with its dictionary).
 function showLanguage() {
   const picker = $("kb");
-  const chosen = picker.value ? [picker.selectedOptions[0]] : Array.from(picker.options).slice(1);
-  const languages = [...new Set(chosen.map((o) => o.dataset.language).filter(Boolean))];
-  $("language").textContent = languages.length === 1
-    ? "The knowledge is " + languages[0] + ". A question in another language finds more with its translation in “Also as”."
+  const language = picker.value ? picker.selectedOptions[0].dataset.language : picker.dataset.language;
+  $("language").textContent = language
+    ? "The knowledge is " + language + ". A question in another language finds more with its translation in “Also as”."
     : "";
 }
 
