@@ -144,7 +144,7 @@ def test_an_english_question_embeds_its_offline_translation_in_the_same_request(
     """Over Chinese knowledge (team-docs), an English question's embedding is blended with its offline
     translation's (kb.query_translation, kb.blend_query_embeddings): one request holds both, on every path;
     the CLI says what it translated."""
-    question = "How long does a refund take?"
+    question = "What is the refund policy?"
     translation = world.execute("select kb.query_translation(%s, 'team-docs')", [question]).fetchone()[0]
     assert translation and translation.split()[0] == "退款", translation
     both = [f"query: {question}", f"query: {translation}"]

@@ -292,7 +292,8 @@ $$;
 -- knowledge of kb_ids is mostly in the other language or mixed (the main language of their language profile,
 -- kb.language_profile). Then: per source, the translation into the other language that the knowledge uses
 -- most, in the order of the sources, then the question's own Latin terms that no source covers and the
--- knowledge holds (identifiers: tls, user_id, 401). NULL otherwise, or when nothing translates.
+-- knowledge holds (identifiers: tls, user_id, 401). NULL otherwise, or when the translations and identifiers
+-- carry less than half of the question's dictionary words and identifiers.
 create or replace function kb_internal.translated_question(query text, kb_ids integer[], also text[] default null)
 returns text
 language plpgsql stable
@@ -301,8 +302,12 @@ as $$
 declare
     asked constant text := kb_internal.text_language(query);
     target constant text := case asked when 'zh' then 'en' when 'en' then 'zh' end;
+    terms constant text[] := kb_internal.query_terms(query);
     main text;
     chosen jsonb;       -- [{translation, covers}] per source, in the sources' order
+    covered text[];     -- the question's terms the chosen translations carry
+    kept text[];        -- its identifiers, kept as they are
+    words integer;      -- the question's words the lexicon or a glossary knows (kb_internal.translation_sources)
 begin
     if target is null or coalesce(cardinality(also), 0) > 0 then
         return null;
@@ -331,21 +336,30 @@ begin
     if chosen is null then
         return null;
     end if;
-    return array_to_string(array(
-        select c ->> 'translation' from jsonb_array_elements(chosen) with ordinality as x (c, n) order by x.n
-    ) || array(
+    covered := array(select jsonb_array_elements_text(c -> 'covers') from jsonb_array_elements(chosen) as c);
+    kept := array(
         select w.term from (
             select q.term, min(q.o) as o
-            from unnest(kb_internal.query_terms(query)) with ordinality as q (term, o)
-            where q.term ~ '^[a-z0-9_]+$' and not q.term = any(array(
-                select jsonb_array_elements_text(c -> 'covers') from jsonb_array_elements(chosen) as c
-            ))
+            from unnest(terms) with ordinality as q (term, o)
+            where q.term ~ '^[a-z0-9_]+$' and not q.term = any(covered)
             group by q.term order by min(q.o) limit 64
         ) as w
         -- a term the knowledge holds (an identifier), not the rest of the question's prose
         where exists (select from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = w.term and st.df > 0)
         order by w.o limit 16
-    ), ' ');
+    );
+    -- a translation of less than half of the question's dictionary words (and identifiers) would pull its
+    -- embedding towards what the question is not about ("the oxygen quota of the Mars base" -> 配额)
+    words := (
+        select count(*) from jsonb_array_elements(kb_internal.translation_sources(query, kb_ids)) as w
+        where w ->> 'lang' in (asked, '') and not w ->> 'source' = any(kept)
+    );
+    if 2 * (jsonb_array_length(chosen) + cardinality(kept)) < words + cardinality(kept) then
+        return null;
+    end if;
+    return array_to_string(array(
+        select c ->> 'translation' from jsonb_array_elements(chosen) with ordinality as x (c, n) order by x.n
+    ) || kept, ' ');
 end
 $$;
 

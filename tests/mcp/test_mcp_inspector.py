@@ -143,7 +143,7 @@ def test_inspector_sees_the_knowledge_language_and_passes_also(inspector_bin, se
     # without `also`, the English query is searched with its offline translation too, and the agent is told
     called, stdout = inspect(
         inspector_bin, service_dsn, "--method", "tools/call", "--tool-name", "search_knowledge",
-        "--tool-arg", "query=How long does a refund take?", "--tool-arg", "top_k=3",
+        "--tool-arg", "query=What is the refund policy?", "--tool-arg", "top_k=3",
     )  # fmt: skip
     assert not called.get("isError"), stdout
     notes = called["structuredContent"]["notes"]
