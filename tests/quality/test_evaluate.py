@@ -258,7 +258,15 @@ def test_beir_end_to_end_and_reuse(db, embedder, tmp_path, capsys):
     assert report["dataset"] == "tiny-set" and report["model"] == "multilingual-e5-small"
     assert report["n_queries"] == 4  # q5 has no judgment
     assert len(counting.passages()) == 5  # one chunk per document, each embedded once
-    assert sum(t.startswith("query: ") for t in counting.texts) == 4  # each query embedded once for all modes
+    # each query embedded once for all modes, with its offline translation (kb.query_translation, as the
+    # clients embed) in the same call when it has one: the Latin identifier over this mostly Chinese set
+    translations = [
+        db.execute("select kb.query_translation(%s, 'eval-tiny-set')", [q["text"]]).fetchone()[0] for q in QUERIES[:4]
+    ]
+    assert translations[2] and not translations[0] and not translations[1], translations
+    queries = [t for t in counting.texts if t.startswith("query: ")]
+    wanted = [q["text"] for q in QUERIES[:4]] + [t for t in translations if t]
+    assert sorted(queries) == sorted(f"query: {t}" for t in wanted)
     hybrid, lexical = report["modes"]["hybrid"], report["modes"]["lexical"]
     assert hybrid["recall@10"] == 1.0 and report["modes"]["vector"]["recall@10"] == 1.0
     assert hybrid["recall@1"] >= 0.75 and lexical["recall@1"] >= 0.75
@@ -277,7 +285,7 @@ def test_beir_end_to_end_and_reuse(db, embedder, tmp_path, capsys):
     again = CountingEmbedder(embedder)
     out2 = tmp_path / "report2.json"
     assert evaluate.run(parse(str(folder), "--out", str(out2)), settings_for(db), embedder=again) == 0
-    assert again.passages() == [] and len(again.texts) == 4
+    assert again.passages() == [] and len(again.texts) == len(wanted)  # the queries (and a translation) only
     assert documents(db, "eval-tiny-set") == before
     report2 = json.loads(out2.read_text("utf-8"))
     for mode in modes:
