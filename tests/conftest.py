@@ -157,16 +157,17 @@ def make_cross_encoder(tmp_path_factory):
 @pytest.fixture
 def fake_embeddings():
     """Start fake OpenAI-compatible embedding endpoints for one test:
-    ``fake_embeddings(vectors, statuses=(), stall=False)`` -> FakeEmbeddings (``.url``, ``.requests``, ``.times``).
+    ``fake_embeddings(vectors, statuses=(), stall=False, padding=0)`` -> FakeEmbeddings (``.url``, ``.requests``,
+    ``.times``).
 
     Every request is recorded. It is answered with the next status of ``statuses`` (with an OpenAI-style
     error body) and, once those are used up, 200 with ``vectors(texts)`` (one vector per input text) in
-    OpenAI's response shape. ``stall``: no request gets an answer before the test ends (a hung endpoint).
+    OpenAI's response shape; ``padding`` dots begin each error message. ``stall``: no request gets an answer before the test ends (a hung endpoint).
     Another path than /v1/embeddings: 404."""
     started: list[FakeEmbeddings] = []
 
-    def start(vectors: Callable[[list[str]], Sequence] = lambda texts: [], statuses=(), stall=False):
-        endpoint = FakeEmbeddings(vectors, statuses, stall)
+    def start(vectors: Callable[[list[str]], Sequence] = lambda texts: [], statuses=(), stall=False, padding=0):
+        endpoint = FakeEmbeddings(vectors, statuses, stall, padding)
         started.append(endpoint)
         return endpoint
 

@@ -7,10 +7,12 @@ and error paths: ``cite9`` (the second statement cites [9]), ``uncited`` (no cit
 whose body echoes the Authorization header, like a careless server), ``malformed`` (200 without choices),
 ``stream`` (SSE deltas of the well-behaved answer, ``delay`` seconds apart; a request without
 ``stream: true`` gets plain JSON), ``echo`` (the well-behaved answer ending with the request's Authorization
-header, streamed in 6-character deltas when asked to, so the key is split across deltas). Every request
+header, streamed in 6-character deltas when asked to, so the key is split across deltas), ``model_echo`` (the
+well-behaved answer, its ``model`` field naming the Authorization header). ``padding`` dots begin the error
+message of ``error500``. Every request
 body and its headers are recorded.
 
-Use the ``fake_chat`` fixture: ``fake_chat(mode="answer", delay=0.0)`` -> FakeChat (``.url`` is the base
+Use the ``fake_chat`` fixture: ``fake_chat(mode="answer", delay=0.0, padding=0)`` -> FakeChat (``.url`` is the base
 URL ``http://127.0.0.1:<port>/v1``, ``.requests``, ``.headers``; ``.mode`` may be changed).
 """
 
@@ -25,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-MODES = ("answer", "cite9", "uncited", "not_found", "slow", "error500", "malformed", "stream", "echo")
+MODES = ("answer", "cite9", "uncited", "not_found", "slow", "error500", "malformed", "stream", "echo", "model_echo")
 MODEL = "fake-chat-1"
 _SOURCE = re.compile(r"^\[(\d+)\] .*$", re.M)
 
@@ -74,7 +76,7 @@ def grounded_answer(prompt: str, mode: str) -> str:
 
 
 class FakeChat:
-    def __init__(self, mode: str, delay: float) -> None:
+    def __init__(self, mode: str, delay: float, padding: int = 0) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode = mode
@@ -98,21 +100,23 @@ class FakeChat:
                     chat.released.wait(chat.delay)
                 if mode == "error500":
                     echoed = self.headers.get("Authorization", "")
-                    return self._json(500, {"error": {"message": f"internal error for {echoed}", "type": "x"}})
+                    message = f"{'.' * padding}internal error for {echoed}"
+                    return self._json(500, {"error": {"message": message, "type": "x"}})
                 if mode == "malformed":
                     return self._json(200, {"id": "x", "object": "chat.completion", "model": MODEL})
                 prompt = body["messages"][-1]["content"]
-                text = grounded_answer(prompt, "answer" if mode in ("slow", "stream", "echo") else mode)
+                text = grounded_answer(prompt, "answer" if mode in ("slow", "stream", "echo", "model_echo") else mode)
+                served = f"gpt {self.headers.get('Authorization', '')}" if mode == "model_echo" else MODEL
                 if mode == "echo":
                     text += f" (served for {self.headers.get('Authorization', '')})"
-                if mode in ("stream", "echo") and body.get("stream"):
-                    return self._stream(text)
+                if mode in ("stream", "echo", "model_echo") and body.get("stream"):
+                    return self._stream(text, served)
                 self._json(
                     200,
                     {
                         "id": "chatcmpl-fake",
                         "object": "chat.completion",
-                        "model": MODEL,
+                        "model": served,
                         "choices": [
                             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                         ],
@@ -127,7 +131,7 @@ class FakeChat:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, text: str) -> None:
+            def _stream(self, text: str, served: str) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -137,7 +141,7 @@ class FakeChat:
                     event = {
                         "id": "chatcmpl-fake",
                         "object": "chat.completion.chunk",
-                        "model": MODEL,
+                        "model": served,
                         "choices": [
                             {
                                 "index": 0,
@@ -150,7 +154,7 @@ class FakeChat:
                     self.wfile.flush()
                     if chat.delay:
                         time.sleep(chat.delay)
-                last = {"model": MODEL, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                last = {"model": served, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
                 self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
                 self.wfile.flush()
                 self.close_connection = True
@@ -171,11 +175,11 @@ class FakeChat:
 
 @pytest.fixture
 def fake_chat():
-    """Start fake OpenAI-compatible chat endpoints for one test: ``fake_chat(mode="answer", delay=0.0)``."""
+    """Start fake OpenAI-compatible chat endpoints for one test: ``fake_chat(mode="answer", delay=0.0, padding=0)``."""
     started: list[FakeChat] = []
 
-    def start(mode: str = "answer", delay: float = 0.0) -> FakeChat:
-        chat = FakeChat(mode, delay)
+    def start(mode: str = "answer", delay: float = 0.0, padding: int = 0) -> FakeChat:
+        chat = FakeChat(mode, delay, padding)
         started.append(chat)
         return chat
 

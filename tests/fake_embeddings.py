@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 class FakeEmbeddings:
     """One fake OpenAI-compatible ``POST /v1/embeddings`` endpoint on 127.0.0.1 (see ``fake_embeddings``)."""
 
-    def __init__(self, vectors: Callable[[list[str]], Sequence], statuses: Sequence[int], stall: bool) -> None:
+    def __init__(
+        self, vectors: Callable[[list[str]], Sequence], statuses: Sequence[int], stall: bool, padding: int = 0
+    ) -> None:
         self.requests: list[dict] = []  # the JSON bodies received, in order
         self.times: list[float] = []  # time.monotonic() at each request's arrival
         self.released = threading.Event()
@@ -34,7 +36,7 @@ class FakeEmbeddings:
                     status = script.pop(0)
                     # like a careless server: the error echoes the request line and its Authorization header
                     echoed = f"{self.path} as {self.headers.get('Authorization', 'no key')}"
-                    message = f"scripted {status} for {echoed}"
+                    message = f"{'.' * padding}scripted {status} for {echoed}"
                     return self._answer(status, {"error": {"message": message, "type": "x", "code": "x"}})
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 data = [

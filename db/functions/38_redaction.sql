@@ -56,3 +56,45 @@ begin
     return message;
 end
 $$;
+
+-- How many characters at the end of message may be the start of one of secrets (0: none): the end a cut or a
+-- stream must hold back, since the rest of the secret may follow. Each secret's own full length is not counted
+-- (kb_internal.redact replaces a whole secret).
+create or replace function kb_internal.secret_start_length(message text, secrets text[])
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(max(n.n), 0)
+    from unnest(coalesce(secrets, '{}')) as s (secret)
+    cross join lateral generate_series(least(length(s.secret) - 1, length(message)), 1, -1) as n (n)
+    where right(message, n.n) = left(s.secret, n.n)
+$$;
+
+-- message as kb_internal.redact shows it, at most max_chars characters: redacted first, then cut, and where it
+-- is cut (or already_cut says the text was cut before it came here, an endpoint's body read up to a bound) the
+-- end that may begin a secret is dropped, so no part of a secret is ever shown. A cut ends in '…'.
+create or replace function kb_internal.redacted_excerpt(
+    message text, url text, secrets text[], max_chars integer, already_cut boolean default false
+)
+returns text
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    hidden constant text[] := kb_internal.endpoint_secrets(url, secrets);
+    shown text := message;
+begin
+    if already_cut then
+        shown := left(shown, length(shown) - kb_internal.secret_start_length(shown, hidden));
+    end if;
+    shown := kb_internal.redact(shown, url, secrets);
+    if length(shown) > max_chars then
+        shown := left(shown, max_chars);
+        shown := left(shown, length(shown) - kb_internal.secret_start_length(shown, hidden)) || '…';
+    elsif already_cut then
+        shown := shown || '…';
+    end if;
+    return shown;
+end
+$$;

@@ -7,8 +7,9 @@ create extension if not exists plpython3u;
 
 -- POST {"model", "input": inputs} to url (all of them in one request) and return their embeddings as the rows
 -- of a 2-d array, in the inputs' order (data[i].index when the endpoint gives it). Raises with the endpoint's
--- message on HTTP errors, timeouts and malformed answers (any failure at all), every message through
--- kb_internal.redact: the URL's user info and query and the key never appear; SQLSTATE 08000 when the endpoint
+-- message on HTTP errors (its body redacted before it is cut: kb_internal.redacted_excerpt), timeouts and malformed
+-- answers (any failure at all), every message through kb_internal.redact: the URL's user info and query and the
+-- key never appear; SQLSTATE 08000 when the endpoint
 -- cannot be reached (refused, unresolvable, timed out). The caller decides how to degrade.
 create or replace function kb_internal.http_embeddings(
     url text, model text, inputs text[], api_key text default '', timeout_ms integer default 3000
@@ -22,6 +23,9 @@ import urllib.error
 import urllib.request
 
 redaction = plpy.prepare("select kb_internal.redact($1, $2, $3) as message", ["text", "text", "text[]"])
+excerpt = plpy.prepare("select kb_internal.redacted_excerpt($1, $2, $3, 300, $4) as message",
+                       ["text", "text", "text[]", "boolean"])
+BODY_BYTES = 65536  # of an error body, read to be redacted before it is cut
 
 
 class Failed(Exception):
@@ -46,7 +50,9 @@ def attempt():
         with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000.0) as response:
             raw = response.read()
     except urllib.error.HTTPError as e:
-        detail = e.read()[:300].decode("utf-8", "replace")
+        raw = e.read(BODY_BYTES + 1)
+        detail = plpy.execute(excerpt, [raw[:BODY_BYTES].decode("utf-8", "replace"), url, [api_key or ""],
+                                        len(raw) > BODY_BYTES])[0]["message"]
         raise Failed("embedding endpoint %s answered HTTP %s: %s" % (url, e.code, detail))
     except (urllib.error.URLError, OSError) as e:
         raise Unreachable("embedding endpoint %s unreachable: %s" % (url, getattr(e, "reason", e)))

@@ -6,10 +6,11 @@
 create extension if not exists plpython3u;
 
 -- POST {model, messages, max_tokens, temperature, stream} to url (a base URL gets /chat/completions
--- appended) and return {content, model, finish_reason}. The bearer key comes from kb.settings chat_api_key,
+-- appended) and return {content, model, finish_reason}; model is the one asked for (pgkb's setting), never the
+-- name the endpoint sends back, which a user would otherwise see unredacted. The bearer key comes from kb.settings chat_api_key,
 -- else the server environment variable named by chat_api_key_env; it never appears in a message, in the
 -- content or in a delta (nor does the URL's query or user info): all pass through kb_internal.redact. Raises on
--- HTTP errors (status and a short body excerpt), timeouts, malformed answers; timeout_ms bounds the whole
+-- HTTP errors (status and a body excerpt, redacted before it is cut: kb_internal.redacted_excerpt), timeouts, malformed answers; timeout_ms bounds the whole
 -- call. stream: SSE, each delta sent as a NOTICE 'pgkb-delta:' || delta while it arrives, except an end
 -- that may begin a secret (kb_internal.endpoint_secrets), held back until the next delta shows it is none.
 create or replace function kb_internal.chat_completion(
@@ -61,15 +62,26 @@ def clean(text):
     return plpy.execute(redaction, [str(text), target, [api_key]])[0]["text"]
 
 
-def fail(what, sqlstate="58000"):
-    # cut after redacting: a cut first could leave the start of a secret visible
-    plpy.error(clean("chat endpoint %s %s" % (target, what))[:400], sqlstate=sqlstate)
+excerpt = plpy.prepare("select kb_internal.redacted_excerpt($1, $2, $3, 400, $4) as text",
+                       ["text", "text", "text[]", "boolean"])
+secret_start = plpy.prepare("select kb_internal.secret_start_length($1, $2) as n", ["text", "text[]"])
+BODY_CHARS = 4096  # of a failed answer's body, quoted after redaction
+
+
+def fail(what, sqlstate="58000", already_cut=False):
+    # redacted, then cut (kb_internal.redacted_excerpt): a cut first could leave the start of a secret visible
+    message = "chat endpoint %s %s" % (target, what)
+    plpy.error(plpy.execute(excerpt, [message, target, [api_key], already_cut])[0]["text"], sqlstate=sqlstate)
+
+
+def body_excerpt(raw):
+    """(text, cut): the start of an answer's body, to be quoted by fail(..., already_cut=cut)."""
+    return " ".join(raw[:BODY_CHARS].decode("utf-8", "replace").split()), len(raw) > BODY_CHARS
 
 
 def held_back(text):
     """How many characters at the end of text may be the start of a secret (0: none)."""
-    return max([n for secret in secrets for n in range(1, min(len(secret), len(text) + 1))
-                if secret.startswith(text[-n:])] or [0])
+    return plpy.execute(secret_start, [text, secrets])[0]["n"]
 
 
 deadline = time.monotonic() + timeout_ms / 1000.0
@@ -98,10 +110,10 @@ try:
     response = urllib.request.urlopen(request, timeout=remaining())
 except urllib.error.HTTPError as e:
     try:
-        detail = e.read(4096).decode("utf-8", "replace")
+        detail, cut = body_excerpt(e.read(BODY_CHARS + 1))
     except Exception:
-        detail = ""
-    fail("answered HTTP %s: %s" % (e.code, " ".join(detail.split())))
+        detail, cut = "", False
+    fail("answered HTTP %s: %s" % (e.code, detail), already_cut=cut)
 except (socket.timeout, TimeoutError):
     fail("timed out after %d ms" % timeout_ms)
 except (urllib.error.URLError, OSError, ValueError) as e:
@@ -138,8 +150,7 @@ def message_of(answer):
         content = choice["message"]["content"]
         if not isinstance(content, str):
             raise TypeError
-        return {"content": content, "model": str(answer.get("model") or model),
-                "finish_reason": choice.get("finish_reason")}
+        return {"content": content, "model": model, "finish_reason": choice.get("finish_reason")}
     except (KeyError, IndexError, TypeError, AttributeError):
         fail("returned no choices[0].message.content")
 
@@ -152,12 +163,13 @@ try:
             try:
                 answer = json.loads(raw.decode("utf-8"))
             except ValueError:
-                fail("returned malformed JSON: %s" % " ".join(raw[:4096].decode("utf-8", "replace").split()))
+                detail, cut = body_excerpt(raw)
+                fail("returned malformed JSON: %s" % detail, already_cut=cut)
             message = message_of(answer)
             message["content"] = clean(message["content"])
             return json.dumps(message)
         # Server-sent events: "data: {chunk}" lines, "data: [DONE]" at the end
-        content, served_model, finish, size, done, pending = [], model, None, 0, False, ""
+        content, finish, size, done, pending = [], None, 0, False, ""
         while not done:
             set_read_timeout()
             line = response.readline(MAX_BYTES)
@@ -186,7 +198,6 @@ try:
                     raise TypeError
             except (AttributeError, TypeError, IndexError):
                 fail("streamed an event without choices[0].delta: %s" % data)
-            served_model = event.get("model") or served_model
             finish = choice.get("finish_reason") or finish
             if delta:
                 content.append(delta)
@@ -199,7 +210,7 @@ try:
             fail("ended the stream before [DONE]")
         if pending:
             plpy.notice(DELTA_PREFIX + clean(pending))
-        return json.dumps({"content": clean("".join(content)), "model": str(served_model), "finish_reason": finish})
+        return json.dumps({"content": clean("".join(content)), "model": model, "finish_reason": finish})
 except (socket.timeout, TimeoutError):
     fail("timed out after %d ms" % timeout_ms)
 except (OSError, ValueError) as e:

@@ -291,7 +291,7 @@ def test_llm_answer_citations_map_to_sources(world, connect_as, fake_chat):
     chat = fake_chat()
     set_settings(world, chat_url=chat.url, chat_model="deepseek-chat")
     row = ask(connect_as("alice"), QUESTION)
-    assert row["mode"] == "llm" and row["found"] is True and row["model"] == "fake-chat-1"
+    assert row["mode"] == "llm" and row["found"] is True and row["model"] == "deepseek-chat"
     cited = markers(row["answer"])
     assert cited and set(cited) == {c["n"] for c in row["citations"]}
     assert row["dropped_citations"] == 0 and row["uncited"] is False
@@ -344,10 +344,10 @@ def test_uncited_answer_flagged(world, connect_as, fake_chat):
 
 def test_model_refusal_is_not_found(world, connect_as, fake_chat):
     chat = fake_chat("not_found")
-    set_settings(world, chat_url=chat.url)
+    set_settings(world, chat_url=chat.url, chat_model="qwen-plus")
     row = ask(connect_as("alice"), QUESTION)
     assert (row["answer"], row["found"], row["mode"]) == (NOT_FOUND_ZH, False, "not_found")
-    assert row["model"] == "fake-chat-1" and row["evidence"]["refused_by"] == "llm" and len(chat.requests) == 1
+    assert row["model"] == "qwen-plus" and row["evidence"]["refused_by"] == "llm" and len(chat.requests) == 1
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,66 @@ def test_chat_errors_show_no_secret(db, searcher, fake_chat):
         db.execute("select kb_internal.chat_completion(%s, 'm', '[]'::jsonb)", [f"{chat.url}?token={URL_SECRET}"])
     message = str(failed.value)
     assert "HTTP 500" in message and CHAT_KEY not in message and URL_SECRET not in message, message
+
+
+LONG_KEY = "sk-" + "A1b2C3d4E5" * 4 + "f6G7h8J"  # 50 characters, like a real key
+
+
+def visible_pieces(text: str, secret: str, shortest: int = 8) -> list[str]:
+    """The pieces of secret, of at least `shortest` characters, that text shows."""
+    return [secret[i:j] for i in range(len(secret)) for j in range(i + shortest, len(secret) + 1) if secret[i:j] in text]
+
+
+def test_an_excerpt_is_redacted_before_it_is_cut(db):
+    """Issue 32, finding 1: a cut through a secret leaves neither its start nor its end (kb_internal.redacted_excerpt)."""
+    url = "http://127.0.0.1:9/v1/embeddings"
+    for pad in range(0, 320, 3):
+        message = "." * pad + " Bearer " + LONG_KEY + " tail"
+        for already_cut in (False, True):
+            shown = db.execute(
+                "select kb_internal.redacted_excerpt(%s, %s, array[%s], 300, %s)", [message, url, LONG_KEY, already_cut]
+            ).fetchone()[0]
+            assert not visible_pieces(shown, LONG_KEY, 3), (pad, shown)
+            assert len(shown) <= 301 and shown.startswith("." * min(pad, 290))
+    # a body read up to a bound may end in the start of a secret: it is dropped
+    cut = "answer: Bearer " + LONG_KEY[:20]
+    shown = db.execute("select kb_internal.redacted_excerpt(%s, %s, array[%s], 300, true)", [cut, url, LONG_KEY]).fetchone()
+    assert shown[0] == "answer: Bearer …"
+    assert db.execute("select kb_internal.secret_start_length('abc sk-A1', array[%s])", [LONG_KEY]).fetchone()[0] == 5
+    assert db.execute("select kb_internal.secret_start_length('abc', array['xyz', ''])").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("padding", [230, 245, 252, 260, 268, 280])
+def test_an_embedding_error_cut_through_the_key_shows_none_of_it(db, searcher, fake_embeddings, padding):
+    """Issue 32, finding 1: an endpoint that answers 500 with ~265 characters and then the key. Before, the body
+    was cut to 300 bytes first, and the first 35 characters of the key were shown in search notices and evidence."""
+    endpoint = fake_embeddings(statuses=[500] * 20, padding=padding)
+    set_settings(db, embedding_url=endpoint.url, embedding_api_key=LONG_KEY, chat_url="")
+    notices = notices_of(searcher)
+    searcher.execute("select * from kb.hybrid_search('checklist')").fetchall()
+    searcher.execute("select * from kb.retrieve('checklist')").fetchall()
+    evidence = searcher.execute("select evidence::text from kb.ask('checklist')").fetchone()[0]
+    text = " ".join([*notices, evidence])
+    assert "HTTP 500" in text, text
+    assert not visible_pieces(text, LONG_KEY, 4), visible_pieces(text, LONG_KEY, 4)
+
+
+@pytest.mark.parametrize("padding", [250, 300, 360, 390])
+def test_a_chat_error_cut_through_the_key_shows_none_of_it(db, searcher, fake_chat, padding):
+    chat = fake_chat("error500", padding=padding)
+    set_settings(db, chat_url=chat.url, chat_api_key=LONG_KEY, embedding_url="", answer_min_score="0")
+    evidence = searcher.execute("select evidence::text from kb.ask('退款到账时间')").fetchone()[0]
+    assert "HTTP 500" in evidence, evidence
+    assert not visible_pieces(evidence, LONG_KEY, 4), visible_pieces(evidence, LONG_KEY, 4)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_answers_model_is_pgkbs_own_not_the_endpoints(db, searcher, fake_chat, stream):
+    """Issue 32, finding 2: the endpoint's `model` field echoed the key; kb.ask returned it unredacted."""
+    chat = fake_chat("model_echo")
+    set_settings(db, chat_url=chat.url, chat_api_key=CHAT_KEY, chat_model="qwen-plus", embedding_url="")
+    set_settings(db, answer_min_score="0")
+    row = searcher.execute("select mode, model, evidence::text from kb.ask('退款到账时间', stream => %s)", [stream])
+    mode, model, evidence = row.fetchone()
+    assert mode == "llm" and model == "qwen-plus", (mode, model)
+    assert not visible_pieces(evidence, CHAT_KEY), evidence

@@ -27,18 +27,48 @@ def redact(text: str, url: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with ``url`` shown as :func:`shown_url` and, longest first, each of ``secrets`` (API keys, also
     trimmed) and the URL's user info, password, query string, fragment and query values of 4 or more
     characters replaced by ``***``."""
+    if url:
+        text = text.replace(url, shown_url(url))
+    for secret in endpoint_secrets(url, secrets):
+        text = text.replace(secret, "***")
+    return text
+
+
+def secret_start_length(text: str, secrets: Iterable[str]) -> int:
+    """How many characters at the end of ``text`` may be the start of one of ``secrets`` (0: none); the
+    rule of the database's kb_internal.secret_start_length."""
+    return max((n for s in secrets for n in range(1, min(len(s) - 1, len(text)) + 1) if text.endswith(s[:n])), default=0)
+
+
+def endpoint_secrets(url: str, secrets: Iterable[str] = ()) -> list[str]:
+    """What :func:`redact` hides, longest first (kb_internal.endpoint_secrets)."""
     m = re.match(r"[^:/?#]*://(?:([^@/?#]*)@)?[^?#]*(?:\?([^#]*))?(?:#(.*))?$", url or "")
     userinfo, query, fragment = m.groups() if m else (None, None, None)
+    secrets = list(secrets)
     hidden = {s for s in secrets if s} | {s.strip() for s in secrets if s}
     hidden |= {p for p in (userinfo, query, fragment) if p and len(p) >= 4}
     if userinfo and ":" in userinfo:
         hidden.add(userinfo.split(":", 1)[1])
     hidden |= {v for _, _, v in (q.partition("=") for q in (query or "").split("&")) if len(v) >= 4}
-    if url:
-        text = text.replace(url, shown_url(url))
-    for secret in sorted((h for h in hidden if h), key=lambda h: (-len(h), h)):
-        text = text.replace(secret, "***")
-    return text
+    return sorted((h for h in hidden if h), key=lambda h: (-len(h), h))
+
+
+def redacted_excerpt(text: str, url: str, secrets: Iterable[str], max_chars: int, already_cut: bool = False) -> str:
+    """``text`` redacted, then cut to ``max_chars``; where it is cut (or ``already_cut``: read up to a bound)
+    the end that may begin a secret is dropped (kb_internal.redacted_excerpt)."""
+    secrets = list(secrets)
+    hidden = endpoint_secrets(url, secrets)
+    if already_cut:
+        text = text[: len(text) - secret_start_length(text, hidden)]
+    text = redact(text, url, secrets)
+    if len(text) > max_chars:
+        text = text[:max_chars]
+        return text[: len(text) - secret_start_length(text, hidden)] + "…"
+    return text + "…" if already_cut else text
+
+
+BODY_BYTES = 65536  # of an error body, read to be redacted before it is cut
+BODY_CHARS = 300  # of it quoted in a message
 
 
 def post_json(
@@ -70,7 +100,10 @@ def post_json(
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as e:
-            detail = e.read()[:300].decode("utf-8", "replace")
+            raw = e.read(BODY_BYTES + 1)
+            detail = redacted_excerpt(
+                raw[:BODY_BYTES].decode("utf-8", "replace"), url, [api_key], BODY_CHARS, len(raw) > BODY_BYTES
+            )
             last = failure(f"{url} answered HTTP {e.code}: {detail}")
             if e.code < 500 and e.code != 429:
                 raise last from e

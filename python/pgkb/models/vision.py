@@ -93,19 +93,20 @@ class VisionCaptioner(JsonEndpoint):
             "max_tokens": self.max_tokens,
             "temperature": 0,
         }
-        return _caption_text(self.post(body), self.url)
+        return _caption_text(self.post(body), self)
 
 
-def _caption_text(answer: object, url: str) -> str:
+def _caption_text(answer: object, endpoint: JsonEndpoint) -> str:
+    """The caption in ``answer``, redacted (it becomes searchable text), then cut to MAX_CAPTION_CHARS."""
     try:
         content = answer["choices"][0]["message"]["content"]  # type: ignore[index]
     except (KeyError, IndexError, TypeError) as e:
-        raise VisionError(f"{url} returned no choices[0].message.content") from e
+        raise VisionError(f"{endpoint.shown} returned no choices[0].message.content") from e
     if isinstance(content, list):  # content parts, as some servers answer
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     if not isinstance(content, str) or not content.strip():
-        raise VisionError(f"{url} returned an empty caption")
-    text = content.replace("\x00", "").strip()
+        raise VisionError(f"{endpoint.shown} returned an empty caption")
+    text = endpoint.redact(content.replace("\x00", "")).strip()
     if len(text) > MAX_CAPTION_CHARS:
         cut = text.rfind("\n", MAX_CAPTION_CHARS - 300, MAX_CAPTION_CHARS)
         text = text[: cut if cut > 0 else MAX_CAPTION_CHARS].rstrip()
