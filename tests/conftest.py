@@ -162,7 +162,8 @@ def fake_embeddings():
 
     Every request is recorded. It is answered with the next status of ``statuses`` (with an OpenAI-style
     error body) and, once those are used up, 200 with ``vectors(texts)`` (one vector per input text) in
-    OpenAI's response shape; ``padding`` dots begin each error message. ``stall``: no request gets an answer before the test ends (a hung endpoint).
+    OpenAI's response shape; ``padding`` dots begin each error message. ``stall``: no request gets an answer
+    before the test ends (a hung endpoint).
     Another path than /v1/embeddings: 404."""
     started: list[FakeEmbeddings] = []
 

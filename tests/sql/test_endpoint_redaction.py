@@ -103,11 +103,14 @@ LONG_KEY = "sk-" + "A1b2C3d4E5" * 4 + "f6G7h8J"  # 50 characters, like a real ke
 
 def visible_pieces(text: str, secret: str, shortest: int = 8) -> list[str]:
     """The pieces of secret, of at least `shortest` characters, that text shows."""
-    return [secret[i:j] for i in range(len(secret)) for j in range(i + shortest, len(secret) + 1) if secret[i:j] in text]
+    return [
+        secret[i:j] for i in range(len(secret)) for j in range(i + shortest, len(secret) + 1) if secret[i:j] in text
+    ]
 
 
 def test_an_excerpt_is_redacted_before_it_is_cut(db):
-    """Issue 32, finding 1: a cut through a secret leaves neither its start nor its end (kb_internal.redacted_excerpt)."""
+    """Issue 32, finding 1: a cut through a secret leaves neither its start nor its end
+    (kb_internal.redacted_excerpt)."""
     url = "http://127.0.0.1:9/v1/embeddings"
     for pad in range(0, 320, 3):
         message = "." * pad + " Bearer " + LONG_KEY + " tail"
@@ -119,7 +122,9 @@ def test_an_excerpt_is_redacted_before_it_is_cut(db):
             assert len(shown) <= 301 and shown.startswith("." * min(pad, 290))
     # a body read up to a bound may end in the start of a secret: it is dropped
     cut = "answer: Bearer " + LONG_KEY[:20]
-    shown = db.execute("select kb_internal.redacted_excerpt(%s, %s, array[%s], 300, true)", [cut, url, LONG_KEY]).fetchone()
+    shown = db.execute(
+        "select kb_internal.redacted_excerpt(%s, %s, array[%s], 300, true)", [cut, url, LONG_KEY]
+    ).fetchone()
     assert shown[0] == "answer: Bearer …"
     assert db.execute("select kb_internal.secret_start_length('abc sk-A1', array[%s])", [LONG_KEY]).fetchone()[0] == 5
     assert db.execute("select kb_internal.secret_start_length('abc', array['xyz', ''])").fetchone()[0] == 0

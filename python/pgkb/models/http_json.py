@@ -37,7 +37,9 @@ def redact(text: str, url: str, secrets: Iterable[str] = ()) -> str:
 def secret_start_length(text: str, secrets: Iterable[str]) -> int:
     """How many characters at the end of ``text`` may be the start of one of ``secrets`` (0: none); the
     rule of the database's kb_internal.secret_start_length."""
-    return max((n for s in secrets for n in range(1, min(len(s) - 1, len(text)) + 1) if text.endswith(s[:n])), default=0)
+    return max(
+        (n for s in secrets for n in range(1, min(len(s) - 1, len(text)) + 1) if text.endswith(s[:n])), default=0
+    )
 
 
 def endpoint_secrets(url: str, secrets: Iterable[str] = ()) -> list[str]:
