@@ -31,7 +31,8 @@ $$;
 -- Words: runs of [a-z0-9_] longer than one character, plus their parts when they contain '_' or
 -- camelCase / letter-digit boundaries. CJK: overlapping bigrams per run; a one-character run is kept as is.
 -- Word terms are cut to their first 64 characters (ASCII, so 64 bytes): whatever the content, no term
--- outgrows the GIN / btree key limits, and queries are cut alike, so long identifiers still match.
+-- outgrows the GIN / btree key limits, and queries are cut alike, so long identifiers still match. Linear in
+-- the text's length.
 create or replace function kb.lexical_terms(input text)
 returns text[]
 language plpgsql immutable strict parallel safe
@@ -55,6 +56,11 @@ begin
                     source.folded, '([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+)', 'g'
                 ) with ordinality as m (run, ord)
         ),
+        cjk_chars as (
+            -- each character of a run with the next (substr(run, i, 2) would walk the run for each i: quadratic)
+            select r.ord, c.i, c.ch, lead(c.ch) over (partition by r.ord order by c.i) as next
+            from cjk_runs as r, string_to_table(r.run, null) with ordinality as c (ch, i)
+        ),
         terms as (
             -- ASCII word: the whole identifier, lower-cased
             select 0 as pass, w.ord, 0 as sub, lower(left(w.tok, 64)) as term
@@ -69,8 +75,9 @@ begin
                 and length(p.part[1]) > 1
             union all
             -- CJK run: bigrams, or the single character
-            select 1 as pass, r.ord, g.i as sub, substr(r.run, g.i, 2) as term
-            from cjk_runs as r, generate_series(1, greatest(length(r.run) - 1, 1)) as g (i)
+            select 1 as pass, ch.ord, ch.i as sub, ch.ch || coalesce(ch.next, '') as term
+            from cjk_chars as ch
+            where ch.next is not null or ch.i = 1
         )
         select coalesce(array_agg(terms.term order by terms.pass, terms.ord, terms.sub), '{}') from terms
     );

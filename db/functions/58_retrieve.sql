@@ -35,6 +35,7 @@ declare
     phrasing_terms jsonb;   -- per phrasing, its distinct query terms
     target kb.embedding_models;
 begin
+    perform kb.check_search_input(query, top_k, also);  -- first: no work on an input it refuses
     if not coalesce(score_threshold between 0 and 1, false) then
         raise exception 'score_threshold must be between 0 and 1, got %', coalesce(score_threshold::text, 'NULL')
             using errcode = 'invalid_parameter_value';
