@@ -4,6 +4,7 @@ user's backend stops soon after its client is gone (client_connection_check_inte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -116,10 +117,8 @@ def seconds(conn, sql: str, params: list) -> float:
     best = float("inf")
     for _ in range(3):
         started = time.monotonic()
-        try:
+        with contextlib.suppress(psycopg.errors.ProgramLimitExceeded):
             conn.execute(sql, params).fetchall()
-        except psycopg.errors.ProgramLimitExceeded:
-            pass
         best = min(best, time.monotonic() - started)
     return best
 
