@@ -831,3 +831,32 @@ def test_slow_query_embedding_degrades_to_lexical(world, fake_embeddings):
 
     run(main)
     assert endpoint.requests and endpoint.requests[0]["input"] == ["query: 退款"]  # it did ask, and waited
+
+
+def test_a_documents_rendering_holds_a_call_slot(world, embedder):
+    """Issue 32, finding 5: /api/document rendered its chunks after the call had given its slot back, so any
+    number of renderings ran at once. The page's shaping runs within the slot: with one slot, a second call
+    meanwhile is turned away as busy."""
+    from pgkb.serving import backend as served
+    from pgkb.serving.arguments import ServiceError
+
+    backend = make_backend(svc_dsn(world), embedder, max_concurrent=1)
+    seen: list[str] = []
+
+    def shape(chunks: list[dict]) -> list[dict]:
+        try:
+            backend.knowledge_bases("alice")
+        except ServiceError as e:
+            seen.append(str(e))
+        return chunks[:1]
+
+    try:
+        served.SLOT_WAIT_SECONDS, wait = 0.2, served.SLOT_WAIT_SECONDS
+        try:
+            doc = backend.document("alice", "guide/login.md", "team-docs", -1, 0, shape=shape)
+        finally:
+            served.SLOT_WAIT_SECONDS = wait
+        assert len(doc["chunks"]) == 1 and seen and "busy" in seen[0], seen
+        assert backend.knowledge_bases("alice")  # the slot is free again
+    finally:
+        backend.close()

@@ -36,3 +36,47 @@ def test_long_texts_are_plain_escaped_text():
     wide = "| " + " | ".join(f"c{i}" for i in range(3000)) + " |\n" + "|---" * 3000 + "|\n<b>x</b>"
     out = render(wide)
     assert out.startswith('<pre class="plain">') and "<table>" not in out and "&lt;b&gt;x&lt;/b&gt;" in out
+
+
+def test_nothing_nested_deeply_is_dropped():
+    """Issue 32, finding 6e: markdown-it drops what lies deeper than its maxNesting (20 levels); such a text is
+    shown as escaped text instead."""
+    quoted = render("> " * 2000 + "deep text")
+    assert "deep text" in quoted and "<pre" in quoted
+    nested = render("".join("  " * i + f"- item{i}\n" for i in range(30)))
+    assert all(f"item{i}" in nested for i in range(30))
+    assert "<blockquote>" in render("> > shallow") and "<pre" not in render("> > shallow")
+
+
+def test_the_renderer_is_linear():
+    """Issue 32, finding 5: the costliest shapes found (runs of "[", "![", "[\\n") cost about 4x for 4x the text."""
+    import time
+
+    def took(text: str) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            render(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    for unit in ("[", "![", "[\n", "[a", "_*"):
+        assert took(unit * (8000 // len(unit))) < 8 * took(unit * (2000 // len(unit))) + 0.005, unit
+
+
+def test_one_answer_renders_a_bounded_amount(monkeypatch):
+    """Issue 32, finding 5: /api/document of 80 chunks of 7,980 "[" rendered all of them (17.9 s, 1.29 MB)."""
+    from pgkb.web import api, markdown
+
+    rendered: list[int] = []
+    real = markdown.render
+    monkeypatch.setattr(markdown, "render", lambda text, *a: rendered.append(len(text)) or real(text, *a))
+    chunks = [{"chunk_index": i, "heading_path": [], "chunk_type": "text", "content": "[" * 7980} for i in range(80)]
+    whole = api.shown_chunks(chunks, -1)
+    assert [c["chunk_index"] for c in whole] == list(range(len(whole)))
+    assert sum(len(c["content"]) for c in whole) <= api.DOCUMENT_CHARS < 80 * 7980
+    assert sum(rendered) <= markdown.RENDER_BUDGET_CHARS and all("content_html" in c for c in whole)
+    assert all(c["content_html"].startswith('<pre class="plain">') for c in whole[len(rendered) :])
+    around = [c["chunk_index"] for c in api.shown_chunks(chunks, 40)]
+    assert 40 in around and around == list(range(around[0], around[-1] + 1)) and around[0] > 20
+    assert len(api.shown_chunks(chunks[:1], 0)) == 1

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -246,12 +246,17 @@ class Backend:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A checked connection from the pool (autocommit; calls open their own transactions), returned
-        after the call. At most ``max_concurrent`` calls hold or wait for one; beyond that a call is turned
-        away within SLOT_WAIT_SECONDS (ServiceError "busy"). A pool that hands out nothing within
+        after the call, within one of the call slots (:meth:`slot`). A pool that hands out nothing within
         POOL_QUICK_WAIT_SECONDS is either busy or cut off from the database: a direct connection tells
         which, so a database that went down is reported within seconds; a busy pool is waited for up to
         POOL_WAIT_SECONDS."""
+        with self.slot(), self._pooled() as conn:
+            yield conn
 
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """One of the ``max_concurrent`` call slots, held for the block; beyond that many a call is turned
+        away within SLOT_WAIT_SECONDS (ServiceError "busy")."""
         if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
             self.metrics.busy.labels("max_concurrent").inc()
             raise ServiceError(
@@ -261,8 +266,7 @@ class Backend:
         with self._calls_lock:
             self._calls += 1
         try:
-            with self._pooled() as conn:
-                yield conn
+            yield
         finally:
             with self._calls_lock:
                 self._calls -= 1
@@ -403,24 +407,45 @@ class Backend:
         self.log_query(response)
         return response
 
-    def document(self, user: str | None, doc_id: str, kb: str | None, chunk_index: int, window: int) -> dict:
+    def document(
+        self,
+        user: str | None,
+        doc_id: str,
+        kb: str | None,
+        chunk_index: int,
+        window: int,
+        shape: Callable[[list[dict]], list[dict]] | None = None,
+    ) -> dict:
         """kb.get_document as ``user``: visibility, the unknown / ambiguous / out-of-range errors and the
-        chunk window are the database's."""
+        chunk window are the database's. ``shape`` (the page's cut and rendering) runs on the chunks while
+        the call still holds its slot, so its work counts against max_concurrent like a search."""
         if not doc_id or not doc_id.strip():
             raise ServiceError("doc_id must not be empty: pass the doc_id of a search result")
-        with (
-            self.connection() as conn,
-            _db_errors(self.config.options.statement_timeout_ms, "get_document"),
-            self.metrics.timed("document", "sql"),
-            self.acting(conn, user),
-        ):
-            kb_name, doc_key, title, source_url, chunk_count, updated, chunks, uri = one(
-                conn.execute(
-                    "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks,"
-                    " kb.document_uri(kb, doc_key) from kb.get_document(%s, %s, %s, %s)",
-                    [doc_id, kb, chunk_index, window],
+        with self.slot():
+            with (
+                self._pooled() as conn,
+                _db_errors(self.config.options.statement_timeout_ms, "get_document"),
+                self.metrics.timed("document", "sql"),
+                self.acting(conn, user),
+            ):
+                kb_name, doc_key, title, source_url, chunk_count, updated, chunks, uri = one(
+                    conn.execute(
+                        "select kb, doc_key, title, source_url, chunk_count, updated_at, chunks,"
+                        " kb.document_uri(kb, doc_key) from kb.get_document(%s, %s, %s, %s)",
+                        [doc_id, kb, chunk_index, window],
+                    )
                 )
-            )
+            shown = [
+                {
+                    "chunk_index": c["chunk_index"],
+                    "heading_path": c["heading_path"],
+                    "chunk_type": c["chunk_type"],
+                    "content": c["content"],
+                }
+                for c in chunks
+            ]
+            if shape is not None:
+                shown = shape(shown)
         return {
             "kb": kb_name,
             "doc_id": doc_key,
@@ -429,15 +454,7 @@ class Backend:
             "uri": uri,
             "chunk_count": chunk_count,
             "updated_at": updated.isoformat(),
-            "chunks": [
-                {
-                    "chunk_index": c["chunk_index"],
-                    "heading_path": c["heading_path"],
-                    "chunk_type": c["chunk_type"],
-                    "content": c["content"],
-                }
-                for c in chunks
-            ],
+            "chunks": shown,
         }
 
     def ask(self, user: str | None, question: str, top_k: int, kb: str | None, also: list[str] | None = None) -> dict:

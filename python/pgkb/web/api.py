@@ -14,6 +14,8 @@ exist), 501 for /api/ask while the database has no kb.ask, 503 when the database
   query term by the database's tokenizer), so the page highlights without parsing markup.
 - ``POST /api/document`` ``{"kb", "doc_id", "chunk_index"? (-1: whole), "window"? (0..20)}`` -> kb.get_document,
   each chunk with ``content_html``: its Markdown as HTML (pgkb.web.markdown: no raw HTML, http(s) / kb:// links).
+  At most DOCUMENT_CHARS characters of chunks, those nearest chunk_index (``chunk_count``: how many there are);
+  the rendering holds one of the server's call slots, like a search.
 - ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20), "also"?}`` -> kb.ask's row: ``{answer, found, citations:
   [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote}], mode, model, ...,
   notes, answer_html}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical
@@ -45,6 +47,7 @@ from pgkb.web import markdown
 from pgkb.web.http import RequestError, json_response, read_json
 
 SNIPPET_CHARS = 240
+DOCUMENT_CHARS = 200_000  # of chunk text in one /api/document answer (a whole document may hold 100,000 chunks)
 MARKS = ("\ue000", "\ue001")  # private-use characters: kb.snippet's marks, removed from contents first
 
 
@@ -99,6 +102,22 @@ def _phrasings(body: dict) -> list[str] | None:
         return check_phrasings(body.get("also"), MAX_ARGUMENT_CHARS)
     except ServiceError as e:
         raise RequestError(400, str(e)) from None
+
+
+def shown_chunks(chunks: list[dict], chunk_index: int) -> list[dict]:
+    """The chunks one /api/document answer carries, in order, each with its ``content_html``: those nearest
+    chunk_index (-1: the first ones) while their text stays within DOCUMENT_CHARS (at least one), rendered
+    by pgkb.web.markdown.render_all (bounded work). ``chunk_count`` tells the page how many there are."""
+    nearest = sorted(range(len(chunks)), key=lambda i: (abs(chunks[i]["chunk_index"] - chunk_index), i))
+    kept, size = set(), 0
+    for i in nearest:
+        size += len(chunks[i]["content"] or "")
+        if kept and size > DOCUMENT_CHARS:
+            break
+        kept.add(i)
+    shown = [chunks[i] for i in sorted(kept)]
+    rendered = markdown.render_all([c["content"] for c in shown])
+    return [{**c, "content_html": h} for c, h in zip(shown, rendered, strict=True)]
 
 
 def routes(backend):
@@ -178,8 +197,7 @@ def routes(backend):
         kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         chunk_index = _int(body, "chunk_index", -1, -1, MAX_CHUNK_INDEX)
         window = _int(body, "window", 2, 0, MAX_WINDOW)
-        doc = backend.document(user, doc_id, kb, chunk_index, window)
-        return {**doc, "chunks": [{**c, "content_html": markdown.render(c["content"])} for c in doc["chunks"]]}
+        return backend.document(user, doc_id, kb, chunk_index, window, shape=lambda c: shown_chunks(c, chunk_index))
 
     def ask(user: str, body: dict) -> dict:
         question = _text(body, "question", MAX_ARGUMENT_CHARS, required=True)

@@ -16,6 +16,9 @@ LINK_SCHEMES = ("http://", "https://", "kb://")
 # rendering costs grow with a text's shape (a table thousands of columns wide): longer texts are shown as
 # plain, escaped text, so one request's rendering stays bounded whatever a knowledge base holds
 MAX_RENDERED_CHARS = 8000
+# what one request renders as Markdown (render_all): markdown-it is linear in its input, but at about 7.5 µs a
+# character for the costliest shapes (a run of "["), so 64,000 characters cost at most about half a second
+RENDER_BUDGET_CHARS = 64_000
 _MARKER = re.compile(r"\[(\d{1,6})\]")
 
 
@@ -63,15 +66,41 @@ def _cite(children: list[Token], numbers: Collection[int]) -> list[Token]:
     return out
 
 
+def _plain(text: str) -> str:
+    return f'<pre class="plain">{html.escape(text)}</pre>\n'
+
+
+def _deepest(tokens: list[Token]) -> int:
+    """The deepest nesting level of tokens and their inline children."""
+    return max((t.level + max((c.level for c in t.children or []), default=0) for t in tokens), default=0)
+
+
 def render(text: str | None, citations: Collection[int] = ()) -> str:
     """HTML for Markdown ``text``; [n] for n in ``citations`` becomes a link to that citation. A text longer
-    than MAX_RENDERED_CHARS is its escaped self in a <pre>."""
+    than MAX_RENDERED_CHARS, or nested as deep as markdown-it's maxNesting (which drops what lies deeper), is
+    its escaped self in a <pre>: nothing of a text is ever left out."""
     text = text or ""
     if len(text) > MAX_RENDERED_CHARS:
-        return f'<pre class="plain">{html.escape(text)}</pre>\n'
+        return _plain(text)
     tokens = _MD.parse(text)
+    if _deepest(tokens) >= _MD.options["maxNesting"] - 1:
+        return _plain(text)
     if citations:
         for token in tokens:
             if token.type == "inline" and token.children:
                 token.children = _cite(token.children, citations)
     return _MD.renderer.render(tokens, _MD.options, {})
+
+
+def render_all(texts: list[str]) -> list[str]:
+    """HTML for each of ``texts``, as :func:`render` gives it while RENDER_BUDGET_CHARS last (in order), and
+    as escaped text after that: what one request renders is bounded whatever a document holds."""
+    out, budget = [], RENDER_BUDGET_CHARS
+    for text in texts:
+        text = text or ""
+        if len(text) <= budget:
+            out.append(render(text))
+            budget -= len(text)
+        else:
+            out.append(_plain(text))
+    return out
