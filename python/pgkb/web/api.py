@@ -109,7 +109,8 @@ def shown_chunks(chunks: list[dict], chunk_index: int) -> list[dict]:
     chunk_index (-1: the first ones) while their text stays within DOCUMENT_CHARS (at least one), rendered
     by pgkb.web.markdown.render_all (bounded work). ``chunk_count`` tells the page how many there are."""
     nearest = sorted(range(len(chunks)), key=lambda i: (abs(chunks[i]["chunk_index"] - chunk_index), i))
-    kept, size = set(), 0
+    kept: set[int] = set()
+    size = 0
     for i in nearest:
         size += len(chunks[i]["content"] or "")
         if kept and size > DOCUMENT_CHARS:
