@@ -54,7 +54,7 @@ begin
         raise exception 'API keys are made by the user''s own login or an administrator, not through pgkb.acting_user'
             using errcode = 'insufficient_privilege';
     end if;
-    if key_name is null or key_name = '' then
+    if key_name is null or kb_internal.is_blank(key_name) then
         raise exception 'an API key needs a name (what it is for, e.g. laptop or dify)'
             using errcode = 'invalid_parameter_value';
     end if;
@@ -109,25 +109,37 @@ end
 $$;
 
 -- Revoke an API key by its key_id (16 hex digits, as kb.list_api_keys shows it): the caller's own, or
--- any for administrators. Another user's key and an unknown one give the same error. Revoking twice keeps
--- the first time. Returns when the key was revoked; servers refuse it from then on.
+-- any for administrators. Another user's key and an unknown one give the same error and read the same rows.
+-- Revoking twice keeps the first time. Returns when the key was
+-- revoked; servers refuse it from then on. A whole key is refused without being echoed (see below for the log).
 create or replace function kb.revoke_api_key(key_id text)
 returns timestamptz
 language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    owner_id bigint;
+    me bigint;
+    found_id text;
     revoked timestamptz;
 begin
+    if key_id ~ 'pgkb_[0-9a-f]{16}_' then
+        raise exception 'that is a whole API key, not its id: pass only the 16 hexadecimal digits after "pgkb_"'
+            using errcode = 'invalid_parameter_value';
+    end if;
     if key_id is null or key_id !~ '^[0-9a-f]{16}$' then
         -- never echoed: it may be a whole key pasted by mistake
         raise exception 'an API key id is 16 lower-case hexadecimal digits (key_id of kb.list_api_keys)'
             using errcode = 'invalid_parameter_value';
     end if;
-    select k.user_id into owner_id from kb.api_keys as k where k.key_id = revoke_api_key.key_id for update;
-    -- a caller mapped to no pgkb user (current_user_id NULL) owns nothing: coalesce, never a NULL test
-    if owner_id is null or not coalesce(kb.current_is_admin() or owner_id = kb.current_user_id(), false) then
+    me := kb.current_user_id();  -- read once, whatever the id (in the query, only when a row's id matched)
+    if coalesce(kb.current_is_admin(), false) then
+        select k.key_id into found_id from kb.api_keys as k where k.key_id = revoke_api_key.key_id for update;
+    else
+        -- by owner (key_id || '' keeps the primary key out of it): another user's key is never fetched alone
+        select k.key_id into found_id from kb.api_keys as k
+        where k.user_id = me and k.key_id || '' = revoke_api_key.key_id for update;
+    end if;
+    if found_id is null then
         raise exception 'unknown API key %', key_id using errcode = 'no_data_found',
             hint = 'SELECT key_id, name FROM kb.list_api_keys() lists yours';
     end if;
@@ -172,5 +184,16 @@ begin
         end if;
     end if;
     return (select u.name from kb.users as u where u.id = owner_id);
+end
+$$;
+
+-- A whole key passed to kb.revoke_api_key by mistake would reach the server log as the failed statement's text
+-- (log_min_error_statement): the function logs no statement. Only a superuser may set this; a migration by
+-- another role leaves it, and the README says what log_statement does to secrets.
+do $$
+begin
+    if (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
+        alter function kb.revoke_api_key(text) set log_min_error_statement = panic;
+    end if;
 end
 $$;

@@ -223,7 +223,7 @@ def test_malformed_key_ids_are_refused(world, connect_as, key_id):
     _, api_key = create(alice, None)
     before = snapshot(world)
     for attempt in (key_id, api_key):  # a whole key pasted by mistake is refused too, and never echoed
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="16 lower-case hexadecimal digits") as e:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="16 (lower-case )?hexadecimal digits") as e:
             alice.execute("select kb.revoke_api_key(%s)", [attempt])
         assert api_key not in str(e.value) and api_key[22:] not in str(e.value)
     assert snapshot(world) == before
@@ -268,3 +268,51 @@ def test_verify_writes_nothing_on_a_read_only_session_and_never_waits(world, con
     assert world.execute("select last_used_at from kb.api_keys").fetchone()[0] is None
     assert verify(svc, api_key) == "alice"
     assert world.execute("select last_used_at from kb.api_keys").fetchone()[0] is not None
+
+
+def test_a_blank_name_is_refused_however_it_is_blank(world, connect_as):
+    """Issue 32, finding 6a: a name of a zero-width space was accepted (U+3000 alone was refused)."""
+    alice = connect_as("alice")
+    for name in ("\u200b", "\u3000", " \u200b\ufeff ", "\u2060"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs a name"):
+            create(alice, None, name)
+    assert snapshot(world) == []
+
+
+def counters(conn) -> tuple:
+    return conn.execute(
+        "select coalesce(sum(seq_tup_read), 0), coalesce(sum(idx_tup_fetch), 0), coalesce(sum(idx_scan), 0)"
+        " from pg_stat_xact_user_tables where schemaname = 'kb' and relname in ('api_keys', 'users')"
+    ).fetchone()
+
+
+def test_revoking_another_users_key_reads_what_an_unknown_id_reads(world, connect_as):
+    """Issue 32, finding 6b: bob's key id fetched an api_keys row (and 5 users rows) where an unknown id fetched
+    none: the same error, but the counters told that the id exists."""
+    alice, bob = connect_as("alice"), connect_as("bob")
+    create(alice, None, "mine")
+    bob_id, _ = create(bob, None)
+    seen = []
+    for key_id in ("0123456789abcdef", bob_id, "0123456789abcdef", bob_id):
+        with alice.transaction():
+            before = counters(alice)
+            with pytest.raises(psycopg.errors.NoDataFound):
+                with alice.transaction():
+                    alice.execute("select kb.revoke_api_key(%s)", [key_id])
+            seen.append(tuple(b - a for a, b in zip(before, counters(alice), strict=True)))
+    assert seen[1] == seen[2] == seen[3], seen  # the first call also reads the session's first lookups
+
+
+def test_a_whole_key_is_refused_and_never_logged(world, connect_as):
+    """Issue 32, finding 6c: a whole key pasted into kb.revoke_api_key was written to the server log as the failed
+    statement's text. It is refused by name, and the function logs no statement."""
+    alice = connect_as("alice")
+    key_id, api_key = create(alice, None)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="whole API key") as e:
+        alice.execute(f"select kb.revoke_api_key('{api_key}')")
+    assert api_key not in str(e.value) and KEY.fullmatch(api_key).group(2) not in str(e.value)
+    assert listed(alice)[key_id][2] == "active"
+    superuser = world.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
+    log = world.execute("select pg_read_file(coalesce(pg_current_logfile(), 'server.log'))").fetchone()[0]
+    if superuser:
+        assert KEY.fullmatch(api_key).group(2) not in log
