@@ -440,9 +440,7 @@ def test_lost_database_aborts_with_the_summary_so_far(db, docs):
 
 
 def test_cli_json_summary_when_the_embedding_endpoint_is_down(db, docs, dead_embedding_url):
-    env = dict(
-        os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_embedding_url
-    )
+    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn, PGKB_EMBED_PROVIDER="http", PGKB_EMBED_URL=dead_embedding_url)
     cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--json"]
     result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 1, result.stderr

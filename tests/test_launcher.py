@@ -97,7 +97,11 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
         admin_url = pgkb(env, "db", "url", timeout=60).stdout.strip()
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute("select kb.create_knowledge_base('admin-secret', 'private')")
-        server_env = {**env, "PGKB_EMBED_PROVIDER": "http", "PGKB_EMBED_URL": f"http://127.0.0.1:{embed_port}/v1/embeddings"}
+        server_env = {
+            **env,
+            "PGKB_EMBED_PROVIDER": "http",
+            "PGKB_EMBED_URL": f"http://127.0.0.1:{embed_port}/v1/embeddings",
+        }
         params = StdioServerParameters(command=sys.executable, args=["-m", "pgkb.cli", "mcp"], env=server_env)
         async with Client(params, read_timeout_seconds=60) as client:
             result = await client.call_tool("list_knowledge_bases", {})

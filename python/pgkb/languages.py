@@ -34,8 +34,7 @@ def advice(profile: dict | None) -> str:
         )
     if main == "en":
         return (
-            f"The knowledge is {words}: write `query` in English, and put the wording in the user's language "
-            "in `also`."
+            f"The knowledge is {words}: write `query` in English, and put the wording in the user's language in `also`."
         )
     return (
         f"The knowledge is {words}: write `query` in the user's language and put its translation (Chinese or "

@@ -163,8 +163,7 @@ def test_locale_encoding_and_trigrams(make_cluster: Callable[[], EmbeddedCluster
         assert conn.execute("SHOW server_encoding").fetchone()[0] == "UTF8"
         assert conn.execute("SHOW listen_addresses").fetchone()[0] == ""
         row = conn.execute(
-            "SELECT pg_encoding_to_char(encoding), datctype FROM pg_database"
-            " WHERE datname = current_database()"
+            "SELECT pg_encoding_to_char(encoding), datctype FROM pg_database WHERE datname = current_database()"
         ).fetchone()
         assert row == ("UTF8", "C.UTF-8")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")

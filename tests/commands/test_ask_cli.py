@@ -92,9 +92,7 @@ def test_streamed_answer_arrives_before_the_call_ends(kbdb, fake_chat):
     arrivals: list[tuple[float, str]] = []
     started = time.monotonic()
     settings = Settings(None, Path("."), embed_provider="http", embed_url=embed_url(kbdb))
-    row = ask(
-        kbdb, settings, "退款多久到账", kb="team-docs", on_delta=lambda d: arrivals.append((time.monotonic(), d))
-    )
+    row = ask(kbdb, settings, "退款多久到账", kb="team-docs", on_delta=lambda d: arrivals.append((time.monotonic(), d)))
     ended = time.monotonic()
     assert row["mode"] == "llm" and row["found"] is True and chat.requests[0]["stream"] is True
     assert len(arrivals) >= 3 and "".join(d for _, d in arrivals) == row["answer"]

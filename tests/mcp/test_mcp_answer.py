@@ -165,7 +165,10 @@ def test_tools_say_lexical_only_show_titles_once_and_sources_people_can_open(ask
     async def main():
         async with Client(
             stdio_params(
-                ask_world, PGKB_USER="alice", PGKB_MCP_EMBED_TIMEOUT_MS="120000", PGKB_EMBED_PROVIDER="http",
+                ask_world,
+                PGKB_USER="alice",
+                PGKB_MCP_EMBED_TIMEOUT_MS="120000",
+                PGKB_EMBED_PROVIDER="http",
                 PGKB_EMBED_URL=dead_embedding_url,
             ),
             read_timeout_seconds=60,

@@ -291,6 +291,7 @@ def _alive(pid: int) -> bool:
 
 # ------------------------------------------------------------------------------- fingerprints and checks
 
+
 def snapshot(admin: psycopg.Connection) -> dict[str, tuple[int, str]]:
     """(row count, md5 of every row's text) per kb table (all of them, from the catalog): equal snapshots =
     nothing changed."""

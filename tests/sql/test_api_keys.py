@@ -296,9 +296,8 @@ def test_revoking_another_users_key_reads_what_an_unknown_id_reads(world, connec
     for key_id in ("0123456789abcdef", bob_id, "0123456789abcdef", bob_id):
         with alice.transaction():
             before = counters(alice)
-            with pytest.raises(psycopg.errors.NoDataFound):
-                with alice.transaction():
-                    alice.execute("select kb.revoke_api_key(%s)", [key_id])
+            with pytest.raises(psycopg.errors.NoDataFound), alice.transaction():
+                alice.execute("select kb.revoke_api_key(%s)", [key_id])
             seen.append(tuple(b - a for a, b in zip(before, counters(alice), strict=True)))
     assert seen[1] == seen[2] == seen[3], seen  # the first call also reads the session's first lookups
 

@@ -171,9 +171,7 @@ def test_store_embeddings_rejects_zero_and_degenerate_vectors(db):
     before = snapshot(db)
     for bad in (np.zeros(384), np.full(384, 1e-25), np.r_[1e20, np.zeros(383)]):
         with pytest.raises(psycopg.errors.DataException, match=r"embeddings\[2\] has a zero or degenerate norm"):
-            db.execute(
-                "select kb.store_embeddings('multilingual-e5-small', %s, %s)", [ids, [good, Vector(bad)]]
-            )
+            db.execute("select kb.store_embeddings('multilingual-e5-small', %s, %s)", [ids, [good, Vector(bad)]])
     with pytest.raises(psycopg.errors.DataException, match="NaN not allowed"):
         db.execute("select kb.store_embeddings(null, %s, %s)", [ids[:1], [Vector(np.full(384, np.nan))]])
     for args, message in [
@@ -329,6 +327,9 @@ def test_concurrent_first_writes_create_the_knowledge_base_once(db):
     for t in threads:
         t.join()
     assert errors == []
-    assert db.execute(
-        "select count(*) from kb.documents d join kb.knowledge_bases k on k.id = d.kb_id where k.name = 'fresh-kb'"
-    ).fetchone()[0] == 4
+    assert (
+        db.execute(
+            "select count(*) from kb.documents d join kb.knowledge_bases k on k.id = d.kb_id where k.name = 'fresh-kb'"
+        ).fetchone()[0]
+        == 4
+    )

@@ -520,10 +520,13 @@ def test_numpy_and_sql_legs_read_wide_blocks_alike(db):
         ).fetchone()[0]
         > 0
     )
-    assert db.execute(
-        "select count(*) from kb.postings where octet_length(payload) / n"
-        " = (select tf_bytes + dl_bytes from kb_internal.posting_fields(tier)) + 8"
-    ).fetchone()[0] > 0
+    assert (
+        db.execute(
+            "select count(*) from kb.postings where octet_length(payload) / n"
+            " = (select tf_bytes + dl_bytes from kb_internal.posting_fields(tier)) + 8"
+        ).fetchone()[0]
+        > 0
+    )
     ids = kb_ids(db, "kb-wide")
     for query in ("wide w0 w1", "long7 wide w3", "w0 w1 w2 w3 w4 long1"):
         want = db.execute(SCAN, [query, ids, 20, 1.2, 0.75]).fetchall()
@@ -754,6 +757,7 @@ def test_builders_agree_at_every_gap_width(db):
         want = db.execute(SCAN, [query, [kb], 30, 1.2, 0.75]).fetchall()
         assert_same_ranking(db.execute(LEG, [query, [kb], 30, 1.2, 0.75]).fetchall(), want)
         assert_same_ranking(db.execute(NUMPY, [query, [kb], 30, 1.2, 0.75]).fetchall(), want)
+
 
 @pytest.mark.slow
 def test_numpy_and_sql_builders_write_the_same_rows(db):

@@ -495,10 +495,12 @@ def test_callable_functions_reach_kb_internal_as_its_owner(db):
         [list(CALLABLE_SCHEMAS)],
     ).fetchall()
     assert invokers == []
-    assert db.execute(  # the check sees the callers of kb_internal there are
-        "select count(*) from pg_proc where pronamespace = 'kb'::regnamespace and prosrc like '%kb\\_internal.%'"
-    ).fetchone()[0] > 10
-
+    assert (
+        db.execute(  # the check sees the callers of kb_internal there are
+            "select count(*) from pg_proc where pronamespace = 'kb'::regnamespace and prosrc like '%kb\\_internal.%'"
+        ).fetchone()[0]
+        > 10
+    )
 
 
 def test_public_helpers_work_for_users(world, as_):

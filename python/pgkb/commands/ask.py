@@ -24,7 +24,10 @@ def register(sub) -> None:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print kb.ask's row as one JSON object")
     parser.add_argument(
-        "--also", action="append", default=None, metavar="PHRASING",
+        "--also",
+        action="append",
+        default=None,
+        metavar="PHRASING",
         help="another phrasing of the question, e.g. its translation into the knowledge's language (repeatable)",
     )
     parser.add_argument(

@@ -46,7 +46,14 @@ def run(args, settings) -> int:
     with connect(read_database_url(settings)) as conn:  # PGKB_READ_DATABASE_URL when set
         try:
             response = search(
-                conn, settings, args.query, args.top_k, args.kb, reranker=reranker, user=args.user, options=options,
+                conn,
+                settings,
+                args.query,
+                args.top_k,
+                args.kb,
+                reranker=reranker,
+                user=args.user,
+                options=options,
                 also=args.also,
             )
         except ValueError as e:

@@ -395,8 +395,14 @@ def as_json(report: Report, default: str | None = None) -> dict[str, Any]:
         else None,
         "seconds": report.seconds,
         "questions": [
-            {"id": a.query.id, "evidence": a.evidence, "hidden_evidence": a.hidden_evidence,
-             "strict_evidence": a.strict_evidence, "strict_hits": a.strict_hits, "retrieved": a.retrieved}
+            {
+                "id": a.query.id,
+                "evidence": a.evidence,
+                "hidden_evidence": a.hidden_evidence,
+                "strict_evidence": a.strict_evidence,
+                "strict_hits": a.strict_hits,
+                "retrieved": a.retrieved,
+            }
             for a in report.asked
         ],  # fmt: skip
     }

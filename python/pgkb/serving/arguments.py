@@ -80,8 +80,7 @@ def check_int(name: str, value: object, low: int, high: int | None = None) -> in
 # (kb.check_search_input, kb.limits() phrasings); this bounds what is read before asking it.
 MAX_PHRASINGS_READ = 16
 ALSO_DESCRIPTION = (
-    "other phrasings of the same question, e.g. its translation into the knowledge's language "
-    "(at most 3; [] = none)"
+    "other phrasings of the same question, e.g. its translation into the knowledge's language (at most 3; [] = none)"
 )
 
 
