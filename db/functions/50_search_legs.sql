@@ -13,7 +13,9 @@
 -- (btree on model_id, kb_id) answers instead, so a small slice is searched exactly whatever n is, and
 -- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
 -- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
--- is back when the leg returns.
+-- is back when the leg returns. The planner's enable_* switches and cost constants are pinned (to PostgreSQL's
+-- defaults): the plan, and the rows it reads, never follow a caller's settings, which could steer a small
+-- visible slice onto the shared HNSW index, whose reads then depend on other knowledge bases' rows near the query.
 create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -21,6 +23,24 @@ returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
+set enable_seqscan = on
+set enable_indexscan = on
+set enable_indexonlyscan = on
+set enable_bitmapscan = on
+set enable_sort = on
+set enable_incremental_sort = on
+set enable_nestloop = on
+set enable_hashjoin = on
+set enable_mergejoin = on
+set enable_material = on
+set enable_memoize = on
+set enable_hashagg = on
+set seq_page_cost = 1
+set random_page_cost = 4
+set cpu_tuple_cost = 0.01
+set cpu_index_tuple_cost = 0.005
+set cpu_operator_cost = 0.0025
+set effective_cache_size = '4GB'
 as $$
 declare
     -- %3$s is empty for the HNSW scan; ' + 0, e.chunk_id' orders by an expression the index cannot serve

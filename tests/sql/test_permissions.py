@@ -866,3 +866,58 @@ def test_team_member_cannot_change_visibility_of_team_kb(world, as_, visibility)
         as_("bob").execute("select kb.create_knowledge_base('eng-team', %s)", [visibility])
     assert snapshot(world) == before
     assert search_markers(as_("carol"), "lexical_search") == VISIBLE["carol"]
+
+
+def test_the_vector_legs_reads_ignore_the_callers_planner_settings(db, connect_as):
+    """Issue 32, finding 3: with enable_seqscan, enable_sort and enable_bitmapscan off, alice's vector search
+    took the HNSW index, which returned bob's private rows near her vector to be filtered out: kb.embeddings
+    fetched 70 rows while bob's 30 chunks lay near it, 40 once they were moved away. The leg pins its plan."""
+    rng = np.random.default_rng(32)
+    near = rng.normal(size=DIM)
+
+    def around(center, n: int, spread: float) -> list[list[float]]:
+        return [list(map(float, center + spread * rng.normal(size=DIM))) for _ in range(n)]
+
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute("select kb.create_user('bob', 'bob')")
+    db.execute("select kb.create_knowledge_base('open', 'public')")
+    db.execute("select kb.create_knowledge_base('bobs', 'private', owner => 'bob')")
+    far = rng.normal(size=DIM)
+    for kb, center, n in (("open", far, 40), ("bobs", near, 30)):
+        chunks = [{"content": f"{kb} chunk {i}", "embedding": v} for i, v in enumerate(around(center, n, 0.2))]
+        db.execute("select kb.replace_document(%s, 'd.md', 'd', %s::jsonb)", [kb, json.dumps(chunks)])
+    db.execute("analyze kb.embeddings")
+    alice = connect_as("alice")
+    for setting in ("enable_seqscan", "enable_sort", "enable_bitmapscan"):
+        alice.execute(f"set {setting} = off")
+    alice.execute("set cpu_operator_cost = 100")  # a distance computed for each row looks dear
+    counters = (
+        "select coalesce(sum(seq_tup_read), 0), coalesce(sum(idx_tup_fetch), 0) from pg_stat_xact_user_tables"
+        " where schemaname = 'kb' and relname = 'embeddings'"
+    )
+    query = Vector(np.array(near, dtype=np.float32))
+
+    calls = (
+        "select kb from kb.vector_search('x', 10, query_embedding => %s)",
+        "select kb from kb.hybrid_search('x', 10, query_embedding => %s)",
+        "select knowledge_base from kb.retrieve('x', 10, query_embedding => %s)",
+        "select 'open' from kb.ask('x', 10, query_embedding => %s)",
+    )
+
+    def reads() -> list[tuple]:
+        seen = []
+        for sql in calls:
+            with alice.transaction():
+                before = alice.execute(counters).fetchone()
+                hits = alice.execute(sql, [query]).fetchall()
+                after = alice.execute(counters).fetchone()
+            assert {h[0] for h in hits} <= {"open"}, sql
+            seen.append(tuple(b - a for a, b in zip(before, after, strict=True)))
+        return seen
+
+    reads()  # warm caches and plans alike
+    while_near = reads()
+    away = Vector(np.array(-near, dtype=np.float32))
+    bobs = "(select id from kb.knowledge_bases where name = 'bobs')"
+    db.execute(f"update kb.embeddings set embedding = %s where kb_id = {bobs}", [away])
+    assert reads() == while_near
