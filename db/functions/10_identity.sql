@@ -297,15 +297,21 @@ begin
         raise exception 'session user % is not a pgkb user and may not create knowledge bases', session_user
             using errcode = 'insufficient_privilege';
     end if;
-    if team is not null then
+    if team is not null and kb.current_is_admin() then
         team_uid := (select t.id from kb.teams as t where t.name = team);
         if team_uid is null then
             raise exception 'unknown team "%"', team using errcode = 'no_data_found';
         end if;
-        if not kb.current_is_admin() and not exists (
-            select from kb.memberships as m where m.team_id = team_uid and m.user_id = owner_uid
-        ) then
-            raise exception 'you are not a member of team "%"', team using errcode = 'insufficient_privilege';
+    elsif team is not null then
+        -- among the caller's own teams only (their memberships first; t.name || '': never the teams' name index),
+        -- so a team the caller is not in and one that does not exist read the same rows and give the same error
+        team_uid := (
+            select t.id from kb.teams as t
+            where t.id = any(array(select m.team_id from kb.memberships as m where m.user_id = owner_uid))
+                and t.name || '' = team
+        );
+        if team_uid is null then
+            raise exception 'you are not a member of a team "%"', left(team, 200) using errcode = 'insufficient_privilege';
         end if;
     end if;
     if visibility = 'team' and team_uid is null then

@@ -24,15 +24,16 @@ begin
 end
 $$;
 
--- The address of a document that whoever it is shown to can open: its source_url when that is a web
--- address (scheme://..., other than file://), else NULL -- clients then show kb://<kb>/<doc_key>. A path on
--- the server (what `pgkb ingest` records without --base-url) never leaves the database through a read.
+-- The address of a document that whoever it is shown to can open: its source_url when that is an http(s)
+-- address with a host (no white space or control character anywhere), else NULL -- clients then show
+-- kb://<kb>/<doc_key>. A path on the server (what `pgkb ingest` records without --base-url) never leaves the
+-- database through a read, nor does a script address (javascript://%0A..., data:, vbscript:) a link would run.
 create or replace function kb_internal.openable_source(source_url text)
 returns text
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when source_url ~* '^[a-z][a-z0-9+.-]+://\S' and source_url !~* '^file:' then source_url end
+    select case when source_url ~* '^https?://[a-z0-9\[]' and source_url !~ '[[:space:][:cntrl:]]' then source_url end
 $$;
 
 -- The kb:// URI a reader is shown for a document, kb://<kb>/<doc_key>: the one place it is built (search

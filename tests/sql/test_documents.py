@@ -333,3 +333,29 @@ def test_concurrent_first_writes_create_the_knowledge_base_once(db):
         ).fetchone()[0]
         == 4
     )
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("https://wiki.example.com/a b", None),
+        ("javascript://%0Aalert(document.domain)", None),
+        ("JAVASCRIPT://x", None),
+        ("data:text/html,<script>alert(1)</script>", None),
+        ("vbscript://x", None),
+        ("file:///etc/passwd", None),
+        ("/srv/docs/a.md", None),
+        ("https://", None),
+        ("https://wiki.example.com/x\n", None),
+        ("http://[::1]:8080/a", "http://[::1]:8080/a"),
+        ("HTTPS://wiki.example.com/a?b=c#d", "HTTPS://wiki.example.com/a?b=c#d"),
+    ],
+)
+def test_only_web_addresses_reach_readers(db, url, shown):
+    """Issue 32, finding 6f: source_url 'javascript://%0Aalert(document.domain)' passed the web-address rule and
+    reached readers as the source of search results, MCP, citations and Dify records."""
+    db.execute("select kb.create_knowledge_base('links', 'public')")
+    chunks = '[{"content": "linkprobe text"}]'
+    db.execute("select kb.replace_document('links', 'a.md', 'a', %s, source_url => %s)", [chunks, url])
+    assert db.execute("select source_url from kb.hybrid_search('linkprobe')").fetchone()[0] == shown
+    assert db.execute("select source_url from kb.get_document('a.md', 'links')").fetchone()[0] == shown

@@ -921,3 +921,30 @@ def test_the_vector_legs_reads_ignore_the_callers_planner_settings(db, connect_a
     bobs = "(select id from kb.knowledge_bases where name = 'bobs')"
     db.execute(f"update kb.embeddings set embedding = %s where kb_id = {bobs}", [away])
     assert reads() == while_near
+
+
+def test_a_team_one_is_not_in_reads_like_a_missing_one(world, as_):
+    """Issue 32, finding 6g: creating a knowledge base for team eng said "not a member", for a missing team
+    "unknown team": team names were an oracle. Now one error, and the same rows read."""
+    conn = as_("carol")  # not in eng
+    counters = (
+        "select relname, seq_tup_read, idx_scan, idx_tup_fetch from pg_stat_xact_user_tables"
+        " where schemaname = 'kb' order by 1"
+    )
+
+    def observe(team: str) -> tuple:
+        with conn.transaction():
+            before = conn.execute(counters).fetchall()
+            with pytest.raises(psycopg.Error) as e, conn.transaction():
+                conn.execute("select kb.create_knowledge_base('carols', 'team', team => %s)", [team])
+            after = conn.execute(counters).fetchall()
+        reads = [
+            (b[0], *(y - x for x, y in zip(b[1:], a[1:], strict=True))) for b, a in zip(before, after, strict=True)
+        ]
+        return type(e.value), str(e.value).replace(team, "T"), reads
+
+    observe("eng")
+    seen = observe("eng"), observe("no-such-team")
+    assert seen[0] == seen[1], [[r for r in s[2] if any(r[1:])] for s in seen]
+    alice = as_("alice")  # a member still can
+    assert alice.execute("select kb.create_knowledge_base('alices-eng', 'team', team => 'eng')").fetchone()[0]
