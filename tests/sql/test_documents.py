@@ -356,6 +356,6 @@ def test_only_web_addresses_reach_readers(db, url, shown):
     reached readers as the source of search results, MCP, citations and Dify records."""
     db.execute("select kb.create_knowledge_base('links', 'public')")
     chunks = '[{"content": "linkprobe text"}]'
-    db.execute("select kb.replace_document('links', 'a.md', 'a', %s, source_url => %s)", [chunks, url])
+    db.execute("select kb.replace_document('links', 'a.md', 'a', %s::jsonb, source_url => %s)", [chunks, url])
     assert db.execute("select source_url from kb.hybrid_search('linkprobe')").fetchone()[0] == shown
     assert db.execute("select source_url from kb.get_document('a.md', 'links')").fetchone()[0] == shown
