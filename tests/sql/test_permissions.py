@@ -94,14 +94,14 @@ TABLES = [
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
 KNOWLEDGE_TABLES = [t for t in TABLES if t not in ("embedding_models", "schema_migrations")]
 CALLABLE_SCHEMAS = ("kb", "kb_service", "kb_admin")  # the rest of SCHEMAS, kb_internal, is its owner's alone
-README = Path(__file__).resolve().parents[2] / "README.md"
+SQL_API_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "sql-api.md"
 
 
 def documented_api() -> dict[str, set[str]]:
-    """The functions README.md's SQL API section names, by schema: kb's (the public API), kb_service's (the
-    servers') and kb_admin's (the administrators')."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("\n## SQL API\n") : text.index("\n### Writing documents\n")]
+    """The functions docs/sql-api.md's section "Who may call what" names, by schema: kb's (the public API),
+    kb_service's (the servers') and kb_admin's (the administrators')."""
+    text = SQL_API_GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("\n## Who may call what\n") : text.index("\n## Writing documents\n")]
     api: dict[str, set[str]] = {schema: set() for schema in CALLABLE_SCHEMAS}
     for schema, name in re.findall(r"`(kb|kb_service|kb_admin)\.([a-z0-9_]+)`", section):
         api[schema].add(name)
@@ -443,10 +443,10 @@ def test_internal_functions_are_not_executable(world, as_, principal, call):
         as_(principal).execute(call, {"v": QUERY_VEC})
 
 
-def test_the_readme_lists_what_each_callable_schema_holds(db):
-    """kb, kb_service and kb_admin hold exactly the functions README.md's SQL API section names (the one list
-    of them; 90_grants.sql grants by schema): a function added to one of them is callable on purpose, or it
-    belongs in kb_internal."""
+def test_the_sql_api_guide_lists_what_each_callable_schema_holds(db):
+    """kb, kb_service and kb_admin hold exactly the functions docs/sql-api.md's section "Who may call what"
+    names (the one list of them; 90_grants.sql grants by schema): a function added to one of them is callable
+    on purpose, or it belongs in kb_internal."""
     api = documented_api()
     assert len(api["kb"]) > 50 and api["kb_service"] and api["kb_admin"]
     for schema in CALLABLE_SCHEMAS:
