@@ -35,7 +35,7 @@ stop:
 ## is a failure)
 test: setup-dev lint typecheck pytest
 
-## check: the fast tier while you work: the same minus the tests marked slow or reliability (README, Tests)
+## check: the fast tier while you work: the same minus the tests marked slow or reliability (docs/development.md, Tests)
 check: PYTEST_ARGS = -m "not slow and not reliability"
 check: setup-dev lint typecheck pytest
 

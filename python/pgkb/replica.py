@@ -3,7 +3,7 @@
 ``pgkb db replica add`` copies the running embedded cluster (the *primary*) with ``pg_basebackup``
 through a physical replication slot, so the primary keeps every WAL segment a replica still needs, and
 starts the copy as a hot standby (``standby.signal``, ``primary_conninfo``, ``primary_slot_name``): it
-answers read-only queries -- every pgkb read, see README "Read replicas" -- and replays the primary's
+answers read-only queries -- every pgkb read, see docs/operations.md, "Read replicas" -- and replays the primary's
 writes within milliseconds. Like the primary, a replica listens on a unix socket only
 (``/tmp/pgkb-<uid>-<port>``) and, when pgkb runs as root, runs as the ``postgres`` OS user.
 

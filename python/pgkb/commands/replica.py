@@ -1,5 +1,6 @@
 """`pgkb db replica add [NAME] [--port N] | list [--json] | remove NAME`: read replicas (hot standbys) of the
-embedded cluster, see pgkb.replica. For a replica of another server, README "Read replicas" lists the steps."""
+embedded cluster, see pgkb.replica. For a replica of another server, docs/operations.md ("A replica on another
+host") lists the steps."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def run(args, settings) -> int:
     if settings.database_url:
         print(
             "pgkb: db replica: PGKB_DATABASE_URL is set; `pgkb db replica` manages replicas of the embedded cluster "
-            '(for a replica of another server, see README "Read replicas")',
+            '(for a replica of another server, see docs/operations.md, "A replica on another host")',
             file=sys.stderr,
         )
         return 2
