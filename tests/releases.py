@@ -62,6 +62,11 @@ RELEASES = {
         "issues 21 and 23 and issue 19's hybrid costs landed: 001-030, posting ids as offsets (postings_format 2), "
         "the last release before gap-coded ids (031)",
     ),
+    "issue-32-part": Release(
+        "837e724e7b273fe3d5788e9fb1c2a6d8683142bf",
+        "issue 31's cross-language search and most of issue 32 landed: 001-032, the last release with one HNSW "
+        "index per model, before one per model and knowledge base (033)",
+    ),
 }
 
 

@@ -259,8 +259,9 @@ begin
 end
 $$;
 
--- Create a knowledge base owned by the caller (admins may name another owner), or update the
--- visibility/team/description of one the caller owns (admins: any). Returns its id.
+-- Create a knowledge base owned by the caller (admins may name another owner), with its HNSW index per
+-- model (kb_internal.create_vector_indexes), or update the visibility/team/description of one the caller
+-- owns (admins: any). Returns its id.
 create or replace function kb.create_knowledge_base(
     name text,
     visibility text default 'private',
@@ -339,6 +340,7 @@ begin
     insert into kb.knowledge_bases as k (name, visibility, owner_id, team_id, description)
     values (name, visibility, owner_uid, team_uid, coalesce(description, ''))
     returning k.id into kid;
+    perform kb_internal.create_vector_indexes(kb_id => kid);
     return kid;
 end
 $$;

@@ -28,19 +28,20 @@ begin
 end
 $$;
 
--- Name of the HNSW index that serves one model.
-create or replace function kb.hnsw_index_name(model_id integer)
+-- Name of the HNSW index that serves one model in one knowledge base.
+create or replace function kb.hnsw_index_name(model_id integer, kb_id integer)
 returns text
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select 'embeddings_hnsw_model_' || model_id
+    select 'embeddings_hnsw_model_' || model_id || '_kb_' || kb_id
 $$;
 
--- The statement that creates one model's partial HNSW expression index (cosine) with these parameters:
--- kb.register_embedding_model runs it, kb_internal.expected_indexes lists it.
+-- The statement that creates one model's partial HNSW expression index (cosine) over one knowledge base's
+-- embeddings, with these parameters: kb_internal.expected_indexes lists it, kb_internal.create_vector_indexes
+-- runs it. Only that knowledge base's rows are in it, so a scan of it never reads another's.
 create or replace function kb_internal.hnsw_index_definition(
-    model_id integer, dimension integer, m integer, ef_construction integer
+    model_id integer, kb_id integer, dimension integer, m integer, ef_construction integer
 )
 returns text
 language sql immutable strict parallel safe
@@ -48,14 +49,14 @@ set search_path = pg_catalog, pg_temp
 as $$
     select format(
         'create index if not exists %I on kb.embeddings using hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-        ' with (m = %s, ef_construction = %s) where model_id = %s',
-        kb.hnsw_index_name(model_id), dimension, m, ef_construction, model_id
+        ' with (m = %s, ef_construction = %s) where model_id = %s and kb_id = %s',
+        kb.hnsw_index_name(model_id, kb_id), dimension, m, ef_construction, model_id, kb_id
     )
 $$;
 
 -- Admin: register an embedding model (idempotent for identical settings). Creates its partial HNSW
--- expression index (cosine; m / ef_construction from the arguments or kb.settings) and queues every
--- existing chunk for backfill. make_default switches at once; otherwise call kb.use_embedding_model later.
+-- expression index in every knowledge base (cosine; m / ef_construction from the arguments, kept with the
+-- model for later knowledge bases, or kb.settings) and queues every existing chunk for backfill. make_default switches at once; otherwise call kb.use_embedding_model later.
 create or replace function kb.register_embedding_model(
     name text,
     dimension integer,
@@ -99,10 +100,15 @@ begin
         where e.id = existing.id;
         mid := existing.id;
     else
-        insert into kb.embedding_models as e (name, dimension, query_prefix, passage_prefix)
-        values (name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''))
+        insert into kb.embedding_models as e (
+            name, dimension, query_prefix, passage_prefix, hnsw_m, hnsw_ef_construction
+        )
+        values (
+            name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''),
+            register_embedding_model.hnsw_m, register_embedding_model.hnsw_ef_construction
+        )
         returning e.id into mid;
-        execute kb_internal.hnsw_index_definition(mid, dimension, m, efc);
+        perform kb_internal.create_vector_indexes(model_id => mid);
         insert into kb.embedding_queue (chunk_id, model_id, kb_id)
         select c.id, mid, c.kb_id from kb.chunks as c
         on conflict do nothing;

@@ -1,10 +1,30 @@
 -- The indexes pgkb expects: the ones db/migrations create and one HNSW index per registered embedding
--- model. Searches fall back to sequential scans without them, so `pgkb db status` reports a missing or
--- invalid one (kb_admin.index_problems) and `pgkb db migrate` re-creates it (kb_internal.restore_indexes).
+-- model and knowledge base. Searches fall back to slower scans without them, so `pgkb db status` reports a
+-- missing or invalid one (kb_admin.index_problems) and `pgkb db migrate` re-creates it
+-- (kb_internal.restore_indexes), and drops the HNSW index of a knowledge base that is gone.
 
--- Every index pgkb expects in schema kb and the statement that creates it (a model's HNSW index with the
--- current kb.settings hnsw_m / hnsw_ef_construction). Keep it in step with db/migrations: a test compares
--- it with what they create.
+-- The HNSW indexes pgkb expects, one per model and knowledge base (only kb_id's, or model_id's, when given),
+-- and the statement that creates each: with the model's hnsw_m / hnsw_ef_construction or else kb.settings'.
+create or replace function kb_internal.vector_index_definitions(kb_id integer default null, model_id integer default null)
+returns table (index_name text, definition text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select
+        kb.hnsw_index_name(m.id, k.id),
+        kb_internal.hnsw_index_definition(
+            m.id, k.id, m.dimension,
+            coalesce(m.hnsw_m, kb_internal.setting_int('hnsw_m')),
+            coalesce(m.hnsw_ef_construction, kb_internal.setting_int('hnsw_ef_construction'))
+        )
+    from kb.embedding_models as m cross join kb.knowledge_bases as k
+    where (vector_index_definitions.kb_id is null or k.id = vector_index_definitions.kb_id)
+        and (vector_index_definitions.model_id is null or m.id = vector_index_definitions.model_id)
+$$;
+
+-- Every index pgkb expects in schema kb and the statement that creates it (a model's HNSW index in each
+-- knowledge base, with the model's hnsw_m / hnsw_ef_construction or else kb.settings'). Keep it in step with
+-- db/migrations: a test compares it with what they create.
 create or replace function kb_internal.expected_indexes()
 returns table (index_name text, definition text)
 language sql stable
@@ -13,7 +33,7 @@ as $$
     select x.index_name, x.definition
     from (values
         ('memberships_user_idx', 'create index memberships_user_idx on kb.memberships (user_id)'),
-        ('chunks_kb_idx', 'create index chunks_kb_idx on kb.chunks (kb_id)'),
+        ('chunks_kb_chunk_idx', 'create index chunks_kb_chunk_idx on kb.chunks (kb_id, (id + 0))'),
         ('chunks_terms_idx', 'create index chunks_terms_idx on kb.chunks using gin (terms)'),
         (
             'term_stats_bigram_end_idx',
@@ -35,17 +55,37 @@ as $$
     -- glossary_kb_idx: a schema before migration 032 has no glossary
     where x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null
     union all
-    select
-        kb.hnsw_index_name(m.id),
-        kb_internal.hnsw_index_definition(
-            m.id, m.dimension, kb_internal.setting_int('hnsw_m'), kb_internal.setting_int('hnsw_ef_construction')
-        )
-    from kb.embedding_models as m
+    select v.index_name, v.definition from kb_internal.vector_index_definitions() as v
+$$;
+
+-- Create the HNSW indexes one knowledge base (kb_id) or one model (model_id) should have and does not;
+-- returns how many it created. kb.create_knowledge_base and kb.register_embedding_model call it. Each
+-- CREATE INDEX reads all of kb.embeddings under its SHARE lock, held to the end of the caller's
+-- transaction: writes of embeddings wait, reads go on.
+create or replace function kb_internal.create_vector_indexes(kb_id integer default null, model_id integer default null)
+returns integer
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    v record;
+    created integer := 0;
+begin
+    for v in
+        select x.index_name, x.definition from kb_internal.vector_index_definitions(kb_id, model_id) as x
+        where to_regclass('kb.' || quote_ident(x.index_name)) is null
+    loop
+        execute v.definition;
+        created := created + 1;
+    end loop;
+    return created;
+end
 $$;
 
 -- Admin: the expected indexes that are missing, or present but not valid (a failed CREATE INDEX
--- CONCURRENTLY or REINDEX leaves one that no query uses), with the statement that creates them; by name.
--- Runs as the owner, who may call kb_internal.expected_indexes.
+-- CONCURRENTLY or REINDEX leaves one that no query uses), with the statement that creates them, and the
+-- HNSW indexes of a model or knowledge base that no longer exists ('stale', with the statement that drops
+-- them); by name. Runs as the owner, who may call kb_internal.expected_indexes.
 create or replace function kb_admin.index_problems()
 returns table (index_name text, problem text, definition text)
 language sql stable security definer
@@ -60,12 +100,17 @@ as $$
         on c.relname = e.index_name and c.relnamespace = 'kb'::regnamespace and c.relkind = 'i'
     left join pg_index as i on c.oid = i.indexrelid
     where i.indexrelid is null or not (i.indisvalid and i.indisready)
-    order by e.index_name
+    union all
+    select c.relname::text, 'stale', format('drop index kb.%I', c.relname)
+    from pg_class as c
+    where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i' and c.relname ~ '^embeddings_hnsw_model_\d+_kb_\d+$'
+        and not exists (select from kb_internal.expected_indexes() as e where e.index_name = c.relname)
+    order by 1
 $$;
 
--- Re-create the missing expected indexes and rebuild the invalid ones (REINDEX keeps their own
--- definition); returns each with what was done. Takes each table's SHARE lock while it builds: reads go
--- on, writes wait.
+-- Re-create the missing expected indexes, rebuild the invalid ones (REINDEX keeps their own definition)
+-- and drop the stale ones; returns each with what was done. Takes each table's SHARE lock while it builds
+-- (reads go on, writes wait), and kb.embeddings' ACCESS EXCLUSIVE lock to drop.
 create or replace function kb_internal.restore_indexes()
 returns table (index_name text, action text)
 language plpgsql volatile
@@ -79,6 +124,10 @@ begin
             execute format('reindex index kb.%I', p.index_name);
             index_name := p.index_name;
             action := 'rebuilt (was invalid)';
+        elsif p.problem = 'stale' then
+            execute p.definition;
+            index_name := p.index_name;
+            action := 'dropped (its knowledge base or model is gone)';
         else
             execute p.definition;
             index_name := p.index_name;

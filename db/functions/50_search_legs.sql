@@ -6,16 +6,16 @@
 -- kb_internal.document_filter (containment and metadata conditions, see 48_metadata_filter.sql), tested on the
 -- documents of kb_ids only (kb_internal.visible_document_matches), once per document when the planner hashes them.
 
--- Vector leg: cosine distance over the model's partial HNSW index, iterative scan so a filter on a
--- small visible slice still fills n rows. The index is asked for at least 40 rows (the first n are
--- returned): when it yields fewer (the visible slice or filter holds fewer, or the graph lost them: many
--- dead duplicate vectors of other knowledge bases before VACUUM), an exact scan of the visible slice
--- (btree on model_id, kb_id) answers instead, so a small slice is searched exactly whatever n is, and
--- what a user finds never depends on what others write. Rank 1 = nearest; score = cosine similarity.
+-- Vector leg: cosine distance over each knowledge base's own partial HNSW index (one scan per knowledge
+-- base of kb_ids, each naming its model and knowledge base as literals so the planner matches that index),
+-- iterative scan so a filter still fills n rows, then the nearest n of them all. No scan reads another
+-- knowledge base's rows, so what it reads never depends on text the caller cannot see. The scans are asked
+-- for at least 40 rows (the first n are returned): when they yield fewer (the slice or filter holds fewer,
+-- or a graph lost them), an exact scan of the slice (btree on model_id, kb_id) answers instead, so a small
+-- slice is searched exactly whatever n is. Rank 1 = nearest; score = cosine similarity.
 -- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
 -- is back when the leg returns. The planner's enable_* switches and cost constants are pinned (to PostgreSQL's
--- defaults): the plan, and the rows it reads, never follow a caller's settings, which could steer a small
--- visible slice onto the shared HNSW index, whose reads then depend on other knowledge bases' rows near the query.
+-- defaults): the plan never follows a caller's settings.
 create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -43,34 +43,41 @@ set cpu_operator_cost = 0.0025
 set effective_cache_size = '4GB'
 as $$
 declare
-    -- %3$s is empty for the HNSW scan; ' + 0, e.chunk_id' orders by an expression the index cannot serve
-    -- (exact, ties by id)
+    -- the candidates of one knowledge base (%2$s: its id) or of them all (%2$s: 'any($2)'); %3$s is empty
+    -- for the HNSW scan, ' + 0, e.chunk_id' orders by an expression no index serves (exact, ties by id)
+    candidates_sql constant text := $sql$
+        select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
+        from kb.embeddings as e
+        where e.model_id = %4$s and e.kb_id = %2$s
+            and ($4::jsonb is null or exists (
+                select from kb.chunks as c join kb.documents as d on d.id = c.document_id
+                where c.id = e.chunk_id and d.kb_id = any($2)
+                    and kb_internal.visible_document_matches(d.kb_id, $2, d.metadata, $4)
+            ))
+        order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
+        limit $3
+    $sql$;
     nearest_sql constant text := $sql$
         select coalesce(array_agg(nearest.chunk_id order by nearest.distance, nearest.chunk_id), '{}'),
             coalesce(array_agg(nearest.distance order by nearest.distance, nearest.chunk_id), '{}')
-        from (
-            select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
-            from kb.embeddings as e
-            where e.model_id = %2$s and e.kb_id = any($2)
-                and ($4::jsonb is null or exists (
-                    select from kb.chunks as c join kb.documents as d on d.id = c.document_id
-                    where c.id = e.chunk_id and d.kb_id = any($2)
-                        and kb_internal.visible_document_matches(d.kb_id, $2, d.metadata, $4)
-                ))
-            order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
-            limit $3
-        ) as nearest
+        from (select u.* from (%s) as u order by u.distance, u.chunk_id limit $3) as nearest
     $sql$;
     fetch_n constant integer := greatest(n, 40);
     callers_ef_search constant text := current_setting('hnsw.ef_search', true);
+    per_kb text;
     ids bigint [];
     distances double precision [];
 begin
+    if coalesce(cardinality(kb_ids), 0) = 0 then
+        return;
+    end if;
+    select string_agg(format('(' || candidates_sql || ')', model.dimension, k.id, '', model.id), ' union all ')
+    into per_kb
+    from (select distinct x.id from unnest(kb_ids) as x (id) where x.id is not null) as k;
     perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
-    execute format(nearest_sql, model.dimension, model.id, '')
-    into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
+    execute format(nearest_sql, per_kb) into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     if cardinality(ids) < fetch_n then
-        execute format(nearest_sql, model.dimension, model.id, ' + 0, e.chunk_id')
+        execute format(nearest_sql, format(candidates_sql, model.dimension, 'any($2)', ' + 0, e.chunk_id', model.id))
         into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
     perform set_config('hnsw.ef_search', callers_ef_search, true);

@@ -224,16 +224,20 @@ begin
 end
 $$;
 
--- The indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model), each
--- present and valid (without them searches scan sequentially), and no other kb index invalid (a primary
--- key's after a failed REINDEX, or the leftover such a failure leaves).
+-- The indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model and
+-- knowledge base), each present and valid (without them searches scan sequentially), no HNSW index of a
+-- knowledge base or model that is gone, and no other kb index invalid (a primary key's after a failed
+-- REINDEX, or the leftover such a failure leaves).
 create or replace function kb_internal.doctor_indexes()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     with problems as (
-        select format('kb.%s is %s: searches that need it scan sequentially', p.index_name, p.problem) as detail,
+        select case p.problem
+            when 'stale' then format('kb.%s belongs to a knowledge base or model that is gone', p.index_name)
+            else format('kb.%s is %s: searches that need it scan sequentially', p.index_name, p.problem)
+        end as detail,
             'pgkb db migrate' as fix
         from kb_admin.index_problems() as p
         union all

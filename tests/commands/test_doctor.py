@@ -115,12 +115,13 @@ def test_the_offline_embedder_is_checked_by_loading_it(healthy, monkeypatch, cap
 
 
 def test_dropped_and_invalid_indexes_are_named_and_migrate_heals_them(healthy, capsys):
-    """The term GIN index, the bigram index and the HNSW index of each model (the default's and a second
-    model's) dropped, one index left invalid: each is named with `pgkb db migrate`, which re-creates them. A
+    """The term GIN index, the bigram index and a knowledge base's HNSW index of each model (the default's and
+    a second model's) dropped, one index left invalid: each is named with `pgkb db migrate`, which re-creates them. A
     primary key's index left invalid (what a failed REINDEX does) is named with its REINDEX."""
     db = healthy
+    kb_id = db.execute("select kb.create_knowledge_base('docs')").fetchone()[0]
     db.execute("select kb.register_embedding_model('tiny-8d', 8)")
-    hnsw = [r[0] for r in db.execute("select kb.hnsw_index_name(id) from kb.embedding_models order by id")]
+    hnsw = [r[0] for r in db.execute("select kb.hnsw_index_name(id, %s) from kb.embedding_models order by id", [kb_id])]
     assert len(hnsw) == 2
     for name in ("chunks_terms_idx", "term_stats_bigram_end_idx", *hnsw):
         db.execute(f"drop index kb.{name}")

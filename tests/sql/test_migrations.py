@@ -63,13 +63,16 @@ def test_failed_migration_leaves_database_unchanged(db, tmp_path: Path):
 
 
 def test_default_model_and_its_hnsw_index_exist(db):
+    """The default model is registered; each knowledge base gets its own HNSW index for it when it is made."""
     name, dim = db.execute("select name, dimension from kb.embedding_models where is_default").fetchone()
     assert (name, dim) == ("multilingual-e5-small", 384)
-    indexdef = db.execute(
-        "select indexdef from pg_indexes where schemaname = 'kb' and indexname like 'embeddings_hnsw_model_%'"
-    ).fetchone()[0]
+    hnsw = "select indexdef from pg_indexes where schemaname = 'kb' and indexname like 'embeddings_hnsw_model_%'"
+    assert db.execute(hnsw).fetchall() == []
+    kb_id = db.execute("select kb.create_knowledge_base('first')").fetchone()[0]
+    (indexdef,) = (r[0] for r in db.execute(hnsw).fetchall())
     assert "hnsw" in indexdef and "vector(384)" in indexdef and "vector_cosine_ops" in indexdef
     assert "m='16'" in indexdef.replace(" ", "") and "ef_construction='64'" in indexdef.replace(" ", "")
+    assert f"WHERE ((model_id = 1) AND (kb_id = {kb_id}))" in indexdef
 
 
 def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason(db, tmp_path: Path):
@@ -142,9 +145,13 @@ def kb_indexes(db) -> dict[str, str]:
 
 
 def test_expected_indexes_are_the_ones_the_migrations_create(db):
-    """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and the
-    default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it was."""
+    """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and, for
+    each knowledge base, the default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it
+    was."""
+    db.execute("select kb.create_knowledge_base('first')")
+    db.execute("select kb.create_knowledge_base('second')")
     created = kb_indexes(db)
+    assert sum(name.startswith("embeddings_hnsw_model_1_kb_") for name in created) == 2
     expected = {r[0] for r in db.execute("select index_name from kb_internal.expected_indexes()").fetchall()}
     assert expected == set(created)
     for name in created:
@@ -156,13 +163,44 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
 
 
+def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(db):
+    """A knowledge base deleted (here by hand) leaves its HNSW indexes behind: index_problems names them
+    'stale' and kb_internal.restore_indexes drops them; a new model gets one in every knowledge base."""
+    db.execute("select kb.create_knowledge_base('kept')")
+    gone = db.execute("select kb.create_knowledge_base('gone')").fetchone()[0]
+    db.execute("select kb.register_embedding_model('tiny-8d', 8, hnsw_m => 8, hnsw_ef_construction => 32)")
+    names = [r[0] for r in db.execute("select kb.hnsw_index_name(m.id, %s) from kb.embedding_models as m", [gone])]
+    assert len(names) == 2 and all(name in kb_indexes(db) for name in names)
+    tiny = kb_indexes(db)[names[1]].replace(" ", "")
+    assert "vector(8)" in tiny and "m='8'" in tiny and "ef_construction='32'" in tiny
+    db.execute("delete from kb.knowledge_bases where id = %s", [gone])
+    assert db.execute("select index_name, problem from kb_admin.index_problems()").fetchall() == [
+        (name, "stale") for name in sorted(names)
+    ]
+    restored = db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
+    assert restored == [(name, "dropped (its knowledge base or model is gone)") for name in sorted(names)]
+    assert not any(name in kb_indexes(db) for name in names)
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
+    # the model keeps its own HNSW parameters for knowledge bases made later
+    later = db.execute("select kb.create_knowledge_base('later')").fetchone()[0]
+    tiny_later = db.execute(
+        "select pg_get_indexdef(to_regclass('kb.' || kb.hnsw_index_name(m.id, %s))) from kb.embedding_models as m"
+        " where m.name = 'tiny-8d'",
+        [later],
+    ).fetchone()[0]
+    assert "m='8'" in tiny_later.replace(" ", "")
+
+
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):
     """The indexes a bulk load drops (term GIN, the model's HNSW) and the vocabulary's bigram index gone and
     one left invalid: `pgkb db status` names each and exits 4; `pgkb db migrate` re-creates or rebuilds
     them (issue 20)."""
     from pgkb.cli import main
 
-    hnsw = db.execute("select kb.hnsw_index_name(id) from kb.embedding_models where is_default").fetchone()[0]
+    kb_id = db.execute("select kb.create_knowledge_base('first')").fetchone()[0]
+    hnsw = db.execute(
+        "select kb.hnsw_index_name(id, %s) from kb.embedding_models where is_default", [kb_id]
+    ).fetchone()[0]
     before = kb_indexes(db)
     for name in ("chunks_terms_idx", "term_stats_bigram_end_idx", hnsw):
         db.execute(f"drop index kb.{name}")

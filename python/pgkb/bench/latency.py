@@ -136,7 +136,7 @@ def time_modes(
 
 
 def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int, ef_search: int) -> tuple[str, bool]:
-    """EXPLAIN (ANALYZE) of the plain vector query; whether it scans the model's HNSW index."""
+    """EXPLAIN (ANALYZE) of the plain vector query; whether it scans the knowledge base's HNSW index of the model."""
     e = query_vectors(5, 1, model.dimension)[0]
     conn.execute(f"set hnsw.ef_search = {int(ef_search)}")
     plan = conn.execute(
@@ -144,5 +144,5 @@ def explain_plain(conn: psycopg.Connection, model: Model, kb_id: int, ef_search:
     ).fetchall()
     conn.execute("reset hnsw.ef_search")
     text = re.sub(r"'\[[^\]]*\]'", "'[...]'", "\n".join(r[0] for r in plan))
-    index = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
+    index = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
     return text, f"Index Scan using {index}" in text

@@ -224,9 +224,10 @@ def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Mode
 # Bulk
 
 
-def _index_definitions(conn: psycopg.Connection, model: Model) -> dict[str, str]:
-    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds."""
-    hnsw = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
+def _index_definitions(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[str, str]:
+    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds (the term GIN
+    index and knowledge base kb_id's HNSW index of the model)."""
+    hnsw = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
     defs = {}
     for name in (*GIN_INDEXES, hnsw):
         row = conn.execute(
@@ -235,9 +236,7 @@ def _index_definitions(conn: psycopg.Connection, model: Model) -> dict[str, str]
             [name],
         ).fetchone()
         if row is None:
-            raise RuntimeError(
-                f"index kb.{name} is missing; recreate it (see db/migrations, kb.register_embedding_model)"
-            )
+            raise RuntimeError(f"index kb.{name} is missing; recreate it (pgkb db migrate)")
         defs[name] = row[0]
     return defs
 
@@ -317,12 +316,12 @@ def _rewrite_vectors(
 ) -> None:
     """Give bulk-loaded knowledge base kb_id's chunks the embeddings `vectors` makes (chunk j of document i
     gets vectors.chunk_vectors(i)[j], as a fresh load would write): the vectors are staged with COPY, then
-    one transaction drops the model's HNSW index, writes them and records them in `report` and the
+    one transaction drops the knowledge base's HNSW index of the model, writes them and records them in `report` and the
     description; the table is rewritten (VACUUM FULL) and the index rebuilt (timed in report.index_builds).
     A failure leaves either the old vectors or the new ones, described as they are, and the index back."""
     sizes = document_sizes(report.chunks)
-    hnsw = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
-    ddl = _index_definitions(conn, model)[hnsw]
+    hnsw = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
+    ddl = _index_definitions(conn, model, kb_id)[hnsw]
     conn.execute("create temp table if not exists bench_vectors (chunk_id bigint, embedding vector)")
     conn.execute("truncate pg_temp.bench_vectors")
     t0 = time.perf_counter()
@@ -396,7 +395,7 @@ def _load_bulk(
     sizes = document_sizes(chunks)
     batches = [list(range(b, min(b + BATCH_DOCUMENTS, len(sizes)))) for b in range(0, len(sizes), BATCH_DOCUMENTS)]
     batch_chunks = [sum(sizes[i] for i in batch) for batch in batches]
-    defs = _index_definitions(conn, model)
+    defs = _index_definitions(conn, model, kb_id)
     term_total = [0]
     lock = threading.Lock()
     builds: dict[str, float] = {}

@@ -85,9 +85,9 @@ def server_settings(conn: psycopg.Connection) -> dict[str, str]:
     return out
 
 
-def relation_sizes(conn: psycopg.Connection, model: Model) -> dict[str, tuple[str, str]]:
-    """{label: (relation, pretty size)} of the tables and the indexes the search reads."""
-    index = one(conn.execute("select kb.hnsw_index_name(%s)", [model.id]))[0]
+def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[str, tuple[str, str]]:
+    """{label: (relation, pretty size)} of the tables and the indexes a search of knowledge base kb_id reads."""
+    index = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
     rels = {
         "kb.chunks (heap + TOAST)": ("kb.chunks", "pg_table_size('kb.chunks')"),
         "kb.embeddings (heap + TOAST)": ("kb.embeddings", "pg_table_size('kb.embeddings')"),

@@ -204,7 +204,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             load=load,
             machine=machine_info(conn),
             settings=server_settings(conn),
-            sizes=relation_sizes(conn, model),
+            sizes=relation_sizes(conn, model, kb_id),
             explain=explain,
             uses_hnsw=uses_hnsw,
             stats=stats,
