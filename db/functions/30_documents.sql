@@ -455,6 +455,7 @@ as $$
 declare
     target kb.embedding_models := kb.resolve_model(model);
     admin boolean := kb.current_is_admin();
+    writable_kbs integer[];
     bad bigint;
     writable bigint[];
     doc_ids bigint[];
@@ -487,21 +488,35 @@ begin
             using errcode = 'data_exception';
     end if;
 
+    if not admin then
+        writable_kbs := array(select k.id from kb.knowledge_bases as k where kb.can_write_kb(k.id));
+    end if;
     -- lock the documents first, in id order (no deadlocks between workers), then re-read which chunks
     -- are still there: under READ COMMITTED every statement below sees what earlier lock holders committed
+    -- a user's chunk ids are looked up among the knowledge bases they may write only (chunks_kb_chunk_idx;
+    -- id + 0: never by primary key, which would fetch another user's chunk row before skipping it)
     select coalesce(array_agg(d.id), '{}') into doc_ids
     from (
         select d.id from kb.documents as d
         where d.id in (
             select c.document_id from kb.chunks as c
-            where c.id = any(chunk_ids) and (admin or kb.can_write_kb(c.kb_id))
+            where admin and c.id = any(chunk_ids)
+            union all
+            select c.document_id from kb.chunks as c
+            where not admin and c.kb_id = any(writable_kbs) and c.id + 0 = any(chunk_ids)
         )
         order by d.id
         for no key update of d
     ) as d;
     select coalesce(array_agg(c.id), '{}') into writable
-    from kb.chunks as c
-    where c.id = any(chunk_ids) and c.document_id = any(doc_ids) and (admin or kb.can_write_kb(c.kb_id));
+    from (
+        select c.id, c.document_id from kb.chunks as c
+        where admin and c.id = any(chunk_ids)
+        union all
+        select c.id, c.document_id from kb.chunks as c
+        where not admin and c.kb_id = any(writable_kbs) and c.id + 0 = any(chunk_ids)
+    ) as c
+    where c.document_id = any(doc_ids);
 
     insert into kb.embeddings as e (chunk_id, model_id, kb_id, embedding)
     select c.id, target.id, c.kb_id, x.embedding

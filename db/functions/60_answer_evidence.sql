@@ -1,7 +1,7 @@
 -- Answer evidence: absolute signals of how well retrieved chunks can answer a question, read by the
 -- not-found gate (61_answer_gate.sql). Never the DBSF-fused score, which is relative per query.
--- Only chunks the caller may read count: hits are re-checked against kb.visible_kb_ids(), so a
--- hand-crafted hits array naming other users' chunk ids learns nothing (it is no oracle).
+-- Only chunks the caller may read count: hits are looked up among kb.visible_kb_ids()'s chunks only, so a
+-- hand-crafted hits array naming other users' chunk ids learns nothing, not even from counters (no oracle).
 
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
 -- coverage (best share of the question's idf mass -- distinct kb_internal.query_terms, idf as in the BM25 legs
@@ -41,8 +41,9 @@ begin
             coalesce(g.vector_used, false) as vector_used,
             case when g.lexical_score between 0 and 1e9 then g.lexical_score end as lexical_score
         from given_hits as g
-        join kb.chunks as c on c.id = g.chunk_id
-        where c.kb_id = any(visible)
+        -- looked up among the visible knowledge bases only (chunks_kb_chunk_idx; id + 0: never by primary key,
+        -- which would fetch another user's chunk row before dropping it)
+        join kb.chunks as c on c.kb_id = any(visible) and c.id + 0 = g.chunk_id
     ),
     kbs as (
         select coalesce(array_agg(distinct s.kb_id), '{}') as ids from seen as s

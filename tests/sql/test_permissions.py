@@ -923,6 +923,101 @@ def test_the_vector_legs_reads_ignore_the_callers_planner_settings(db, connect_a
     assert reads() == while_near
 
 
+def test_the_hnsw_scan_reads_only_the_searched_knowledge_bases(db, connect_as):
+    """Issue 32, finding 3, second half: with one HNSW index for every knowledge base, a scan large enough
+    for the planner to take it (default settings) returned bob's private rows near alice's vector, to be
+    filtered out: kb.embeddings' fetches and buffers told how much of bob's text lay near any vector. Each
+    knowledge base now has its own index, and the leg scans only those of the knowledge bases searched."""
+    rng = np.random.default_rng(321)
+    near, far = rng.normal(size=DIM), rng.normal(size=DIM)
+
+    def rows(center, n: int) -> str:
+        vectors = center + 0.3 * rng.normal(size=(n, DIM))
+        return json.dumps([{"content": f"chunk {i}", "embedding": list(map(float, v))} for i, v in enumerate(vectors)])
+
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute("select kb.create_user('bob', 'bob')")
+    db.execute("select kb.create_knowledge_base('open', 'public')")
+    db.execute("select kb.create_knowledge_base('bobs', 'private', owner => 'bob')")
+    for d in range(6):  # 1,800 open chunks far from the query, 600 of bob's near it
+        db.execute("select kb.replace_document('open', %s, 'd', %s::jsonb)", [f"o{d}.md", rows(far, 300)])
+    for d in range(2):
+        db.execute("select kb.replace_document('bobs', %s, 'd', %s::jsonb)", [f"b{d}.md", rows(near, 300)])
+    db.execute("vacuum analyze kb.embeddings")
+    db.execute("update kb.settings set value = '40' where key = 'hnsw_ef_search'")  # HNSW beats a sort at this size
+    alice = connect_as("alice")
+    counters = (
+        "select (select coalesce(sum(seq_tup_read), 0) + coalesce(sum(idx_tup_fetch), 0)"
+        " from pg_stat_xact_user_tables where schemaname = 'kb' and relname = 'embeddings'),"
+        " (select sum(pg_stat_get_xact_numscans(c.oid)) from pg_class as c"
+        " where c.relnamespace = 'kb'::regnamespace and c.relname like 'embeddings\\_hnsw\\_%')"
+    )
+    query = Vector(np.array(near, dtype=np.float32))
+
+    def reads() -> tuple[int, int]:
+        with alice.transaction():
+            before = alice.execute(counters).fetchone()
+            hits = alice.execute("select kb from kb.vector_search('x', 10, query_embedding => %s)", [query]).fetchall()
+            after = alice.execute(counters).fetchone()
+        assert {h[0] for h in hits} == {"open"}
+        return after[0] - before[0], after[1] - before[1]
+
+    reads()
+    while_near = reads()
+    assert while_near[1] == 1, "the leg scanned one HNSW index"
+    bobs = "(select id from kb.knowledge_bases where name = 'bobs')"
+    db.execute(
+        f"update kb.embeddings set embedding = %s where kb_id = {bobs}", [Vector(np.array(-near, dtype=np.float32))]
+    )
+    db.execute("vacuum analyze kb.embeddings")
+    assert reads() == while_near
+
+
+def test_another_users_chunk_id_reads_like_a_missing_one(world, as_):
+    """Issue 32, finding 6d: kb.answer_evidence and kb.store_embeddings fetched another user's chunk row by
+    primary key before dropping it, where a missing id fetched none: a chunk-id existence oracle. Both now
+    look ids up among the caller's knowledge bases only, and read the same rows for either."""
+    bobs = world.execute(
+        "select max(c.id) from kb.chunks as c join kb.knowledge_bases as k on k.id = c.kb_id where k.name = 'bob-private'"
+    ).fetchone()[0]
+    many = json.dumps([{"content": f"filler chunk {i}"} for i in range(1000)])  # enough for index lookups to pay
+    world.execute("select kb.replace_document('public-kb', 'filler.md', 'filler', %s::jsonb)", [many])
+    world.execute("analyze kb.chunks")
+    missing = world.execute("select max(id) + 1000 from kb.chunks").fetchone()[0]
+    carol = as_("carol")
+    counters = (
+        "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch from pg_stat_xact_user_tables"
+        " where schemaname = 'kb' order by 1"
+    )
+    vector = Vector(np.ones(DIM, dtype=np.float32))
+    # a hit as the owner sees it, with its chunk id put in by the caller
+    hit = "select jsonb_populate_record(r, jsonb_build_object('chunk_id', %s))::text from kb.lexical_search('bobmarker', 1) as r"
+    rows = {chunk_id: world.execute(hit, [chunk_id]).fetchone()[0] for chunk_id in (bobs, missing)}
+    calls = {
+        "answer_evidence": "select kb.answer_evidence('bobmarker', array[%s::kb.search_result])",
+        "store_embeddings": "select kb.store_embeddings(null, array[%s]::bigint[], array[%s]::vector[])",
+    }
+
+    def observe(sql: str, chunk_id: int) -> tuple:
+        params = [chunk_id, vector] if "store_embeddings" in sql else [rows[chunk_id]]
+        with carol.transaction():
+            before = carol.execute(counters).fetchall()
+            answer = carol.execute(sql, params).fetchone()[0]
+            after = carol.execute(counters).fetchall()
+        moved = [
+            (b[0], *(y - x for x, y in zip(b[1:], a[1:], strict=True)))
+            for b, a in zip(before, after, strict=True)
+            if any(y != x for x, y in zip(b[1:], a[1:], strict=True))
+        ]
+        return answer, moved
+
+    for name, sql in calls.items():
+        observe(sql, missing)  # plans and caches alike
+        assert observe(sql, bobs) == observe(sql, missing), name
+    stored = "select count(*) from kb.embeddings where chunk_id = %s and embedding = %s"
+    assert world.execute(stored, [bobs, vector]).fetchone()[0] == 0
+
+
 def test_a_team_one_is_not_in_reads_like_a_missing_one(world, as_):
     """Issue 32, finding 6g: creating a knowledge base for team eng said "not a member", for a missing team
     "unknown team": team names were an oracle. Now one error, and the same rows read."""
