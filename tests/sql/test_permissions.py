@@ -978,7 +978,8 @@ def test_another_users_chunk_id_reads_like_a_missing_one(world, as_):
     primary key before dropping it, where a missing id fetched none: a chunk-id existence oracle. Both now
     look ids up among the caller's knowledge bases only, and read the same rows for either."""
     bobs = world.execute(
-        "select max(c.id) from kb.chunks as c join kb.knowledge_bases as k on k.id = c.kb_id where k.name = 'bob-private'"
+        "select max(c.id) from kb.chunks as c join kb.knowledge_bases as k on k.id = c.kb_id"
+        " where k.name = 'bob-private'"
     ).fetchone()[0]
     many = json.dumps([{"content": f"filler chunk {i}"} for i in range(1000)])  # enough for index lookups to pay
     world.execute("select kb.replace_document('public-kb', 'filler.md', 'filler', %s::jsonb)", [many])
@@ -991,7 +992,10 @@ def test_another_users_chunk_id_reads_like_a_missing_one(world, as_):
     )
     vector = Vector(np.ones(DIM, dtype=np.float32))
     # a hit as the owner sees it, with its chunk id put in by the caller
-    hit = "select jsonb_populate_record(r, jsonb_build_object('chunk_id', %s))::text from kb.lexical_search('bobmarker', 1) as r"
+    hit = (
+        "select jsonb_populate_record(r, jsonb_build_object('chunk_id', %s))::text"
+        " from kb.lexical_search('bobmarker', 1) as r"
+    )
     rows = {chunk_id: world.execute(hit, [chunk_id]).fetchone()[0] for chunk_id in (bobs, missing)}
     calls = {
         "answer_evidence": "select kb.answer_evidence('bobmarker', array[%s::kb.search_result])",
