@@ -385,6 +385,7 @@ def test_settings_out_of_range_missing_or_unknown_are_named(healthy, capsys):
 
 def test_a_broken_setting_an_area_needs_is_reported_not_raised(healthy, capsys):
     """hnsw_m unreadable: the index check cannot list the HNSW definitions; it says so and the rest runs."""
+    healthy.execute("select kb.create_knowledge_base('docs')")  # one knowledge base: one HNSW definition to list
     healthy.execute("update kb.settings set value = 'sixteen' where key = 'hnsw_m'")
     code, report = doctor(capsys)
     assert code == 1 and {c["check"] for c in report["checks"]} == AREAS
