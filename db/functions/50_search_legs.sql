@@ -7,15 +7,15 @@
 -- documents of kb_ids only (kb_internal.visible_document_matches), once per document when the planner hashes them.
 
 -- Vector leg: cosine distance over each knowledge base's own partial HNSW index (one scan per knowledge
--- base of kb_ids, each naming its model and knowledge base as literals so the planner matches that index),
--- iterative scan so a filter still fills n rows, then the nearest n of them all. No scan reads another
--- knowledge base's rows, so what it reads never depends on text the caller cannot see. The scans are asked
--- for at least 40 rows (the first n are returned): when they yield fewer (the slice or filter holds fewer,
--- or a graph lost them), an exact scan of the slice (btree on model_id, kb_id) answers instead, so a small
--- slice is searched exactly whatever n is. Rank 1 = nearest; score = cosine similarity.
--- hnsw.ef_search comes from kb.settings.hnsw_ef_search, set for the index scans only: the caller's value
--- is back when the leg returns. The planner's enable_* switches and cost constants are pinned (to PostgreSQL's
--- defaults): the plan never follows a caller's settings.
+-- base of kb_ids, naming its model and knowledge base as literals so the planner matches that index;
+-- iterative scan so a filter still fills n rows), then the nearest n of them all. Knowledge bases of fewer
+-- than kb.settings.vector_exact_chunks chunks are searched exactly instead, together, in one scan of the
+-- slice btree (model_id, kb_id). No scan reads another knowledge base's rows, so what the leg reads never
+-- depends on text the caller cannot see. The scans are asked for at least 40 rows (the first n are
+-- returned): when they yield fewer (a filter holds fewer, or a graph lost them), an exact scan of the slice
+-- answers instead. Rank 1 = nearest; score = cosine similarity. hnsw.ef_search comes from
+-- kb.settings.hnsw_ef_search, set for the index scans only. The planner's enable_* switches and cost
+-- constants are pinned (to PostgreSQL's defaults): the plan never follows a caller's settings.
 create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -57,12 +57,15 @@ declare
         order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
         limit $3
     $sql$;
+    -- the nearest of them all; distance + 0: sorted here, never merged as if each scan's order were exact (a
+    -- relaxed_order scan's is not)
     nearest_sql constant text := $sql$
         select coalesce(array_agg(nearest.chunk_id order by nearest.distance, nearest.chunk_id), '{}'),
             coalesce(array_agg(nearest.distance order by nearest.distance, nearest.chunk_id), '{}')
-        from (select u.* from (%s) as u order by u.distance, u.chunk_id limit $3) as nearest
+        from (select u.* from (%s) as u order by u.distance + 0, u.chunk_id limit $3) as nearest
     $sql$;
     fetch_n constant integer := greatest(n, 40);
+    exact_below constant integer := kb_internal.setting_int('vector_exact_chunks');
     callers_ef_search constant text := current_setting('hnsw.ef_search', true);
     per_kb text;
     ids bigint [];
@@ -71,9 +74,23 @@ begin
     if coalesce(cardinality(kb_ids), 0) = 0 then
         return;
     end if;
-    select string_agg(format('(' || candidates_sql || ')', model.dimension, k.id, '', model.id), ' union all ')
-    into per_kb
-    from (select distinct x.id from unnest(kb_ids) as x (id) where x.id is not null) as k;
+    select string_agg(k.scan, ' union all ') into per_kb
+    from (
+        select format('(' || candidates_sql || ')', model.dimension, k.id, '', model.id) as scan
+        from kb.knowledge_bases as k
+        where k.id = any(kb_ids) and k.chunk_count >= exact_below
+        union all
+        select format(
+            '(' || candidates_sql || ')', model.dimension, format('any(%L::integer[])', array_agg(k.id)),
+            ' + 0, e.chunk_id', model.id
+        )
+        from kb.knowledge_bases as k
+        where k.id = any(kb_ids) and k.chunk_count < exact_below
+        having count(*) > 0
+    ) as k;
+    if per_kb is null then
+        return;
+    end if;
     perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, per_kb) into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     if cardinality(ids) < fetch_n then

@@ -82,7 +82,8 @@ as $$
         ('search_vector_weight', 'number', 0, 1000000, null),
         ('user_client_connection_check_interval', 'duration', null, null, 'client_connection_check_interval'),
         ('user_lock_timeout', 'duration', null, null, 'lock_timeout'),
-        ('user_statement_timeout', 'duration', null, null, 'statement_timeout')
+        ('user_statement_timeout', 'duration', null, null, 'statement_timeout'),
+        ('vector_exact_chunks', 'integer', 0, 1000000000, null)
     ) as r (key, kind, low, high, arg)
 $$;
 

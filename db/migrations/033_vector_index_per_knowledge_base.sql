@@ -60,3 +60,14 @@ $$;
 
 drop function if exists kb.hnsw_index_name(integer);
 drop function if exists kb_internal.hnsw_index_definition(integer, integer, integer, integer);
+
+-- Below this many chunks a knowledge base is searched exactly, with the other small ones in one scan of the
+-- slice btree, instead of through its own HNSW index: a graph that small is read almost whole at the vector
+-- leg's ef_search anyway, and one scan per knowledge base would add up when many are searched.
+insert into kb.settings (key, value, description) values
+(
+    'vector_exact_chunks', '10000',
+    'knowledge bases with fewer chunks are searched exactly by the vector leg (kb_internal.vector_leg), '
+    || 'together, instead of one HNSW scan each'
+)
+on conflict (key) do nothing;

@@ -157,6 +157,8 @@ def load_corpus(db: psycopg.Connection) -> None:
     for _, definition in indexes:
         db.execute(definition)
     db.execute("analyze")
+    # every knowledge base searched through its HNSW index, however small (test_small_knowledge_bases_... below)
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
 
 
 @pytest.fixture
@@ -325,6 +327,31 @@ def test_filtered_vector_search_fills_top_k_on_a_small_slice(admin, connect):
     ).fetchall()
     default = alice.execute("select candidates from kb.search_defaults()").fetchone()[0]
     assert len(rows) == max(default, 100)  # candidates left NULL: the default, at least top_k
+
+
+def test_small_knowledge_bases_are_searched_exactly_in_one_scan(admin, explained):
+    """Below kb.settings.vector_exact_chunks chunks a knowledge base is searched exactly, with the other small ones,
+    in one scan: bob's 20 knowledge bases of 1,000 chunks cost one scan, not 20 HNSW scans, and give the true
+    nearest chunks."""
+    conn, notices = explained("bob")
+    admin.execute("update kb.settings set value = '10000' where key = 'vector_exact_chunks'")
+    try:
+        q = query_vec(7)
+        rows = conn.execute("select chunk_id from kb.vector_search('x', top_k => 10, query_embedding => %s)", [q])
+        found = [r[0] for r in rows.fetchall()]
+        plan = vector_plan(notices)
+    finally:
+        admin.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
+    exact = admin.execute(
+        "select e.chunk_id from kb.embeddings as e join kb.knowledge_bases as k on k.id = e.kb_id"
+        " where k.name between 'kb-01' and 'kb-20' order by e.embedding <=> %s, e.chunk_id limit 10",
+        [q],
+    ).fetchall()
+    assert found == [r[0] for r in exact]
+    # one scan of the embeddings: the slice btree, or (bob sees 68% of the rows) the table, whose reads never
+    # depend on the query
+    scans = [line for line in plan.splitlines() if "Scan" in line and " on embeddings" in line]
+    assert len(scans) == 1 and "embeddings_hnsw_model_" not in plan, plan
 
 
 def test_without_iterative_scan_a_filtered_hnsw_scan_comes_up_short(admin):

@@ -945,6 +945,7 @@ def test_the_hnsw_scan_reads_only_the_searched_knowledge_bases(db, connect_as):
         db.execute("select kb.replace_document('bobs', %s, 'd', %s::jsonb)", [f"b{d}.md", rows(near, 300)])
     db.execute("vacuum analyze kb.embeddings")
     db.execute("update kb.settings set value = '40' where key = 'hnsw_ef_search'")  # HNSW beats a sort at this size
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # and is taken at any size
     alice = connect_as("alice")
     counters = (
         "select (select coalesce(sum(seq_tup_read), 0) + coalesce(sum(idx_tup_fetch), 0)"
