@@ -139,6 +139,88 @@ begin
 end
 $$;
 
+-- Internal: true when the caller may decide what knowledge base kb_id is and who reads it (visibility,
+-- team, owner, name, deletion): its owner and administrators. Members of its team may write documents
+-- (kb.can_write_kb) but not this. The one such rule: kb.create_knowledge_base and 14_lifecycle.sql use it.
+create or replace function kb_internal.can_manage_kb(kb_id integer)
+returns boolean
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select kb.current_is_admin() or exists (
+        select from kb.knowledge_bases as k
+        where k.id = can_manage_kb.kb_id and k.owner_id = kb.current_user_id()
+    )
+$$;
+
+-- Internal: the id of knowledge base kb if the caller may manage it (kb_internal.can_manage_kb); else the
+-- error kb.resolve_kb gives (unknown or invisible: no_data_found, the same rows read), or
+-- insufficient_privilege naming the action (visible, but not the caller's).
+create or replace function kb_internal.managed_kb(kb text, action text)
+returns integer
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb integer := kb.resolve_kb(managed_kb.kb);
+begin
+    if not kb_internal.can_manage_kb(target_kb) then
+        raise exception 'only the owner of knowledge base "%" or an administrator may %', managed_kb.kb, action
+            using errcode = 'insufficient_privilege';
+    end if;
+    return target_kb;
+end
+$$;
+
+-- Internal: raise invalid_parameter_value unless name is a knowledge-base name: 1-100 letters, digits, "_",
+-- "." or "-", beginning with a letter or digit (the table's check, said in words).
+create or replace function kb_internal.check_kb_name(name text)
+returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' then
+        raise exception 'invalid knowledge base name "%": use 1-100 letters, digits, "_", "." or "-"',
+            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
+    end if;
+end
+$$;
+
+-- Internal: the id of a team the caller may name (NULL for NULL): to share a knowledge base with, or to leave. An
+-- administrator may name any team (unknown: no_data_found); anyone else only one of their own, looked for
+-- among their memberships (t.name || '': never the teams' name index), so a team they are not in and one
+-- that does not exist read the same rows and give the same error.
+create or replace function kb_internal.callers_team(team text)
+returns bigint
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    found bigint;
+begin
+    if team is null then
+        return null;
+    end if;
+    if kb.current_is_admin() then
+        found := (select t.id from kb.teams as t where t.name = team);
+        if found is null then
+            raise exception 'unknown team "%"', left(team, 200) using errcode = 'no_data_found';
+        end if;
+        return found;
+    end if;
+    found := (
+        select t.id from kb.teams as t
+        where t.id = any(array(select m.team_id from kb.memberships as m where m.user_id = kb.current_user_id()))
+            and t.name || '' = team
+    );
+    if found is null then
+        raise exception 'you are not a member of a team "%"', left(team, 200) using errcode = 'insufficient_privilege';
+    end if;
+    return found;
+end
+$$;
+
 -- Raise unless the caller administers pgkb.
 create or replace function kb.require_admin(action text)
 returns void
@@ -279,10 +361,7 @@ declare
     existing integer := (select k.id from kb.knowledge_bases as k where k.name = create_knowledge_base.name);
     kid integer;
 begin
-    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' then
-        raise exception 'invalid knowledge base name "%": use 1-100 letters, digits, "_", "." or "-"',
-            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
-    end if;
+    perform kb_internal.check_kb_name(name);
     if visibility is null or visibility not in ('private', 'team', 'public') then
         raise exception 'invalid visibility "%": expected private, team or public', visibility
             using errcode = 'invalid_parameter_value';
@@ -298,23 +377,8 @@ begin
         raise exception 'session user % is not a pgkb user and may not create knowledge bases', session_user
             using errcode = 'insufficient_privilege';
     end if;
-    if team is not null and kb.current_is_admin() then
-        team_uid := (select t.id from kb.teams as t where t.name = team);
-        if team_uid is null then
-            raise exception 'unknown team "%"', team using errcode = 'no_data_found';
-        end if;
-    elsif team is not null then
-        -- among the caller's own teams only (their memberships first; t.name || '': never the teams' name index),
-        -- so a team the caller is not in and one that does not exist read the same rows and give the same error
-        team_uid := (
-            select t.id from kb.teams as t
-            where t.id = any(array(select m.team_id from kb.memberships as m where m.user_id = owner_uid))
-                and t.name || '' = team
-        );
-        if team_uid is null then
-            raise exception 'you are not a member of a team "%"', left(team, 200) using errcode = 'insufficient_privilege';
-        end if;
-    end if;
+    -- a non-administrator's own teams only (owner_uid is theirs: naming another owner needs an administrator)
+    team_uid := kb_internal.callers_team(team);
     if visibility = 'team' and team_uid is null then
         raise exception 'a team-visible knowledge base needs a team' using errcode = 'invalid_parameter_value';
     end if;
@@ -325,9 +389,7 @@ begin
                 hint = 'knowledge base names are unique across pgkb; choose another name';
         end if;
         -- writing documents into a team knowledge base does not include deciding who may read it
-        if not kb.current_is_admin() and (
-            select k.owner_id from kb.knowledge_bases as k where k.id = existing
-        ) is distinct from owner_uid then
+        if not kb_internal.can_manage_kb(existing) then
             raise exception 'only the owner of knowledge base "%" may change its visibility or team', name
                 using errcode = 'insufficient_privilege';
         end if;
