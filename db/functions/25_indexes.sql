@@ -1,12 +1,14 @@
 -- The indexes pgkb expects: the ones db/migrations create and one HNSW index per registered embedding
--- model and knowledge base. Searches fall back to slower scans without them, so `pgkb db status` reports a
--- missing or invalid one (kb_admin.index_problems) and `pgkb db migrate` re-creates it
--- (kb_internal.restore_indexes), and drops the HNSW index of a knowledge base that is gone.
+-- model for each knowledge base of at least kb.settings.vector_exact_chunks chunks (smaller ones are searched
+-- exactly). Searches fall back to slower scans without them, so `pgkb db status` reports a missing or invalid
+-- one (kb_admin.index_problems) and `pgkb db migrate` re-creates it (kb_internal.restore_indexes), and drops
+-- an HNSW index no longer expected (its knowledge base is gone or small).
 
--- The HNSW indexes pgkb expects, one per model and knowledge base (only kb_id's, or model_id's, when given),
--- and the statement that creates each: with the model's hnsw_m / hnsw_ef_construction or else kb.settings'.
+-- The HNSW index of each model in each knowledge base (only kb_id's, or model_id's, when given), expected or
+-- not, and the statement that creates it: with the model's hnsw_m / hnsw_ef_construction or else kb.settings'.
+-- expected: the knowledge base holds at least kb.settings.vector_exact_chunks chunks.
 create or replace function kb_internal.vector_index_definitions(kb_id integer default null, model_id integer default null)
-returns table (index_name text, definition text)
+returns table (index_name text, definition text, expected boolean)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -16,7 +18,8 @@ as $$
             m.id, k.id, m.dimension,
             coalesce(m.hnsw_m, kb_internal.setting_int('hnsw_m')),
             coalesce(m.hnsw_ef_construction, kb_internal.setting_int('hnsw_ef_construction'))
-        )
+        ),
+        k.chunk_count >= kb_internal.setting_int('vector_exact_chunks')
     from kb.embedding_models as m cross join kb.knowledge_bases as k
     where (vector_index_definitions.kb_id is null or k.id = vector_index_definitions.kb_id)
         and (vector_index_definitions.model_id is null or m.id = vector_index_definitions.model_id)
@@ -55,12 +58,13 @@ as $$
     -- glossary_kb_idx: a schema before migration 032 has no glossary
     where x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null
     union all
-    select v.index_name, v.definition from kb_internal.vector_index_definitions() as v
+    select v.index_name, v.definition from kb_internal.vector_index_definitions() as v where v.expected
 $$;
 
--- Create the HNSW indexes one knowledge base (kb_id) or one model (model_id) should have and does not;
--- returns how many it created. kb.create_knowledge_base and kb.register_embedding_model call it. Each
--- CREATE INDEX reads all of kb.embeddings under its SHARE lock, held to the end of the caller's
+-- Create the expected HNSW indexes of one knowledge base (kb_id) or one model (model_id) that do not exist;
+-- returns how many it created. kb.register_embedding_model calls it (an administrator's transaction), and
+-- kb.create_knowledge_base, for which nothing is expected yet (no chunks) unless vector_exact_chunks is 0.
+-- Each CREATE INDEX reads all of kb.embeddings under its SHARE lock, held to the end of the caller's
 -- transaction: writes of embeddings wait, reads go on.
 create or replace function kb_internal.create_vector_indexes(kb_id integer default null, model_id integer default null)
 returns integer
@@ -73,7 +77,7 @@ declare
 begin
     for v in
         select x.index_name, x.definition from kb_internal.vector_index_definitions(kb_id, model_id) as x
-        where to_regclass('kb.' || quote_ident(x.index_name)) is null
+        where x.expected and to_regclass('kb.' || quote_ident(x.index_name)) is null
     loop
         execute v.definition;
         created := created + 1;
@@ -84,8 +88,9 @@ $$;
 
 -- Admin: the expected indexes that are missing, or present but not valid (a failed CREATE INDEX
 -- CONCURRENTLY or REINDEX leaves one that no query uses), with the statement that creates them, and the
--- HNSW indexes of a model or knowledge base that no longer exists ('stale', with the statement that drops
--- them); by name. Runs as the owner, who may call kb_internal.expected_indexes.
+-- per-knowledge-base HNSW indexes no longer expected ('stale': the knowledge base or model is gone, or the
+-- knowledge base fell below vector_exact_chunks; with the statement that drops them); by name. Runs as the
+-- owner, who may call kb_internal.expected_indexes.
 create or replace function kb_admin.index_problems()
 returns table (index_name text, problem text, definition text)
 language sql stable security definer
@@ -127,7 +132,7 @@ begin
         elsif p.problem = 'stale' then
             execute p.definition;
             index_name := p.index_name;
-            action := 'dropped (its knowledge base or model is gone)';
+            action := 'dropped (no longer expected)';
         else
             execute p.definition;
             index_name := p.index_name;

@@ -226,8 +226,8 @@ end
 $$;
 
 -- The indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model and
--- knowledge base), each present and valid (without them searches scan sequentially), no HNSW index of a
--- knowledge base or model that is gone, and no other kb index invalid (a primary key's after a failed
+-- knowledge base of at least vector_exact_chunks chunks), each present and valid (without them searches scan
+-- sequentially), no per-knowledge-base HNSW index that is not expected, and no other kb index invalid (a primary key's after a failed
 -- REINDEX, or the leftover such a failure leaves).
 create or replace function kb_internal.doctor_indexes()
 returns table ("check" text, status text, detail text, fix text)
@@ -236,7 +236,10 @@ set search_path = pg_catalog, pg_temp
 as $$
     with problems as (
         select case p.problem
-            when 'stale' then format('kb.%s belongs to a knowledge base or model that is gone', p.index_name)
+            when 'stale' then format(
+                'kb.%s is no longer expected: its knowledge base or model is gone, or the knowledge base is small',
+                p.index_name
+            )
             else format('kb.%s is %s: searches that need it scan sequentially', p.index_name, p.problem)
         end as detail,
             'pgkb db migrate' as fix

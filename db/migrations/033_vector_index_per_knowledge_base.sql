@@ -1,9 +1,10 @@
 -- 033 one HNSW index per model and knowledge base (issue 32, finding 3): an HNSW scan over one index for
 -- every knowledge base fetched the heap rows of invisible knowledge bases near the query and dropped them,
 -- so the caller's counters and buffers told how much private text lay near any vector. Each (model,
--- knowledge base) now has its own partial index (kb_internal.expected_indexes; `pgkb db migrate` builds
--- them right after this migration, kb_internal.create_vector_indexes when a knowledge base or model is
--- added), and the vector leg scans only the indexes of the knowledge bases it searches.
+-- knowledge base) now has its own partial index, for knowledge bases of at least vector_exact_chunks chunks
+-- (below, the vector leg searches exactly; kb_internal.expected_indexes: `pgkb db migrate` builds them right
+-- after this migration and whenever a knowledge base has grown past that size, kb.register_embedding_model
+-- for a new model), and the vector leg scans only the indexes of the knowledge bases it searches.
 
 -- The HNSW parameters a model's indexes are built with (NULL: kb.settings hnsw_m / hnsw_ef_construction at
 -- build time); kept from the model's former index where it had its own.

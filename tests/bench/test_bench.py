@@ -55,6 +55,15 @@ EN_QUERIES = ["Should children wear masks?", "ranking quality", "retrieval syste
 PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
 
+@pytest.fixture(autouse=True)
+def hnsw_at_any_size(request):
+    """The bench's knowledge bases here are tiny: give them their HNSW index anyway (below
+    kb.settings.vector_exact_chunks pgkb searches exactly and expects none), as a real-sized bench has."""
+    if "db" in request.fixturenames:
+        db = request.getfixturevalue("db")
+        db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
+
+
 @pytest.fixture
 def datasets(tmp_path: Path) -> Path:
     """The four sets pgkb bench reads, a few passages and queries each, in BEIR layout."""

@@ -119,6 +119,7 @@ def test_dropped_and_invalid_indexes_are_named_and_migrate_heals_them(healthy, c
     a second model's) dropped, one index left invalid: each is named with `pgkb db migrate`, which re-creates them. A
     primary key's index left invalid (what a failed REINDEX does) is named with its REINDEX."""
     db = healthy
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
     kb_id = db.execute("select kb.create_knowledge_base('docs')").fetchone()[0]
     db.execute("select kb.register_embedding_model('tiny-8d', 8)")
     hnsw = [r[0] for r in db.execute("select kb.hnsw_index_name(id, %s) from kb.embedding_models order by id", [kb_id])]

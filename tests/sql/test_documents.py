@@ -280,6 +280,7 @@ def test_delete_document_removes_everything(db):
 
 def test_switching_to_a_model_of_another_dimension_needs_no_drop(db):
     """A new 8-d model backfills while the 384-d default keeps serving, then becomes the default."""
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
     old = np.zeros(384, dtype=np.float32)
     old[1] = 1
     replace(db, chunks=[{"content": "模型切换测试", "embedding": old.tolist()}])

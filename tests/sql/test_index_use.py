@@ -94,6 +94,8 @@ def load_corpus(db: psycopg.Connection) -> None:
     db.execute("select kb.create_user('alice', 'alice')")
     db.execute("select kb.create_user('bob', 'bob')")
     db.execute("select kb.create_team('big')")
+    # every knowledge base its HNSW index, however small (test_small_knowledge_bases_... below)
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
     db.execute("select kb.add_team_member('big', 'bob')")
     for k in range(N_KBS):
         name = f"kb-{k:02d}"
@@ -157,8 +159,6 @@ def load_corpus(db: psycopg.Connection) -> None:
     for _, definition in indexes:
         db.execute(definition)
     db.execute("analyze")
-    # every knowledge base searched through its HNSW index, however small (test_small_knowledge_bases_... below)
-    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
 
 
 @pytest.fixture

@@ -63,11 +63,16 @@ def test_failed_migration_leaves_database_unchanged(db, tmp_path: Path):
 
 
 def test_default_model_and_its_hnsw_index_exist(db):
-    """The default model is registered; each knowledge base gets its own HNSW index for it when it is made."""
+    """The default model is registered. A knowledge base gets its own HNSW index for it once it holds
+    vector_exact_chunks chunks (below, it is searched exactly): at once when that is 0."""
     name, dim = db.execute("select name, dimension from kb.embedding_models where is_default").fetchone()
     assert (name, dim) == ("multilingual-e5-small", 384)
     hnsw = "select indexdef from pg_indexes where schemaname = 'kb' and indexname like 'embeddings_hnsw_model_%'"
+    db.execute("select kb.create_knowledge_base('small')")
     assert db.execute(hnsw).fetchall() == []
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
+    db.execute("delete from kb.knowledge_bases")
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
     kb_id = db.execute("select kb.create_knowledge_base('first')").fetchone()[0]
     (indexdef,) = (r[0] for r in db.execute(hnsw).fetchall())
     assert "hnsw" in indexdef and "vector(384)" in indexdef and "vector_cosine_ops" in indexdef
@@ -148,6 +153,7 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
     """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and, for
     each knowledge base, the default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it
     was."""
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
     db.execute("select kb.create_knowledge_base('first')")
     db.execute("select kb.create_knowledge_base('second')")
     created = kb_indexes(db)
@@ -165,8 +171,10 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
 
 def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(db):
     """A knowledge base deleted (here by hand) leaves its HNSW indexes behind: index_problems names them
-    'stale' and kb_internal.restore_indexes drops them; a new model gets one in every knowledge base."""
-    db.execute("select kb.create_knowledge_base('kept')")
+    'stale' and kb_internal.restore_indexes drops them; a new model gets one in every knowledge base. So does
+    a knowledge base that falls below vector_exact_chunks."""
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
+    kept = db.execute("select kb.create_knowledge_base('kept')").fetchone()[0]
     gone = db.execute("select kb.create_knowledge_base('gone')").fetchone()[0]
     db.execute("select kb.register_embedding_model('tiny-8d', 8, hnsw_m => 8, hnsw_ef_construction => 32)")
     names = [r[0] for r in db.execute("select kb.hnsw_index_name(m.id, %s) from kb.embedding_models as m", [gone])]
@@ -178,7 +186,7 @@ def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(d
         (name, "stale") for name in sorted(names)
     ]
     restored = db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
-    assert restored == [(name, "dropped (its knowledge base or model is gone)") for name in sorted(names)]
+    assert restored == [(name, "dropped (no longer expected)") for name in sorted(names)]
     assert not any(name in kb_indexes(db) for name in names)
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
     # the model keeps its own HNSW parameters for knowledge bases made later
@@ -189,6 +197,11 @@ def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(d
         [later],
     ).fetchone()[0]
     assert "m='8'" in tiny_later.replace(" ", "")
+    db.execute("update kb.settings set value = '1' where key = 'vector_exact_chunks'")  # 'kept' holds no chunk
+    small = {r[0] for r in db.execute("select kb.hnsw_index_name(m.id, %s) from kb.embedding_models as m", [kept])}
+    assert {
+        r[0] for r in db.execute("select index_name from kb_admin.index_problems() where problem = 'stale'")
+    } >= small
 
 
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):
@@ -197,6 +210,7 @@ def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_the
     them (issue 20)."""
     from pgkb.cli import main
 
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
     kb_id = db.execute("select kb.create_knowledge_base('first')").fetchone()[0]
     hnsw = db.execute(
         "select kb.hnsw_index_name(id, %s) from kb.embedding_models where is_default", [kb_id]

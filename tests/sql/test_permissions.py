@@ -930,6 +930,7 @@ def test_the_hnsw_scan_reads_only_the_searched_knowledge_bases(db, connect_as):
     knowledge base now has its own index, and the leg scans only those of the knowledge bases searched."""
     rng = np.random.default_rng(321)
     near, far = rng.normal(size=DIM), rng.normal(size=DIM)
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # HNSW at any size
 
     def rows(center, n: int) -> str:
         vectors = center + 0.3 * rng.normal(size=(n, DIM))
@@ -945,7 +946,6 @@ def test_the_hnsw_scan_reads_only_the_searched_knowledge_bases(db, connect_as):
         db.execute("select kb.replace_document('bobs', %s, 'd', %s::jsonb)", [f"b{d}.md", rows(near, 300)])
     db.execute("vacuum analyze kb.embeddings")
     db.execute("update kb.settings set value = '40' where key = 'hnsw_ef_search'")  # HNSW beats a sort at this size
-    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # and is taken at any size
     alice = connect_as("alice")
     counters = (
         "select (select coalesce(sum(seq_tup_read), 0) + coalesce(sum(idx_tup_fetch), 0)"

@@ -224,12 +224,12 @@ def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Mode
 # Bulk
 
 
-def _index_definitions(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[str, str]:
-    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds (the term GIN
-    index and knowledge base kb_id's HNSW index of the model)."""
-    hnsw = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
+def _index_definitions(conn: psycopg.Connection, model: Model, kb_id: int, chunks: int) -> dict[str, str]:
+    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds: the term GIN index
+    and, when pgkb expects one (the knowledge base holds at least kb.settings.vector_exact_chunks of its
+    `chunks` once loaded), knowledge base kb_id's HNSW index of the model."""
     defs = {}
-    for name in (*GIN_INDEXES, hnsw):
+    for name in GIN_INDEXES:
         row = conn.execute(
             "select pg_get_indexdef(c.oid) from pg_class c join pg_namespace n on n.oid = c.relnamespace"
             " where n.nspname = 'kb' and c.relname = %s",
@@ -238,7 +238,20 @@ def _index_definitions(conn: psycopg.Connection, model: Model, kb_id: int) -> di
         if row is None:
             raise RuntimeError(f"index kb.{name} is missing; recreate it (pgkb db migrate)")
         defs[name] = row[0]
+    defs.update(_hnsw_definition(conn, model, kb_id, chunks))
     return defs
+
+
+def _hnsw_definition(conn: psycopg.Connection, model: Model, kb_id: int, chunks: int | None = None) -> dict[str, str]:
+    """{name: CREATE INDEX statement} of knowledge base kb_id's HNSW index of the model if pgkb expects it at
+    `chunks` chunks (default: what kb_id holds), else {}."""
+    row = conn.execute(
+        "select v.index_name, v.definition,"
+        " coalesce(%s, k.chunk_count) >= kb_internal.setting_int('vector_exact_chunks')"
+        " from kb_internal.vector_index_definitions(%s, %s) as v, kb.knowledge_bases as k where k.id = %s",
+        [chunks, kb_id, model.id, kb_id],
+    ).fetchone()
+    return {row[0]: row[1]} if row and row[2] else {}
 
 
 def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[Document]) -> int:
@@ -316,12 +329,13 @@ def _rewrite_vectors(
 ) -> None:
     """Give bulk-loaded knowledge base kb_id's chunks the embeddings `vectors` makes (chunk j of document i
     gets vectors.chunk_vectors(i)[j], as a fresh load would write): the vectors are staged with COPY, then
-    one transaction drops the knowledge base's HNSW index of the model, writes them and records them in `report` and the
-    description; the table is rewritten (VACUUM FULL) and the index rebuilt (timed in report.index_builds).
+    one transaction drops the knowledge base's HNSW index of the model, writes them and records them in `report`
+    and the description; the table is rewritten (VACUUM FULL) and the index, if pgkb expects one, rebuilt (timed
+    in report.index_builds).
     A failure leaves either the old vectors or the new ones, described as they are, and the index back."""
     sizes = document_sizes(report.chunks)
     hnsw = one(conn.execute("select kb.hnsw_index_name(%s, %s)", [model.id, kb_id]))[0]
-    ddl = _index_definitions(conn, model, kb_id)[hnsw]
+    ddl = _hnsw_definition(conn, model, kb_id).get(hnsw)  # None: a knowledge base searched exactly has none
     conn.execute("create temp table if not exists bench_vectors (chunk_id bigint, embedding vector)")
     conn.execute("truncate pg_temp.bench_vectors")
     t0 = time.perf_counter()
@@ -345,7 +359,7 @@ def _rewrite_vectors(
         log(f"vectors: {min(b + REWRITE_DOCUMENTS, len(sizes))}/{len(sizes)} documents staged")
     conn.execute("analyze pg_temp.bench_vectors")
     with conn.transaction():
-        conn.execute(f"drop index kb.{hnsw}")
+        conn.execute(f"drop index if exists kb.{hnsw}")
         written = conn.execute(
             "update kb.embeddings as e set embedding = v.embedding from pg_temp.bench_vectors as v"
             " where e.chunk_id = v.chunk_id and e.model_id = %s",
@@ -360,15 +374,17 @@ def _rewrite_vectors(
     try:
         conn.execute("select set_config('maintenance_work_mem', %s, false)", [maintenance_work_mem])
         conn.execute("vacuum full analyze kb.embeddings")
-        log(f"vectors rewritten in {time.perf_counter() - t0:.0f} s; building {hnsw}")
-        t0 = time.perf_counter()
-        conn.execute(ddl)
-        report.index_builds[hnsw] = time.perf_counter() - t0
-        log(f"built {hnsw} in {report.index_builds[hnsw]:.1f} s")
+        log(f"vectors rewritten in {time.perf_counter() - t0:.0f} s")
+        if ddl is not None:
+            log(f"building {hnsw}")
+            t0 = time.perf_counter()
+            conn.execute(ddl)
+            report.index_builds[hnsw] = time.perf_counter() - t0
+            log(f"built {hnsw} in {report.index_builds[hnsw]:.1f} s")
         _store_report(conn, kb_id, report)
     finally:
-        if hnsw not in report.index_builds:  # never leave the database without its index
-            conn.execute(ddl.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+        if ddl is not None and hnsw not in report.index_builds:  # never leave the database without its index
+            conn.execute(ddl)
         conn.execute("reset maintenance_work_mem")
 
 
@@ -395,7 +411,7 @@ def _load_bulk(
     sizes = document_sizes(chunks)
     batches = [list(range(b, min(b + BATCH_DOCUMENTS, len(sizes)))) for b in range(0, len(sizes), BATCH_DOCUMENTS)]
     batch_chunks = [sum(sizes[i] for i in batch) for batch in batches]
-    defs = _index_definitions(conn, model, kb_id)
+    defs = _index_definitions(conn, model, kb_id, chunks)
     term_total = [0]
     lock = threading.Lock()
     builds: dict[str, float] = {}
@@ -415,7 +431,7 @@ def _load_bulk(
         conn.execute(f"drop table if exists {STAGING_TABLE}")
         conn.execute(f"create unlogged table {STAGING_TABLE} (term text not null, n integer not null)")
         for name in defs:
-            conn.execute(f"drop index kb.{name}")
+            conn.execute(f"drop index if exists kb.{name}")
         _run_workers(len(batches), batch_chunks, url, work, chunks)
         t0 = time.perf_counter()
         with conn.transaction():

@@ -91,7 +91,8 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
     rels = {
         "kb.chunks (heap + TOAST)": ("kb.chunks", "pg_table_size('kb.chunks')"),
         "kb.embeddings (heap + TOAST)": ("kb.embeddings", "pg_table_size('kb.embeddings')"),
-        f"HNSW index {index}": (index, f"pg_relation_size('kb.{index}')"),
+        # none below kb.settings.vector_exact_chunks (that knowledge base is searched exactly): 0 bytes
+        f"HNSW index {index}": (index, f"coalesce(pg_relation_size(to_regclass('kb.{index}')), 0)"),
         "GIN term index chunks_terms_idx": ("chunks_terms_idx", "pg_relation_size('kb.chunks_terms_idx')"),
         "fuzzy leg's bigram index term_stats_bigram_end_idx": (
             "term_stats_bigram_end_idx",
