@@ -234,6 +234,21 @@ begin
 end
 $$;
 
+-- Internal: raise invalid_parameter_value unless name can name a pgkb user or team (what, for the message): 1-100
+-- letters, digits, "_", ".", "@" or "-", beginning with a letter or digit (the tables' check, said in words).
+create or replace function kb_internal.check_principal_name(name text, what text)
+returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$' then
+        raise exception 'invalid % name "%": use 1-100 letters, digits, "_", ".", "@" or "-"', what,
+            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
+    end if;
+end
+$$;
+
 -- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
 -- pgkb_user and bounded by the default timeouts (kb_internal.bound_sessions). Returns the user id.
 create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
@@ -245,6 +260,7 @@ declare
     uid bigint;
 begin
     perform kb.require_admin('create users');
+    perform kb_internal.check_principal_name(name, 'pgkb user');
     if db_role is not null and not exists (select from pg_roles as r where r.rolname = create_user.db_role) then
         raise exception 'database role "%" does not exist', db_role using errcode = 'undefined_object';
     end if;
@@ -313,6 +329,7 @@ declare
     tid bigint;
 begin
     perform kb.require_admin('create teams');
+    perform kb_internal.check_principal_name(name, 'team');
     insert into kb.teams as t (name) values (create_team.name)
     on conflict on constraint teams_name_key do update set name = excluded.name
     returning t.id into tid;

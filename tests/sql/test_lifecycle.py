@@ -57,6 +57,8 @@ def chunks_for(kb_index: int, doc: int) -> str:
 
 @pytest.fixture
 def world(db):
+    # every knowledge base gets its HNSW index per model, however small (the default spares small ones)
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
     for user in ("alice", "bob", "carol"):
         db.execute("select kb.create_user(%s, %s)", [user, user])
     for team, members in (("eng", ("alice", "bob")), ("ops", ("carol",))):
