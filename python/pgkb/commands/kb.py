@@ -109,12 +109,13 @@ def run(args, settings) -> int:
             if args.json:
                 print(json.dumps([_record(r) for r in rows], ensure_ascii=False))
                 return 0
+            if not rows:
+                print("no knowledge bases you may read")
+                return 0
             print(f"{'name':<28} {'visibility':<10} {'owner':<16} {'team':<16} {'docs':>6} {'chunks':>8}  write")
             for name, visibility, owner, team, _d, docs, chunks, can_write, *_ in rows:
                 print(
                     f"{name:<28} {visibility:<10} {owner or '-':<16} {team or '-':<16} {docs:>6} {chunks:>8}  "
                     f"{'yes' if can_write else 'no'}"
                 )
-            if not rows:
-                print("no knowledge bases you may read")
     return 0

@@ -66,13 +66,14 @@ def run(args, settings) -> int:
         fields = ("name", "db_role", "is_admin", "teams", "knowledge_bases", "created_at")
         print(json.dumps([dict(zip(fields, (*r[:5], _iso(r[5])), strict=True)) for r in rows], ensure_ascii=False))
         return 0
+    if not rows:
+        print("no pgkb users you may see (an unmapped login role sees none)")
+        return 0
     print(f"{'name':<20} {'login role':<20} {'admin':<5}  {'teams':<24} knowledge bases")
     for name, role, admin, teams, kbs, _created in rows:
         print(
             f"{name:<20} {role or '-':<20} {'yes' if admin else 'no':<5}  {','.join(teams) or '-':<24} {','.join(kbs)}"
         )
-    if not rows:
-        print("no pgkb users you may see (an unmapped login role sees none)")
     return 0
 
 
