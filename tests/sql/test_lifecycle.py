@@ -11,6 +11,7 @@ Users alice, bob, carol map to their login roles; alice and bob are in team 'eng
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import psycopg
@@ -229,6 +230,31 @@ def test_the_doctor_is_clean_after_a_deletion(world, fake_embeddings):
     world.execute("select kb.delete_knowledge_base('bob-private')")
     assert world.execute(problems).fetchall() == []
     assert world.execute("select * from kb_internal.restore_indexes()").fetchall() == []
+
+
+def test_while_searches_hold_the_embeddings_the_index_is_left_to_migrate(world, connect_as):
+    """Dropping an HNSW index needs kb.embeddings' ACCESS EXCLUSIVE lock, and every search that comes while the
+    drop waits for it waits too: the deletion waits at most 1 s, then leaves the index for `pgkb db migrate`
+    (kb_internal.restore_indexes) and says so. Everything else of the knowledge base is gone all the same."""
+    target = kb_id(world, "bob-private")
+    index = world.execute("select kb.hnsw_index_name(id, %s) from kb.embedding_models", [target]).fetchone()[0]
+    assert world.execute("select to_regclass(%s) is not null", [f"kb.{index}"]).fetchone() == (True,)
+    notices: list[str] = []
+    world.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+    search = connect_as(world.info.user)
+    with search.transaction():  # a search still running: it holds kb.embeddings' ACCESS SHARE lock
+        search.execute("select count(*) from kb.embeddings").fetchone()
+        started = time.monotonic()
+        world.execute("select * from kb.delete_knowledge_base('bob-private')")
+        waited = time.monotonic() - started
+    assert 1 <= waited < 10
+    assert notices == [f"pgkb: searches kept kb.embeddings busy: kb.{index} stays until pgkb db migrate drops it"]
+    assert set(rows_of(world, target).values()) == {0}
+    assert world.execute("select index_name, problem from kb_admin.index_problems()").fetchall() == [(index, "stale")]
+    assert world.execute("show lock_timeout").fetchone() == ("0",)  # the caller's, again
+    [(restored, action)] = world.execute("select * from kb_internal.restore_indexes()").fetchall()
+    assert restored == index and action.startswith("dropped")
+    assert world.execute("select * from kb_admin.index_problems()").fetchall() == []
 
 
 def test_bm25_scores_of_the_other_knowledge_bases_stay_as_they_were(world, as_):
