@@ -85,6 +85,7 @@ def run(args, settings) -> int:
         return 2
     url = read_database_url(settings) if args.action == "list" else database_url(settings, writable=True)
     with connect(url, vector=False) as conn:
+        conn.add_notice_handler(lambda notice: print(notice.message_primary, file=sys.stderr))
         if args.action == "create":
             (name,) = args.names
             conn.execute(
