@@ -124,3 +124,55 @@ def test_up_serves_psql_and_mcp_then_down_stops_everything(sandbox):
     assert not port_open(embed_port) and not port_open(mcp_port)
     status = pgkb(env, "db", "status", timeout=60)
     assert "state: stopped" in status.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("health", "found"),
+    [
+        ({"status": "ok", "model": "other-model", "dimension": 8}, "pgkb embed-server serving 'other-model' (8"),
+        ({"status": "ok"}, "a server that is not pgkb embed-server"),
+    ],
+)
+def test_up_refuses_a_server_on_the_embed_port_that_serves_another_model(sandbox, health, found):
+    """Issue 35: `pgkb up` took anything answering 200 on the embed port for its own embed-server. Now it
+    reuses one only when it serves the registry's default model with its dimension, else says what it found."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's name
+            body = json.dumps(health).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    root, env = sandbox
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        embed_port = server.server_address[1]
+        up = pgkb(env, "up", "--docs", str(REPO / "examples" / "kb"), "--embed-port", str(embed_port),
+                  "--mcp-port", str(free_port()))  # fmt: skip
+    finally:
+        server.shutdown()
+    assert up.returncode == 1, up.stdout + up.stderr
+    error = up.stderr.strip().splitlines()[-1]
+    assert error.startswith("pgkb: error: ") and "Traceback" not in up.stderr, up.stderr
+    assert found in error and "'multilingual-e5-small' (384 dimensions)" in error and "--embed-port" in error
+    assert "ingested" not in up.stdout
+
+
+def test_the_sample_search_prints_no_empty_heading_path():
+    """Issue 35: a hit without headings printed `[]`."""
+    from pgkb.launcher import sample_line
+
+    assert sample_line(1, "faq.md", "", 0.5, True) == "  1. faq.md  score 0.5  hybrid"
+    assert sample_line(2, "a.md", None, 0.25, False) == "  2. a.md  score 0.25  lexical only"
+    assert sample_line(3, "b.md", "登录 > 排查", 0.1, True) == "  3. b.md  [登录 > 排查]  score 0.1  hybrid"

@@ -27,7 +27,7 @@ from pgkb.config import Settings
 from pgkb.db import connect, database_url
 from pgkb.ingest import IngestOptions, ingest
 from pgkb.migrate import migrate
-from pgkb.models.embedding import load_embedder, model_spec
+from pgkb.models.embedding import EmbeddingError, load_embedder, model_spec
 from pgkb.models.vision import load_captioner
 from pgkb.service_role import SERVICE_ROLE, ensure_service_role, login_url
 
@@ -83,6 +83,36 @@ def _healthy(url: str) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+def embed_server_problem(health: dict | None, model: str, dimension: int, port: int) -> str | None:
+    """Why the server answering /health on the embed port cannot serve the registry's default model (health:
+    its JSON answer, None when it sent none), with how to resolve it; None when it can."""
+    if health is None or not isinstance(health.get("model"), str) or not isinstance(health.get("dimension"), int):
+        found = "a server that is not pgkb embed-server (its /health says no model and dimension)"
+    elif health["model"] == model and health["dimension"] == dimension:
+        return None
+    else:
+        found = f"pgkb embed-server serving {health['model']!r} ({health['dimension']} dimensions)"
+    return (
+        f"port {port} has {found}, but the default embedding model is {model!r} ({dimension} dimensions): "
+        f"stop that server (`make stop` if `make run` started it) or choose another port (pgkb up --embed-port)"
+    )
+
+
+def _health(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            answer = json.loads(r.read(65536))
+            return answer if isinstance(answer, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def sample_line(i: int, doc_key: str, path: str | None, score: object, vector_used: bool) -> str:
+    """One hit of the sample search: rank, document, its heading path when it has one, score, legs."""
+    headings = f"  [{path}]" if path else ""
+    return f"  {i}. {doc_key}{headings}  score {score}  {'hybrid' if vector_used else 'lexical only'}"
 
 
 def _prepare_identity(conn, user: str) -> None:
@@ -142,6 +172,12 @@ def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) ->
             lambda: _healthy(f"http://127.0.0.1:{embed_port}/health"),
             timeout=120,
         )
+        default = model_spec(conn, None)
+        problem = embed_server_problem(
+            _health(f"http://127.0.0.1:{embed_port}/health"), default.name, default.dimension, embed_port
+        )
+        if problem:
+            raise EmbeddingError(problem)
         conn.execute("select kb.create_knowledge_base(%s, 'public')", [kb])
         spec = model_spec(conn, settings.embed_model)
         embedder, captioner = load_embedder(settings, spec), load_captioner(settings)
@@ -169,7 +205,7 @@ def up(docs: Path | None, kb: str, user: str, embed_port: int, mcp_port: int) ->
         ).fetchall()
     print(f"\nSample search, as psql runs it: SELECT * FROM kb.hybrid_search('{SAMPLE_QUERY}');")
     for i, (doc_key, path, score, vector_used) in enumerate(rows, 1):
-        print(f"  {i}. {doc_key}  [{path}]  score {score}  {'hybrid' if vector_used else 'lexical only'}")
+        print(sample_line(i, doc_key, path, score, vector_used))
     if not rows:
         print("  (no results)")
     print(f'\npsql:\n  psql "{url}"')
