@@ -136,6 +136,21 @@ def test_snippet_marks_the_terms_the_lexical_leg_matches(db):
     assert snippet(db, "", "redis") == "" and snippet(db, "text", "") == "text"
 
 
+def test_english_highlights_mark_whole_tokens_and_never_function_words(db):
+    """Issue 35: for a question holding "to", the page marked `to` inside "symptoms" and in "up to". A
+    Latin-script term is marked only as a whole token (a word, or a camelCase, snake_case or letter/digit part),
+    and function words never."""
+    text = "Common symptoms appear up to 14 days later; tokens expire. Call getUserToken; ISO27001 and user_id."
+    assert snippet(db, text, "how to treat symptoms", width=200) == (
+        "Common [symptoms] appear up to 14 days later; tokens expire. Call getUserToken; ISO27001 and user_id."
+    )
+    assert snippet(db, text, "token iso user", width=200) == (
+        "Common symptoms appear up to 14 days later; tokens expire. Call get[UserToken]; [ISO]27001 and [user]_id."
+    )
+    assert snippet(db, text, "to", width=200).count("[") == 1  # a question of function words only keeps them
+    assert snippet(db, "Ｔｏｋｅｎｓ and ＴＯＫＥＮ", "token") == "Ｔｏｋｅｎｓ and [ＴＯＫＥＮ]"
+
+
 def test_snippet_window_follows_the_first_match(db):
     long = "无关内容。" * 100 + "tidb_mem_quota_query 限制内存"
     s = snippet(db, long, "tidb_mem_quota_query", width=60, mark=("<b>", "</b>"))
