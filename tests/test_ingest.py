@@ -306,6 +306,25 @@ def test_cli_json_summary_and_exit_code(db, docs, tmp_path):
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
 
 
+def test_cli_builds_the_hnsw_index_of_a_knowledge_base_grown_past_exact_search(db, docs):
+    """Issue 32: a knowledge base of vector_exact_chunks chunks or more is expected to have its HNSW index.
+    `pgkb ingest`, when its session owns schema kb, builds a missing one CONCURRENTLY after the run, so the
+    knowledge base leaves exact search at once; others leave it to `pgkb db migrate`."""
+    db.execute("update kb.settings set value = '2' where key = 'vector_exact_chunks'")
+    env = dict(os.environ, PGKB_DATABASE_URL=db.info.dsn)
+    cli = [sys.executable, "-m", "pgkb.cli", "ingest", str(docs), "--kb", "docs", "--defer-embedding"]
+    result = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    name = db.execute(
+        "select kb.hnsw_index_name(m.id, k.id) from kb.embedding_models as m, kb.knowledge_bases as k"
+        " where m.is_default and k.name = 'docs'"
+    ).fetchone()[0]
+    assert f"pgkb: index kb.{name} built" in result.stderr
+    assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
+    again = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "index kb." not in again.stderr
+
+
 # ------------------------------------------------------------------------------ failures that must not stop a run
 
 

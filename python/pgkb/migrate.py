@@ -299,6 +299,31 @@ def index_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
     return conn.execute("select index_name, problem from kb_admin.index_problems()").fetchall()
 
 
+def build_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str | None]]:
+    """Build the per-knowledge-base HNSW indexes pgkb expects and lacks (a knowledge base that has grown past
+    kb.settings.vector_exact_chunks), CONCURRENTLY so writes go on, when this autocommit session may: it owns
+    schema kb. Returns (index, None when built, else why not); [] for a session that may not (`pgkb db migrate`
+    builds them then). `pgkb ingest` calls it after a run, so a growing knowledge base leaves exact search at
+    once. A failed build leaves an invalid index, which the next `pgkb db migrate` rebuilds."""
+    may = conn.execute(
+        "select pg_has_role(current_user, n.nspowner, 'USAGE') from pg_namespace as n where n.nspname = 'kb'"
+    ).fetchone()
+    if not (may and may[0]):
+        return []
+    missing = conn.execute(
+        "select p.index_name, p.definition from kb_admin.index_problems() as p"
+        " where p.problem = 'missing' and p.index_name like 'embeddings\\_hnsw\\_model\\_%'"
+    ).fetchall()
+    built: list[tuple[str, str | None]] = []
+    for name, definition in missing:
+        try:
+            conn.execute(definition.replace("create index if not exists", "create index concurrently if not exists", 1))
+            built.append((name, None))
+        except psycopg.Error as e:
+            built.append((name, str(e).strip().splitlines()[0]))
+    return built
+
+
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:
     """Lock every kb table exclusively before changing anything, without ever waiting in a lock queue.
 
