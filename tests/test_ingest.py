@@ -319,7 +319,7 @@ def test_cli_builds_the_hnsw_index_of_a_knowledge_base_grown_past_exact_search(d
         "select kb.hnsw_index_name(m.id, k.id) from kb.embedding_models as m, kb.knowledge_bases as k"
         " where m.is_default and k.name = 'docs'"
     ).fetchone()[0]
-    assert f"pgkb: index kb.{name} built" in result.stderr
+    assert f"pgkb: index kb.{name} created (was missing)" in result.stderr
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
     again = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "index kb." not in again.stderr

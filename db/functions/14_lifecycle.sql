@@ -26,10 +26,11 @@ end
 $$;
 
 -- Delete knowledge base `name` and everything in it: documents, chunks, embeddings, the embedding queue, BM25
--- postings and term statistics, ingest failures, image captions, glossary (ON DELETE CASCADE, each), then its
--- HNSW indexes. Its owner or an administrator. Returns what it held. Deletions run one at a time. Dropping an
--- index takes kb.embeddings' ACCESS EXCLUSIVE lock (searches wait) to the end of the caller's transaction, and
--- waits at most 1 s for it (searches queue behind the wait): past that the index stays for `pgkb db migrate`.
+-- postings and term statistics, ingest failures, image captions, glossary (ON DELETE CASCADE, each). Its owner
+-- or an administrator. Returns what it held. Its HNSW indexes are left (empty, never scanned: no search names
+-- a knowledge base that is gone) for `pgkb db migrate` or `pgkb kb delete` to drop CONCURRENTLY: dropping one
+-- here would hold kb.embeddings' ACCESS EXCLUSIVE lock, and stall every search, to the end of the caller's
+-- transaction.
 create or replace function kb.delete_knowledge_base(name text)
 returns table (documents bigint, chunks bigint)
 language plpgsql volatile security definer
@@ -39,37 +40,15 @@ declare
     target_kb integer;
     n_documents bigint;
     n_chunks bigint;
-    hnsw record;
-    callers_lock_timeout constant text := current_setting('lock_timeout');
 begin
     perform kb_internal.check_given_name(name, 'knowledge base');
     target_kb := kb_internal.managed_kb(delete_knowledge_base.name, 'delete it');
-    -- two deletions each holding kb.embeddings' ROW EXCLUSIVE lock would deadlock on its ACCESS EXCLUSIVE one
-    perform pg_advisory_xact_lock(1885825890, 14);  -- ("pgkb", this file)
     select k.chunk_count into n_chunks from kb.knowledge_bases as k where k.id = target_kb for update;
     if not found then  -- deleted while this call waited: as if it had never been there
         raise exception 'unknown knowledge base "%"', left(name, 200) using errcode = 'no_data_found';
     end if;
     n_documents := (select count(*) from kb.documents as d where d.kb_id = target_kb);
     delete from kb.knowledge_bases as k where k.id = target_kb;
-    -- last: DROP INDEX holds kb.embeddings' ACCESS EXCLUSIVE lock until commit. Every search that comes while
-    -- it waits for running ones waits too, so it waits briefly (the caller's lock_timeout, if shorter)
-    if (select s.setting::bigint from pg_settings as s where s.name = 'lock_timeout') not between 1 and 1000 then
-        perform set_config('lock_timeout', '1s', true);
-    end if;
-    for hnsw in
-        select c.relname from pg_class as c
-        where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i'
-            and c.relname ~ ('^embeddings_hnsw_model_\d+_kb_' || target_kb || '$')
-    loop
-        begin
-            execute format('drop index kb.%I', hnsw.relname);
-        exception when lock_not_available then
-            raise notice 'pgkb: searches kept kb.embeddings busy: kb.% stays until pgkb db migrate drops it',
-                hnsw.relname;
-        end;
-    end loop;
-    perform set_config('lock_timeout', callers_lock_timeout, true);
     return query select n_documents, n_chunks;
 end
 $$;

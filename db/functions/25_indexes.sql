@@ -113,9 +113,10 @@ as $$
     order by 1
 $$;
 
--- Re-create the missing expected indexes, rebuild the invalid ones (REINDEX keeps their own definition)
--- and drop the stale ones; returns each with what was done. Takes each table's SHARE lock while it builds
--- (reads go on, writes wait), and kb.embeddings' ACCESS EXCLUSIVE lock to drop.
+-- Re-create the missing expected indexes and rebuild the invalid ones (REINDEX keeps their own definition),
+-- but the per-knowledge-base HNSW ones: those pgkb.migrate.maintain_vector_indexes builds and drops
+-- CONCURRENTLY, outside any transaction, so no search waits for them. Returns each with what was done.
+-- Takes each table's SHARE lock while it builds: reads go on, writes wait.
 create or replace function kb_internal.restore_indexes()
 returns table (index_name text, action text)
 language plpgsql volatile
@@ -124,15 +125,13 @@ as $$
 declare
     p record;
 begin
-    for p in select * from kb_admin.index_problems() loop
+    for p in
+        select * from kb_admin.index_problems() as x where x.index_name !~ '^embeddings_hnsw_model_\d+_kb_\d+$'
+    loop
         if p.problem = 'invalid' then
             execute format('reindex index kb.%I', p.index_name);
             index_name := p.index_name;
             action := 'rebuilt (was invalid)';
-        elsif p.problem = 'stale' then
-            execute p.definition;
-            index_name := p.index_name;
-            action := 'dropped (no longer expected)';
         else
             execute p.definition;
             index_name := p.index_name;

@@ -14,8 +14,9 @@
 -- depends on text the caller cannot see. The scans are asked for at least 40 rows (the first n are
 -- returned): when they yield fewer (a filter holds fewer, or a graph lost them), an exact scan of the slice
 -- answers instead. Rank 1 = nearest; score = cosine similarity. hnsw.ef_search comes from
--- kb.settings.hnsw_ef_search, set for the index scans only. The planner's enable_* switches and cost
--- constants are pinned (to PostgreSQL's defaults): the plan never follows a caller's settings.
+-- kb.settings.hnsw_ef_search, set for the index scans only. The plan never follows a caller's settings: the
+-- planner's switches and cost constants are pinned to PostgreSQL's defaults, pgvector's scan limits to its
+-- own, and sequential scans (of every knowledge base's rows), parallel workers and JIT are off.
 create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
@@ -23,7 +24,12 @@ returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
 set "hnsw.iterative_scan" = relaxed_order
-set enable_seqscan = on
+set "hnsw.max_scan_tuples" = 20000
+set "hnsw.scan_mem_multiplier" = 1
+set enable_seqscan = off
+set max_parallel_workers_per_gather = 0
+set jit = off
+set plan_cache_mode = force_custom_plan
 set enable_indexscan = on
 set enable_indexonlyscan = on
 set enable_bitmapscan = on

@@ -9,10 +9,12 @@ while searches run neither deadlocks with them nor stalls them for long.
 A function file whose first line is ``-- requires: <extension>`` is skipped, with the reason reported,
 when that extension cannot be installed (e.g. plpython3u on managed PostgreSQL).
 
-Then the indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model) are
-checked, and a missing one is re-created, an invalid one rebuilt (kb_internal.restore_indexes), in a transaction of
-their own: an interrupted bulk load (`pgkb bench`) or a failed REINDEX cannot leave searches on sequential
-scans past the next `pgkb db migrate`. :func:`index_problems` tells which are missing (`pgkb db status`).
+Then the indexes pgkb expects (kb_internal.expected_indexes: the migrations' and one HNSW index per model and
+large knowledge base) are checked, and a missing one is re-created, an invalid one rebuilt
+(kb_internal.restore_indexes), in a transaction of their own; the per-knowledge-base HNSW ones are built, rebuilt
+and dropped CONCURRENTLY instead, one statement at a time (:func:`maintain_vector_indexes`), so no search waits
+for them. An interrupted bulk load (`pgkb bench`) or a failed REINDEX cannot leave searches on sequential scans
+past the next `pgkb db migrate`. :func:`index_problems` tells which are missing (`pgkb db status`).
 
 db/functions are re-applied when their files changed and also when a function or view they define is
 missing from the database (dropped by hand, or with the plpython3u extension), so `pgkb db migrate`
@@ -227,6 +229,7 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
         with conn.transaction():  # a transaction of its own, with the functions just applied
             conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
             report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
+        report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
         report.lexicon = load_lexicon(conn)  # its own transaction; unchanged editions are not reloaded
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
@@ -299,29 +302,48 @@ def index_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
     return conn.execute("select index_name, problem from kb_admin.index_problems()").fetchall()
 
 
-def build_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str | None]]:
-    """Build the per-knowledge-base HNSW indexes pgkb expects and lacks (a knowledge base that has grown past
-    kb.settings.vector_exact_chunks), CONCURRENTLY so writes go on, when this autocommit session may: it owns
-    schema kb. Returns (index, None when built, else why not); [] for a session that may not (`pgkb db migrate`
-    builds them then). `pgkb ingest` calls it after a run, so a growing knowledge base leaves exact search at
-    once. A failed build leaves an invalid index, which the next `pgkb db migrate` rebuilds."""
+VECTOR_INDEX_LOCK_TIMEOUT = "5s"  # how long one CONCURRENTLY step waits for a transaction in its way
+
+
+def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """Bring the per-knowledge-base HNSW indexes in line with kb_admin.index_problems, CONCURRENTLY, one
+    statement at a time, so searches and writes go on: build the missing ones (a knowledge base grown past
+    kb.settings.vector_exact_chunks), rebuild the invalid ones, drop the stale ones (a knowledge base deleted,
+    or fallen below that size). Each step waits at most VECTOR_INDEX_LOCK_TIMEOUT for transactions in its way;
+    one that cannot is left for the next call, and said so. Needs an autocommit session that owns schema kb;
+    returns [] for any other. Returns (index, what was done). `pgkb db migrate`, `pgkb ingest` and
+    `pgkb kb delete` call it."""
     may = conn.execute(
         "select pg_has_role(current_user, n.nspowner, 'USAGE') from pg_namespace as n where n.nspname = 'kb'"
     ).fetchone()
-    if not (may and may[0]):
+    if not (may and may[0]) or not conn.autocommit:
         return []
-    missing = conn.execute(
-        "select p.index_name, p.definition from kb_admin.index_problems() as p"
-        " where p.problem = 'missing' and p.index_name like 'embeddings\\_hnsw\\_model\\_%'"
+    problems = conn.execute(
+        "select p.index_name, p.problem, p.definition from kb_admin.index_problems() as p"
+        " where p.index_name ~ '^embeddings_hnsw_model_[0-9]+_kb_[0-9]+$' order by p.index_name"
     ).fetchall()
-    built: list[tuple[str, str | None]] = []
-    for name, definition in missing:
-        try:
-            conn.execute(definition.replace("create index if not exists", "create index concurrently if not exists", 1))
-            built.append((name, None))
-        except psycopg.Error as e:
-            built.append((name, str(e).strip().splitlines()[0]))
-    return built
+    done: list[tuple[str, str]] = []
+    callers = conn.execute("select current_setting('lock_timeout')").fetchone()
+    conn.execute("select set_config('lock_timeout', %s, false)", [VECTOR_INDEX_LOCK_TIMEOUT])
+    try:
+        for name, problem, definition in problems:
+            drop = f"drop index concurrently if exists kb.{name}"
+            create = definition.replace("create index if not exists", "create index concurrently if not exists", 1)
+            steps, action = {
+                "missing": ([create], "created (was missing)"),
+                "invalid": ([drop, create], "rebuilt (was invalid)"),
+                "stale": ([drop], "dropped (no longer expected)"),
+            }[problem]
+            try:
+                for step in steps:
+                    conn.execute(step)
+                done.append((name, action))
+            except psycopg.Error as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                done.append((name, f"left {problem} for the next `pgkb db migrate` ({first})"))
+    finally:
+        conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
+    return done
 
 
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:

@@ -16,6 +16,7 @@ import uuid
 
 import psycopg
 import pytest
+from pgkb.migrate import maintain_vector_indexes
 
 DIM = 384  # the default model, multilingual-e5-small
 
@@ -208,6 +209,9 @@ def test_deleting_a_knowledge_base_leaves_nothing_of_it_in_any_table(world, as_,
     assert set(rows_of(world, target).values()) == {0}
     assert world.execute("select count(*) from kb.knowledge_bases where id = %s", [target]).fetchone()[0] == 0
     assert world.execute("select count(*) from kb.documents where kb_id = %s", [target]).fetchone()[0] == 0
+    # its HNSW indexes are left stale (no lock in the caller's transaction), then dropped CONCURRENTLY
+    assert {p for _, p in world.execute("select index_name, problem from kb_admin.index_problems()")} == {"stale"}
+    assert len(maintain_vector_indexes(world)) == 2
     assert world.execute(indexes, [f"^embeddings_hnsw_model_\\d+_kb_{target}$"]).fetchall() == []
     assert world.execute("select * from kb_admin.index_problems()").fetchall() == []
     assert {name: rows_of(world, kb_id(world, name)) for name in others} == others
@@ -220,40 +224,53 @@ def test_deleting_a_knowledge_base_leaves_nothing_of_it_in_any_table(world, as_,
 
 
 def test_the_doctor_is_clean_after_a_deletion(world, fake_embeddings):
-    """Before: the deleted knowledge base's queued chunk is a doctor problem. After: no problem at all, no
-    stale index left for `pgkb db migrate` to drop."""
+    """Before: the deleted knowledge base's queued chunk is a doctor problem. After: only its HNSW index, left
+    stale for pgkb.migrate.maintain_vector_indexes, which drops it CONCURRENTLY: then no problem at all."""
     endpoint = fake_embeddings(lambda texts: [unit(0) for _ in texts])
     world.execute("update kb.settings set value = %s where key = 'embedding_url'", [endpoint.url])
     fill_everything(world, "bob-private")
     problems = "select \"check\", detail from kb_admin.doctor() where status = 'problem'"
     assert [c for c, _ in world.execute(problems)] == ["embeddings"]  # bob's queued chunk
     world.execute("select kb.delete_knowledge_base('bob-private')")
-    assert world.execute(problems).fetchall() == []
+    [(check, detail)] = world.execute(problems).fetchall()
+    assert check == "indexes" and "is no longer expected" in detail
     assert world.execute("select * from kb_internal.restore_indexes()").fetchall() == []
+    assert [action for _, action in maintain_vector_indexes(world)] == ["dropped (no longer expected)"]
+    assert world.execute(problems).fetchall() == []
 
 
-def test_while_searches_hold_the_embeddings_the_index_is_left_to_migrate(world, connect_as):
-    """Dropping an HNSW index needs kb.embeddings' ACCESS EXCLUSIVE lock, and every search that comes while the
-    drop waits for it waits too: the deletion waits at most 1 s, then leaves the index for `pgkb db migrate`
-    (kb_internal.restore_indexes) and says so. Everything else of the knowledge base is gone all the same."""
+def test_a_deletion_never_locks_the_searches_out(world, connect_as):
+    """Issue 32's review (M2): dropping the HNSW index inside kb.delete_knowledge_base held kb.embeddings' ACCESS
+    EXCLUSIVE lock to the end of the caller's transaction, and every search waited. The deletion now leaves the
+    index (stale, never scanned); pgkb.migrate.maintain_vector_indexes drops it CONCURRENTLY, and a search
+    running meanwhile neither waits nor fails."""
     target = kb_id(world, "bob-private")
     index = world.execute("select kb.hnsw_index_name(id, %s) from kb.embedding_models", [target]).fetchone()[0]
     assert world.execute("select to_regclass(%s) is not null", [f"kb.{index}"]).fetchone() == (True,)
-    notices: list[str] = []
-    world.add_notice_handler(lambda notice: notices.append(notice.message_primary))
-    search = connect_as(world.info.user)
-    with search.transaction():  # a search still running: it holds kb.embeddings' ACCESS SHARE lock
-        search.execute("select count(*) from kb.embeddings").fetchone()
-        started = time.monotonic()
-        world.execute("select * from kb.delete_knowledge_base('bob-private')")
-        waited = time.monotonic() - started
-    assert 1 <= waited < 10
-    assert notices == [f"pgkb: searches kept kb.embeddings busy: kb.{index} stays until pgkb db migrate drops it"]
+    deleter, searcher = connect_as(world.info.user), connect_as(world.info.user)
+    searcher.execute("set lock_timeout = '1s'")
+    with deleter.transaction():  # the deleting transaction stays open: searches go on
+        deleter.execute("select * from kb.delete_knowledge_base('bob-private')")
+        locks = deleter.execute(
+            "select mode from pg_locks where relation = 'kb.embeddings'::regclass and pid = pg_backend_pid()"
+        ).fetchall()
+        assert ("AccessExclusiveLock",) not in locks
+        vector = "[" + ",".join(map(str, unit(1))) + "]"
+        found = searcher.execute(
+            "select count(*) from kb.vector_search('x', 3, query_embedding => %s::vector)", [vector]
+        )
+        assert found.fetchone()[0] >= 0
     assert set(rows_of(world, target).values()) == {0}
     assert world.execute("select index_name, problem from kb_admin.index_problems()").fetchall() == [(index, "stale")]
+    with searcher.transaction():  # a search still running: DROP INDEX CONCURRENTLY waits for it, no search for it
+        searcher.execute("select count(*) from kb.embeddings").fetchone()
+        started = time.monotonic()
+        left = maintain_vector_indexes(world)
+        waited = time.monotonic() - started
+    assert left == [(index, left[0][1])] and left[0][1].startswith("left stale"), left
+    assert 4 <= waited < 30
     assert world.execute("show lock_timeout").fetchone() == ("0",)  # the caller's, again
-    [(restored, action)] = world.execute("select * from kb_internal.restore_indexes()").fetchall()
-    assert restored == index and action.startswith("dropped")
+    assert maintain_vector_indexes(world) == [(index, "dropped (no longer expected)")]
     assert world.execute("select * from kb_admin.index_problems()").fetchall() == []
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from migration_files import add_migration
 from pgkb.config import Settings
-from pgkb.migrate import MigrationError, migrate
+from pgkb.migrate import MigrationError, maintain_vector_indexes, migrate
 from releases import release_database
 
 
@@ -151,8 +151,8 @@ def kb_indexes(db) -> dict[str, str]:
 
 def test_expected_indexes_are_the_ones_the_migrations_create(db):
     """kb_internal.expected_indexes lists exactly the indexes a fresh `pgkb db migrate` made (the migrations' and, for
-    each knowledge base, the default model's HNSW index), and kb_internal.restore_indexes re-creates each one as it
-    was."""
+    each knowledge base, the default model's HNSW index), and kb_internal.restore_indexes (the HNSW ones:
+    pgkb.migrate.maintain_vector_indexes, CONCURRENTLY) re-creates each one as it was."""
     db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
     db.execute("select kb.create_knowledge_base('first')")
     db.execute("select kb.create_knowledge_base('second')")
@@ -164,6 +164,8 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
         db.execute(f"drop index kb.{name}")
     assert {r[0] for r in db.execute("select index_name from kb_admin.index_problems()").fetchall()} == expected
     restored = dict(db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall())
+    assert not any(name.startswith("embeddings_hnsw_") for name in restored)  # those are built CONCURRENTLY:
+    restored.update(maintain_vector_indexes(db))
     assert restored == dict.fromkeys(expected, "created (was missing)")
     assert kb_indexes(db) == created
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
@@ -171,8 +173,8 @@ def test_expected_indexes_are_the_ones_the_migrations_create(db):
 
 def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(db):
     """A knowledge base deleted (here by hand) leaves its HNSW indexes behind: index_problems names them
-    'stale' and kb_internal.restore_indexes drops them; a new model gets one in every knowledge base. So does
-    a knowledge base that falls below vector_exact_chunks."""
+    'stale' and pgkb.migrate.maintain_vector_indexes drops them (CONCURRENTLY); a new model gets one in every
+    knowledge base. A knowledge base that falls below vector_exact_chunks makes its index stale too."""
     db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")  # every knowledge base its HNSW
     kept = db.execute("select kb.create_knowledge_base('kept')").fetchone()[0]
     gone = db.execute("select kb.create_knowledge_base('gone')").fetchone()[0]
@@ -185,8 +187,8 @@ def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(d
     assert db.execute("select index_name, problem from kb_admin.index_problems()").fetchall() == [
         (name, "stale") for name in sorted(names)
     ]
-    restored = db.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
-    assert restored == [(name, "dropped (no longer expected)") for name in sorted(names)]
+    assert db.execute("select * from kb_internal.restore_indexes()").fetchall() == []
+    assert maintain_vector_indexes(db) == [(name, "dropped (no longer expected)") for name in sorted(names)]
     assert not any(name in kb_indexes(db) for name in names)
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
     # the model keeps its own HNSW parameters for knowledge bases made later

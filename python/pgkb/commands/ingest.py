@@ -27,7 +27,7 @@ def run(args, settings) -> int:
     from pgkb.chunking import ChunkingOptions
     from pgkb.db import connect, database_url
     from pgkb.ingest import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, IngestAborted, IngestOptions, ingest
-    from pgkb.migrate import build_vector_indexes
+    from pgkb.migrate import maintain_vector_indexes
     from pgkb.models.embedding import load_embedder, model_spec
     from pgkb.models.vision import load_captioner
 
@@ -59,10 +59,8 @@ def run(args, settings) -> int:
         except IngestAborted as e:  # the database connection was lost for good: still report what was done
             summary = e.summary
         else:
-            for name, problem in build_vector_indexes(conn):  # a knowledge base grown past exact search
-                print(
-                    f"pgkb: index kb.{name} {'built' if problem is None else 'not built: ' + problem}", file=sys.stderr
-                )
+            for name, action in maintain_vector_indexes(conn):  # a knowledge base grown past exact search
+                print(f"pgkb: index kb.{name} {action}", file=sys.stderr)
     if args.json:
         print(summary.as_json())
     else:

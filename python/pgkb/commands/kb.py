@@ -71,6 +71,7 @@ def _show(conn, name: str, as_json: bool) -> None:
 
 def run(args, settings) -> int:
     from pgkb.db import connect, database_url, read_database_url
+    from pgkb.migrate import maintain_vector_indexes
     from pgkb.rows import one
 
     if args.action != "list" and len(args.names) != len(USAGE[args.action].split()):
@@ -101,6 +102,9 @@ def run(args, settings) -> int:
         elif args.action == "delete":
             (name,) = args.names
             documents, chunks = one(conn.execute("select * from kb.delete_knowledge_base(%s)", [name]))
+            # its HNSW indexes, dropped CONCURRENTLY when this session may (else by the next `pgkb db migrate`)
+            for index, action in maintain_vector_indexes(conn):
+                print(f"pgkb: index kb.{index} {action}", file=sys.stderr)
             if args.json:
                 print(json.dumps({"deleted": name, "documents": documents, "chunks": chunks}, ensure_ascii=False))
             else:
