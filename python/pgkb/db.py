@@ -53,7 +53,7 @@ def database_url(settings: Settings | None = None, *, migrated: bool = True, wri
     url = cluster.url()
     if migrated:
         with connect(url, vector=False) as conn:
-            report = migrate(conn, settings.db_dir)
+            report = migrate(conn, settings.db_dir, vector_indexes=False)  # those: `pgkb db migrate`
         if report.applied or report.functions_applied:
             print(f"pgkb: migrated the embedded database: {', '.join(report.lines())}", file=sys.stderr)
     return url

@@ -176,9 +176,14 @@ def pending_migrations(conn: psycopg.Connection, db_dir: Path) -> list[str] | No
     return [path.name for version, path in files if version not in applied]
 
 
-def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WAIT_S) -> MigrateReport:
-    """Bring the database up to date, then restore the expected indexes. Raises MigrationError, leaving the
-    database unchanged (a failing index restore, which runs after the migrations are committed, alone)."""
+def migrate(
+    conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WAIT_S, vector_indexes: bool = True
+) -> MigrateReport:
+    """Bring the database up to date, then restore the expected indexes (the per-knowledge-base HNSW ones only
+    when vector_indexes: the implicit migrate before every command on the embedded cluster leaves them to
+    `pgkb db migrate`, `pgkb ingest` and `pgkb kb delete`, so a transaction left open cannot slow every
+    command by their waits). Raises MigrationError, leaving the database unchanged (a failing index restore,
+    which runs after the migrations are committed, alone)."""
     report = MigrateReport()
     try:
         with conn.transaction():
@@ -229,7 +234,8 @@ def migrate(conn: psycopg.Connection, db_dir: Path, lock_wait_s: float = LOCK_WA
         with conn.transaction():  # a transaction of its own, with the functions just applied
             conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
             report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
-        report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
+        if vector_indexes:
+            report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
         report.lexicon = load_lexicon(conn)  # its own transaction; unchanged editions are not reloaded
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
@@ -313,10 +319,12 @@ def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
     one that cannot is left for the next call, and said so. Needs an autocommit session that owns schema kb;
     returns [] for any other. Returns (index, what was done). `pgkb db migrate`, `pgkb ingest` and
     `pgkb kb delete` call it."""
+    if not conn.autocommit:  # CONCURRENTLY cannot run in a transaction (and none is opened here)
+        return []
     may = conn.execute(
         "select pg_has_role(current_user, n.nspowner, 'USAGE') from pg_namespace as n where n.nspname = 'kb'"
     ).fetchone()
-    if not (may and may[0]) or not conn.autocommit:
+    if not (may and may[0]):
         return []
     problems = conn.execute(
         "select p.index_name, p.problem, p.definition from kb_admin.index_problems() as p"
@@ -340,7 +348,7 @@ def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
                 done.append((name, action))
             except psycopg.Error as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                done.append((name, f"left {problem} for the next `pgkb db migrate` ({first})"))
+                done.append((name, f"not {action.split(' ')[0]}: left for the next `pgkb db migrate` ({first})"))
     finally:
         conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
     return done

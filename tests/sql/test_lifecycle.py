@@ -267,7 +267,7 @@ def test_a_deletion_never_locks_the_searches_out(world, connect_as):
         started = time.monotonic()
         left = maintain_vector_indexes(world)
         waited = time.monotonic() - started
-    assert left == [(index, left[0][1])] and left[0][1].startswith("left stale"), left
+    assert left == [(index, left[0][1])] and left[0][1].startswith("not dropped: left for the next"), left
     assert 4 <= waited < 30
     assert world.execute("show lock_timeout").fetchone() == ("0",)  # the caller's, again
     assert maintain_vector_indexes(world) == [(index, "dropped (no longer expected)")]

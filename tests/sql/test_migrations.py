@@ -351,3 +351,17 @@ def test_default_sql_is_the_packaged_one(monkeypatch):
     db_dir = Settings.from_env().db_dir
     assert db_dir == Path(pgkb.__file__).parent / "sql"
     assert db_dir.resolve() == Path(__file__).resolve().parents[2] / "db"
+
+
+def test_the_implicit_migrate_leaves_vector_indexes_to_the_explicit_one(db):
+    """Issue 32's re-review: the migrate every command runs first on the embedded cluster (pgkb.db.database_url)
+    waited up to 5 s per problem HNSW index whenever a transaction was left open. It now leaves those indexes to
+    `pgkb db migrate` (and `pgkb ingest`, `pgkb kb delete`)."""
+    db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
+    kb_id = db.execute("select kb.create_knowledge_base('first')").fetchone()[0]
+    name = db.execute("select kb.hnsw_index_name(1, %s)", [kb_id]).fetchone()[0]
+    db.execute(f"drop index kb.{name}")
+    report = migrate(db, Settings.from_env().db_dir, vector_indexes=False)
+    assert name not in dict(report.indexes) and name not in kb_indexes(db)
+    report = migrate(db, Settings.from_env().db_dir)
+    assert dict(report.indexes)[name] == "created (was missing)" and name in kb_indexes(db)
