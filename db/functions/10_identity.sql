@@ -172,17 +172,22 @@ begin
 end
 $$;
 
--- Internal: raise invalid_parameter_value unless name is a knowledge-base name: 1-100 letters, digits, "_",
--- "." or "-", beginning with a letter or digit (the table's check, said in words).
-create or replace function kb_internal.check_kb_name(name text)
+-- Internal: raise invalid_parameter_value unless name can name a `what` ('knowledge base', 'pgkb user' or
+-- 'team'): 1-100 letters, digits, "_", "." or "-" (users and teams also "@"), beginning with a letter or digit
+-- (the tables' checks, said in words). The one name rule of kb.create_* and kb.rename_knowledge_base.
+create or replace function kb_internal.check_name(name text, what text)
 returns void
 language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    kb_name constant boolean := what = 'knowledge base';
+    allowed constant text := case when kb_name then '_.-' else '_.@-' end;
 begin
-    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$' then
-        raise exception 'invalid knowledge base name "%": use 1-100 letters, digits, "_", "." or "-"',
-            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
+    if name is null or name !~ ('^[A-Za-z0-9][A-Za-z0-9' || allowed || ']{0,99}$') then
+        raise exception 'invalid % name "%": use 1-100 letters, digits, "_", "."% or "-"', what,
+            left(coalesce(name, 'NULL'), 200), case when kb_name then '' else ', "@"' end
+            using errcode = 'invalid_parameter_value';
     end if;
 end
 $$;
@@ -234,21 +239,6 @@ begin
 end
 $$;
 
--- Internal: raise invalid_parameter_value unless name can name a pgkb user or team (what, for the message): 1-100
--- letters, digits, "_", ".", "@" or "-", beginning with a letter or digit (the tables' check, said in words).
-create or replace function kb_internal.check_principal_name(name text, what text)
-returns void
-language plpgsql immutable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    if name is null or name !~ '^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$' then
-        raise exception 'invalid % name "%": use 1-100 letters, digits, "_", ".", "@" or "-"', what,
-            left(coalesce(name, 'NULL'), 200) using errcode = 'invalid_parameter_value';
-    end if;
-end
-$$;
-
 -- Admin: create (or update) a pgkb user, optionally mapped to a login role, which is then granted
 -- pgkb_user and bounded by the default timeouts (kb_internal.bound_sessions). Returns the user id.
 create or replace function kb.create_user(name text, db_role name default null, is_admin boolean default false)
@@ -260,7 +250,7 @@ declare
     uid bigint;
 begin
     perform kb.require_admin('create users');
-    perform kb_internal.check_principal_name(name, 'pgkb user');
+    perform kb_internal.check_name(name, 'pgkb user');
     if db_role is not null and not exists (select from pg_roles as r where r.rolname = create_user.db_role) then
         raise exception 'database role "%" does not exist', db_role using errcode = 'undefined_object';
     end if;
@@ -329,7 +319,7 @@ declare
     tid bigint;
 begin
     perform kb.require_admin('create teams');
-    perform kb_internal.check_principal_name(name, 'team');
+    perform kb_internal.check_name(name, 'team');
     insert into kb.teams as t (name) values (create_team.name)
     on conflict on constraint teams_name_key do update set name = excluded.name
     returning t.id into tid;
@@ -378,7 +368,7 @@ declare
     existing integer := (select k.id from kb.knowledge_bases as k where k.name = create_knowledge_base.name);
     kid integer;
 begin
-    perform kb_internal.check_kb_name(name);
+    perform kb_internal.check_name(name, 'knowledge base');
     if visibility is null or visibility not in ('private', 'team', 'public') then
         raise exception 'invalid visibility "%": expected private, team or public', visibility
             using errcode = 'invalid_parameter_value';

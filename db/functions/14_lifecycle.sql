@@ -142,7 +142,7 @@ declare
     target_kb integer;
 begin
     perform kb_internal.check_given_name(name, 'knowledge base');
-    perform kb_internal.check_kb_name(new_name);
+    perform kb_internal.check_name(new_name, 'knowledge base');
     target_kb := kb_internal.managed_kb(rename_knowledge_base.name, 'rename it');
     if new_name = name then
         return;
