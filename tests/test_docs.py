@@ -1,6 +1,6 @@
 """The front door and its guides stay true: README.md links every guide under docs/, every relative link and
-anchor in README.md and docs/*.md resolves, README.md states no figure without a dated source, and no page
-copies a test count by hand. Pure file reading: no database."""
+anchor in README.md and docs/*.md resolves, no page states a measured figure without a dated source, and no
+page copies a test count by hand. Pure file reading: no database."""
 
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ def prose(text: str) -> str:
     return "\n".join(lines)
 
 
+# a line that states a documented value (a default, a limit, a goal), not a measurement: `default 30 s`,
+# `at most 5 s`, `statement_timeout` 30s, `Goal: ≤ 1.5 ×`
+DOCUMENTED = re.compile(
+    r"default|\bat most\b|\blimits?\b|\bcapped\b|timeout|\bmaximum\b|\bthreshold\b|\bgoals?\b", re.I
+)
+HEADING = re.compile(r"(#{1,6})\s+\S")
+
+
 def undated_figures(text: str) -> list[str]:
     """The lines holding a figure (a number with a unit) but neither a date nor a link to a docs/*.md page."""
     return [
@@ -47,6 +55,44 @@ def undated_figures(text: str) -> list[str]:
         for line in text.split("\n")
         if FIGURE.search(line) and not DATE.search(line) and not GUIDE_LINK.search(line)
     ]
+
+
+def undated_measurements(text: str) -> list[str]:
+    """The lines of a guide holding a measured figure without a dated source. A figure in inline code, or on a
+    line that states a default or a limit, is documented, not measured. A measured figure is dated when its
+    line, its paragraph or table (or the paragraph ending in ':' that introduces it), or one of the headings
+    above it carries a date, or its line links to a docs/*.md page. A figure in a code block is an example."""
+    found: list[str] = []
+    dated_headings: dict[int, bool] = {}
+    blocks: list[list[str]] = [[]]
+    for line in prose(text).split("\n"):
+        heading = HEADING.match(line)
+        if heading or not line.strip():
+            blocks.append([line] if heading else [])
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    intro: list[str] = []  # the paragraph ending in ':' that introduces the next list or table
+    for block in blocks:
+        if not block:
+            continue
+        heading = HEADING.match(block[0])
+        if heading:
+            level = len(heading.group(1))
+            dated_headings = {k: v for k, v in dated_headings.items() if k < level}
+            dated_headings[level] = bool(DATE.search(block[0]))
+            intro = []
+            continue
+        context, intro = intro, (block if block[-1].rstrip().endswith(":") else [])
+        if any(dated_headings.values()) or any(DATE.search(line) for line in block + context):
+            continue
+        if any(DOCUMENTED.search(line) for line in context):
+            continue
+        bare_lines = re.sub(r"`[^`]*`", lambda code: "\n" * code.group(0).count("\n"), "\n".join(block)).split("\n")
+        for line, bare in zip(block, bare_lines, strict=True):
+            if FIGURE.search(bare) and not DOCUMENTED.search(line) and not GUIDE_LINK.search(line):
+                found.append(line.strip())
+    return found
 
 
 def slug(heading: str) -> str:
@@ -95,6 +141,21 @@ def test_the_rule_finds_the_old_readmes_figures():
     assert undated_figures("\n".join(fine)) == []
 
 
+def test_the_guide_rule_tells_measurements_from_documented_values():
+    """In a guide, a measurement needs a date on its line, in its paragraph or in a heading above it; a
+    default or a limit needs none."""
+    measured = "hybrid p95 129 ms at 100k chunks, the BM25 leg 100 ms"
+    documented = ["waits at most 5 s for a lock", "(default 30 s: how long replay waits)", "`statement_timeout = 30s`"]
+    assert undated_measurements(measured) == [measured]
+    assert undated_measurements("\n".join(documented)) == []
+    assert undated_measurements(f"A run on a quiet machine (2026-12-01):\n{measured}") == []
+    assert undated_measurements(f"## Run 8 (2026-11-30)\n\n### Latency\n\n{measured}") == []
+    assert undated_measurements(f"## Run 8 (2026-11-30)\n\n## Design\n\n{measured}") == [measured]
+    assert undated_measurements(f"```\n{measured}\n```") == []
+    assert undated_measurements(f"Measured on 2026-11-30:\n\n- {measured}") == []
+    assert undated_measurements(f"Measured on 2026-11-30.\n\n- {measured}") == [f"- {measured}"]
+
+
 def test_anchors_are_githubs():
     heading = "Run 27: pgkb bench --vectors anchored, 100000 chunks, 200 queries (2026-12-03 17:55 UTC)"
     assert slug(heading) == "run-27-pgkb-bench---vectors-anchored-100000-chunks-200-queries-2026-12-03-1755-utc"
@@ -106,6 +167,13 @@ def test_every_readme_figure_has_a_dated_source():
     """A figure in README.md (a number with a unit of time, size, ratio or percent) carries a date on its line,
     or a link to the guide that holds the measured, dated figure."""
     assert undated_figures(README.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_guide_measurement_has_a_dated_source(guide):
+    """Each measured figure of a guide carries the date it was measured (on its line, its paragraph or a heading
+    above it), so a reader can tell a figure of today from one of an older version."""
+    assert undated_measurements(guide.read_text(encoding="utf-8")) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
