@@ -55,7 +55,16 @@ def register(sub) -> None:
     )  # fmt: skip
     from pgkb.quality import answerability
 
-    answerability.add_arguments(parser)  # --answerability, --thresholds, --gate-grid, --top-k
+    answerability.add_arguments(parser)  # --answerability, --thresholds, --gate-grid, --top-k, --unrelated
+    parser.add_argument(
+        "--ask", action="store_true",
+        help="kb.ask each question (extractive, top_k 5): right / wrong topic / refused; --unrelated questions "
+        "are counted refused or answered",
+    )  # fmt: skip
+    parser.add_argument(
+        "--with-translation", action="store_true",
+        help='--ask: also pass each question\'s "translation" field as another phrasing (also)',
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 

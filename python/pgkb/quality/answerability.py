@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pgkb.limits import api_limit
-from pgkb.quality.datasets import Dataset, EvalError, Query, default_kb, read_jsonl, sample
+from pgkb.quality.datasets import Dataset, EvalError, Query, default_kb, question_translation, read_jsonl, sample
 from pgkb.quality.searching import embed_queries
 
 DEFAULT_TOP_K = 5  # kb.ask's default top_k
@@ -486,8 +486,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="hits the gate sees (answerability)")
     parser.add_argument(
         "--unrelated", default=None, metavar="PATH",
-        help="answerability: also ask another set's questions (a BEIR folder or a questions .jsonl), which this "
-        "knowledge base cannot answer; sampled like --max-queries",
+        help="answerability and --ask: also ask another set's questions (a BEIR folder or a questions .jsonl), "
+        "which this knowledge base cannot answer; sampled like --max-queries",
     )  # fmt: skip
 
 
@@ -540,7 +540,7 @@ def load_unrelated(path: Path) -> Dataset:
     file = path / "queries.jsonl" if path.is_dir() else path
     rows = read_jsonl(file, "unrelated questions")
     queries = [
-        Query(f"unrelated-{i}", text.strip(), {})
+        Query(f"unrelated-{i}", text.strip(), {}, translation=question_translation(row))
         for i, row in enumerate(rows, 1)
         if isinstance(text := row.get("query", row.get("text")), str) and text.strip()
     ]

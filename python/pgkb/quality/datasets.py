@@ -31,6 +31,7 @@ __all__ = [
     "default_kb",
     "load_beir",
     "load_questions",
+    "question_translation",
     "read_jsonl",
     "read_qrels",
     "replace_queries",
@@ -52,6 +53,7 @@ class Query:
     kind: str | None = None
     answers: tuple[str, ...] = ()  # gold answer strings (BEIR metadata.answers), when the set has them
     same_answer: tuple[str, ...] = ()  # other documents whose text equals a relevant one's (FAQ duplicates)
+    translation: str | None = None  # the question in the knowledge's language, by hand (a file's "translation")
 
 
 @dataclass
@@ -123,6 +125,12 @@ def _kind(row: dict) -> str | None:
     return str(kind) if kind not in (None, "") else None
 
 
+def question_translation(row: dict) -> str | None:
+    """A questions file's hand translation of a question (its "translation" string), or None."""
+    text = row.get("translation")
+    return text.strip() if isinstance(text, str) and text.strip() else None
+
+
 def load_beir(folder: Path, warn: Callable[[str], None] = lambda _m: None) -> Dataset:
     """Read and check a BEIR folder; queries without a relevant document in the corpus are left out."""
     if not folder.is_dir():
@@ -187,7 +195,15 @@ def load_questions(docs: Path, questions: Path) -> Dataset:
             raise EvalError(f'{questions}: question {n} has no "query" string')
         if not isinstance(relevant, list) or not relevant or not all(isinstance(p, str) and p for p in relevant):
             raise EvalError(f'{questions}: question {n} needs "relevant": a non-empty list of paths')
-        queries.append(Query(str(row.get("id", n)), text.strip(), {p: 1.0 for p in relevant}, _kind(row)))
+        queries.append(
+            Query(
+                str(row.get("id", n)),
+                text.strip(),
+                {p: 1.0 for p in relevant},
+                _kind(row),
+                translation=question_translation(row),
+            )
+        )
     if not queries:
         raise EvalError(f"{questions} has no questions")
     missing = sorted({p for q in queries for p in q.relevant if not (docs / p).is_file()})

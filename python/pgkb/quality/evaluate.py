@@ -246,6 +246,10 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             raise EvalError("--max-queries must be at least 1")
         if getattr(args, "mixed", False) and getattr(args, "answerability", False):
             raise EvalError("--mixed searches the search modes only; --answerability asks the set's own knowledge base")
+        if getattr(args, "ask", False) and (getattr(args, "mixed", False) or getattr(args, "answerability", False)):
+            raise EvalError("--ask asks the set's own knowledge base; it goes with neither --mixed nor --answerability")
+        if getattr(args, "with_translation", False) and not getattr(args, "ask", False):
+            raise EvalError("--with-translation goes with --ask")
         dataset = load_dataset(args, warn)
         if reranker is None:
             reranker = load_reranker()
@@ -296,6 +300,13 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         if absent:
             warn(f"{len(absent)} relevant documents are not in kb {kb} (no text or failed): {', '.join(absent[:5])}")
         conn.execute("analyze kb.documents, kb.chunks, kb.embeddings, kb.term_stats")  # fresh planner stats
+        if getattr(args, "ask", False):  # kb.ask's answers instead of the search modes
+            from pgkb.quality import asking
+
+            try:
+                return asking.run_loaded(conn, args, settings, dataset, kb, spec, embedder, progress)
+            except EvalError as e:
+                return fail(str(e))
         if getattr(args, "answerability", False):  # the not-found gate instead of the search modes
             from pgkb.quality import answerability
 
