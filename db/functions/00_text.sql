@@ -114,16 +114,19 @@ $$;
 -- (kb_internal.query_translations) leave them out.
 create or replace function kb_internal.english_function_words()
 returns text[]
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select '{about,above,after,again,against,all,am,an,and,any,are,as,at,be,because,been,
+begin
+    -- PL/pgSQL, like the helpers below: a SQL function with a SET clause is planned again at every call
+    return '{about,above,after,again,against,all,am,an,and,any,are,as,at,be,because,been,
 before,being,below,between,both,but,by,can,could,did,do,does,doing,down,during,each,few,for,from,further,
 had,has,have,having,he,her,here,hers,herself,him,himself,his,how,if,in,into,is,it,its,itself,just,me,
 more,most,my,myself,no,nor,not,now,of,off,on,once,only,or,other,our,ours,ourselves,out,over,own,same,
 she,should,so,some,such,than,that,the,their,theirs,them,themselves,then,there,these,they,this,those,
 through,to,too,under,until,up,very,was,we,were,what,when,where,which,while,whom,why,will,with,would,
-you,your,yours,yourself,yourselves}'::text[]
+you,your,yours,yourself,yourselves}'::text[];
+end
 $$;
 
 -- The distinct terms of a text that name something: kb.lexical_terms without English function words, in
@@ -131,13 +134,15 @@ $$;
 -- lexicon's loader).
 create or replace function kb_internal.content_terms(input text)
 returns text[]
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select array(
+begin
+    return array(
         select distinct x.term from unnest(kb.lexical_terms(input)) as x (term)
         where x.term <> all(kb_internal.english_function_words()) order by x.term
-    )
+    );
+end
 $$;
 
 -- The terms a query is scored and judged by: kb.lexical_terms(query) in order, without English function

@@ -16,6 +16,8 @@ create or replace function kb_internal.translation_sources(query text, kb_ids in
 returns jsonb
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- one plan per statement for the session: planning them for every query cost more than running them
+set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
 as $$
 declare
@@ -101,25 +103,37 @@ begin
         -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
         -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
         english := (
-            select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
-                select p.i || ':' || n.len as at, jsonb_agg(distinct k.key) as keys
-                from generate_subscripts(words, 1) as p (i)
+            with forms as materialized (  -- each word's forms once
+                select p.i, v.form from generate_subscripts(words, 1) as p (i)
+                cross join lateral unnest(kb_internal.english_variants(words[p.i])) as v (form)
+            ),
+            -- the phrase of n.len words that ends at word f.i, its last word in form f.form
+            keys as (
+                select f.i - n.len + 1 as i, n.len, k.key
+                from forms as f
                 cross join generate_series(1, 3) as n (len)
-                cross join lateral unnest(kb_internal.english_variants(words[p.i + n.len - 1])) with ordinality as v (form, vn)
                 cross join lateral (
-                    select array_to_string(words[p.i:p.i + n.len - 2], ' ') || case when n.len > 1 then ' ' else '' end
-                        || v.form as key
+                    select array_to_string(words[f.i - n.len + 1:f.i - 1], ' ')
+                        || case when n.len > 1 then ' ' else '' end || f.form as key
                     union all
                     -- two words written as one: time out -> timeout, log in -> login
-                    select words[p.i] || v.form where n.len = 2
+                    select words[f.i - 1] || f.form where n.len = 2
                 ) as k
-                -- one index lookup per form, whatever the row estimates
-                cross join lateral (
-                    select from kb_internal.lexicon as l where l.lang = 'en' and l.source = k.key limit 1
-                ) as known
-                where p.i + n.len - 1 <= cardinality(words)
-                    and (n.len > 1 or not (words[p.i] = any(function_words) or length(words[p.i]) < 2))
-                group by p.i, n.len
+                where f.i - n.len + 1 >= 1
+                    and (n.len > 1 or not (words[f.i] = any(function_words) or length(words[f.i]) < 2))
+            ),
+            -- one index scan for every key
+            known as (
+                select array(
+                    select l.source from kb_internal.lexicon as l
+                    where l.lang = 'en' and l.source = any(array(select distinct k.key from keys as k))
+                ) as sources
+            )
+            select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
+                select k.i || ':' || k.len as at, jsonb_agg(distinct k.key) as keys
+                from keys as k cross join known
+                where k.key = any(known.sources)
+                group by k.i, k.len
             ) as m
         );
         pos := 1;
@@ -145,39 +159,60 @@ begin
 end
 $$;
 
--- The forms an English word is looked up under in the lexicon, the word first: plurals and third persons
--- (tokens, policies, pushes), past forms (expired, rotated, stopped), -ing forms (rotating, running) and
--- derived nouns (payment, rotation) give their stems too. Words of digits or of 2 letters or fewer are looked
--- up as they are.
+-- The forms an English word is looked up under in the lexicon, sorted: the word itself; plurals and third
+-- persons (tokens, policies, pushes), past forms (expired, rotated, stopped), -ing forms (rotating, running)
+-- and derived nouns (payment, rotation) give their stems too. Words of digits or of 2 letters or fewer are
+-- looked up as they are. String tests, not regular expressions: it runs for every word of every query.
 create or replace function kb_internal.english_variants(word text)
 returns text[]
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select array(
-        select distinct on (v.form) v.form from (
-            select 0 as n, word as form
-            union all
-            select x.n, x.form from (values
-                (1, case when word ~ '[^aeiou]ies$' then left(word, -3) || 'y' end),
-                (2, case when word ~ '(ss|sh|ch|x|z)es$' then left(word, -2) end),
-                (3, case when word ~ '[^su]s$' then left(word, -1) end),
-                (4, case when word ~ 'ied$' then left(word, -3) || 'y' end),
-                (5, case when word ~ 'ed$' then left(word, -1) end),
-                (6, case when word ~ 'ed$' then left(word, -2) end),
-                (7, case when word ~ '([^aeiou])\1ed$' then left(word, -3) end),
-                (8, case when word ~ 'ing$' then left(word, -3) end),
-                (9, case when word ~ 'ing$' then left(word, -3) || 'e' end),
-                (10, case when word ~ '([^aeiou])\1ing$' then left(word, -4) end),
-                -- derived nouns: payment -> pay, rotation -> rotate, expiration -> expire
-                (11, case when word ~ '.{3}ments?$' then regexp_replace(word, 'ments?$', '') end),
-                (12, case when word ~ '.{3}ations?$' then regexp_replace(word, 'ations?$', 'ate') end),
-                (13, case when word ~ '.{3}ations?$' then regexp_replace(word, 'ations?$', 'e') end)
-            ) as x (n, form)
-            where word ~ '^[a-z]{3,}$' and x.form is not null and length(x.form) >= 2
-        ) as v
-        order by v.form, v.n
-    )
+declare
+    n constant integer := length(word);
+    vowels constant text := 'aeiou';
+    forms text[] := array[word];
+begin
+    if n < 3 or word !~ '^[a-z]+$' then
+        return forms;
+    end if;
+    if right(word, 3) = 'ies' and n >= 4 and strpos(vowels, substr(word, n - 3, 1)) = 0 then
+        forms := forms || (left(word, -3) || 'y');
+    end if;
+    if right(word, 4) in ('sses', 'shes', 'ches') or right(word, 3) in ('xes', 'zes') then
+        forms := forms || left(word, -2);
+    end if;
+    if right(word, 1) = 's' and substr(word, n - 1, 1) not in ('s', 'u') then
+        forms := forms || left(word, -1);
+    end if;
+    if right(word, 3) = 'ied' then
+        forms := forms || (left(word, -3) || 'y');
+    end if;
+    if right(word, 2) = 'ed' then
+        forms := forms || left(word, -1) || left(word, -2);
+        if n >= 4 and substr(word, n - 3, 1) = substr(word, n - 2, 1) and strpos(vowels, substr(word, n - 2, 1)) = 0 then
+            forms := forms || left(word, -3);  -- stopped -> stop
+        end if;
+    end if;
+    if right(word, 3) = 'ing' then
+        forms := forms || left(word, -3) || (left(word, -3) || 'e');
+        if n >= 5 and substr(word, n - 4, 1) = substr(word, n - 3, 1) and strpos(vowels, substr(word, n - 3, 1)) = 0 then
+            forms := forms || left(word, -4);  -- running -> run
+        end if;
+    end if;
+    -- derived nouns: payment -> pay, rotation -> rotate, expiration -> expire
+    if right(word, 4) = 'ment' and n >= 7 then
+        forms := forms || left(word, -4);
+    elsif right(word, 5) = 'ments' and n >= 8 then
+        forms := forms || left(word, -5);
+    end if;
+    if right(word, 5) = 'ation' and n >= 8 then
+        forms := forms || (left(word, -5) || 'ate') || (left(word, -5) || 'e');
+    elsif right(word, 6) = 'ations' and n >= 9 then
+        forms := forms || (left(word, -6) || 'ate') || (left(word, -6) || 'e');
+    end if;
+    return array(select distinct f from unnest(forms) as f where length(f) >= 2 or f = word order by f);
+end
 $$;
 
 -- The translations of query's words that the term legs score and the answer gate reads: for each source of
@@ -198,6 +233,8 @@ returns table (
 )
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- one plan per statement for the session: planning them for every query cost more than running them
+set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
 as $$
 declare
