@@ -131,6 +131,15 @@ def test_chunking_options_change_rechunks_unchanged_files(db, docs, embedder):
     assert summary.changed == 3
 
 
+def test_a_new_base_url_reaches_files_whose_bytes_did_not_change(db, docs, embedder):
+    run(db, docs, embedder)
+    summary = run(db, docs, embedder, base_url="https://git.example.com/docs")
+    assert summary.changed == 3
+    urls = dict(db.execute("select doc_key, source_url from kb.documents").fetchall())
+    assert urls["guide/login.md"] == "https://git.example.com/docs/guide/login.md"
+    assert run(db, docs, embedder, base_url="https://git.example.com/docs").unchanged == 3
+
+
 def test_bad_files_are_reported_recorded_and_skipped(db, docs, embedder):
     (docs / "latin1.md").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (docs / "binary.txt").write_bytes(b"abc\x00\x01\x02")

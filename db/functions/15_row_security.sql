@@ -40,7 +40,7 @@ declare
 begin
     foreach tbl in array array[
         'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
-        'image_captions', 'glossary'
+        'image_captions', 'glossary', 'knowledge_saves'
     ] loop
         continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016 / 032
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);

@@ -139,7 +139,7 @@ begin
     if missing > 0 and not force then
         raise exception '% chunks have no "%" embedding yet', missing, target.name
             using errcode = 'object_not_in_prerequisite_state',
-                hint = 'run pgkb worker until the queue is empty, or pass force => true';
+                hint = 'run pgkb worker until the queue is empty, or pass force => true (pgkb model use --force)';
     end if;
     update kb.embedding_models as e set is_default = false where e.is_default and e.id <> target.id;
     update kb.embedding_models as e set is_default = true where e.id = target.id;

@@ -52,7 +52,7 @@ begin
     if wanted = 'llm' and chat_url = '' then
         raise exception 'mode ''llm'' needs a chat endpoint, and none is configured'
             using errcode = 'feature_not_supported',
-                hint = 'an administrator sets the chat_url setting (README, "Answers"); mode => ''extractive'' works offline';
+                hint = 'an administrator sets the chat_url setting (docs/answers.md, "Configuring a chat endpoint"); mode => ''extractive'' works offline';
     end if;
     if wanted = 'llm' and not can_chat then
         raise exception 'mode ''llm'' needs plpython3u, which this database does not have'

@@ -72,6 +72,8 @@ as $$
         ('lexicon_max_translations', 'integer', 0, 64, null),
         ('lexicon_weight', 'number', 0, 1000000, null),
         ('relevance_cosine_floor', 'fraction', null, null, null),
+        ('save_max_chars', 'integer', 1, 1000000, null),
+        ('saves_per_minute', 'integer', 0, 100000, null),
         ('search_bm25_b', 'number', 0, 1, null),
         ('search_bm25_k1', 'number', 0, 1000000, null),
         ('search_candidates', 'integer', 1, 1000, null),

@@ -45,11 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pgkb: interrupted", file=sys.stderr)
         return 130
-    except psycopg.OperationalError as e:
-        print(f"pgkb: cannot reach the database: {e}", file=sys.stderr)
-        return 1
     except psycopg.DatabaseError as e:
-        print(f"pgkb: error: {e.diag.message_primary or e}", file=sys.stderr)
+        # a connection that failed or was lost has no SQLSTATE, or one of class 08 / 57P (admin shutdown);
+        # psycopg files refusals such as 55000 (object not in prerequisite state) under OperationalError too
+        state = e.sqlstate or ""
+        if isinstance(e, psycopg.OperationalError) and (not state or state.startswith(("08", "57P"))):
+            print(f"pgkb: cannot reach the database: {e}", file=sys.stderr)
+            return 1
+        hint = e.diag.message_hint
+        print(f"pgkb: error: {e.diag.message_primary or e}" + (f" ({hint})" if hint else ""), file=sys.stderr)
         return 1
 
 

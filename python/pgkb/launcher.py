@@ -140,6 +140,10 @@ VS Code (.vscode/mcp.json):
 Claude Code:
   claude mcp add pgkb {claude_env} -- {pgkb} mcp
 
+To let agents save what they learned into knowledge bases the user may write (the save_knowledge tool; the
+IDE asks the person before each save): "args": ["mcp", "--allow-writes"] (Claude Code: `... -- {pgkb} mcp
+--allow-writes`).
+
 == MCP: streamable HTTP (already running at {http_url}) ==
 
 Cursor / TRAE: {{"mcpServers": {{"pgkb": {{"url": "{http_url}"}}}}}}

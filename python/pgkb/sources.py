@@ -109,10 +109,14 @@ class SourceDocument(Protocol):
         ...
 
 
-def content_hash(data: bytes, options: ChunkingOptions) -> str:
-    """The content hash of a file's bytes under the chunking options."""
+def content_hash(data: bytes, options: ChunkingOptions, source_url: str | None = None) -> str:
+    """The content hash of a file's bytes under the chunking options and, when it has one, its source URL (so
+    that a new --base-url reaches documents whose bytes did not change; without one the hash is what it was
+    before URLs counted)."""
     h = hashlib.sha256()
     h.update(f"pgkb-chunker-{CHUNKER_VERSION}|{options.fingerprint()}|".encode())
+    if source_url is not None:
+        h.update(f"url:{source_url}|".encode())
     h.update(data)
     return h.hexdigest()
 
@@ -154,7 +158,7 @@ class FileDocument:
             raise DocumentUnreadable(str(e)) from e
         except OSError as e:
             raise DocumentUnreadable(f"cannot read: {e.strerror or e}") from e
-        digest = content_hash(self._data, options)
+        digest = content_hash(self._data, options, self.source_url)
         if may_have_images(self.path.name, self._data):
             if self.path.suffix.lower() in _MARKDOWN_SUFFIXES:  # which files it references: known after parsing
                 self._doc = chunk_bytes(self._data, self.path.name, options, images=True)

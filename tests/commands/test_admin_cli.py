@@ -262,3 +262,13 @@ def test_usage_mistakes_exit_2_and_change_nothing(colleagues, pgkb, args, messag
     code, _, err = pgkb(*args)
     assert code == 2 and message in err, err
     assert state(colleagues) == before
+
+
+def test_a_refusal_filed_as_an_operational_error_is_not_a_lost_connection(db, pgkb):
+    """kb.use_embedding_model refuses with SQLSTATE 55000, which psycopg files under OperationalError: the
+    command prints the database's message and hint, not "cannot reach the database"."""
+    db.execute("select kb.register_embedding_model('other-model', 8, '', '')")
+    db.execute("select kb.replace_document('kb-for-model', 'a.md', 'a', '[{\"content\": \"text\"}]'::jsonb)")
+    code, _, err = pgkb("model", "use", "other-model")
+    assert code == 1 and "cannot reach the database" not in err
+    assert "have no" in err and "pgkb model use --force" in err

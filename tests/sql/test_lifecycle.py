@@ -84,12 +84,13 @@ def as_(world, connect_as):
 
 def fill_everything(db, kb: str) -> None:
     """Give knowledge base kb a row in every table a knowledge base has: a queued chunk, block postings (a term
-    in more chunks than kb_internal.recent_postings_limit()), an ingest failure, an image caption and a glossary
-    entry, besides its documents, chunks and embeddings."""
+    in more chunks than kb_internal.recent_postings_limit()), an ingest failure, an image caption, a glossary
+    entry and a saved note, besides its documents, chunks and embeddings."""
     db.execute("select kb.replace_document(%s, 'queued.md', 'q', %s::jsonb)", [kb, json.dumps([{"content": "queued"}])])
     db.execute("select kb.record_ingest_failure(%s, 'broken.pdf', 'boom')", [kb])
     db.execute("select kb.store_image_caption(%s, %s, 'vl', 'en', 'a cat')", [kb, "ab" * 32])
     db.execute("select kb.glossary_add(%s, array['sharedword', 'commonword'])", [kb])
+    db.execute("select kb.save_knowledge(%s, 'note', 'noteword', '[{\"content\": \"noteword\"}]')", [kb])
     many = json.dumps([{"content": f"blockword {i}", "embedding": unit(i)} for i in range(70)])
     db.execute("select kb.replace_document(%s, 'many.md', 'm', %s::jsonb)", [kb, many])  # 70 postings: a block
 
@@ -204,7 +205,7 @@ def test_deleting_a_knowledge_base_leaves_nothing_of_it_in_any_table(world, as_,
     assert len(world.execute(indexes, [f"^embeddings_hnsw_model_\\d+_kb_{target}$"]).fetchall()) == 2
 
     documents, chunks = as_(principal).execute("select * from kb.delete_knowledge_base('eng-team')").fetchone()
-    assert (documents, chunks) == (4, before["chunks"])
+    assert (documents, chunks) == (5, before["chunks"])
 
     assert set(rows_of(world, target).values()) == {0}
     assert world.execute("select count(*) from kb.knowledge_bases where id = %s", [target]).fetchone()[0] == 0

@@ -89,6 +89,7 @@ TABLES = [
     "image_captions",
     "glossary",
     "api_keys",
+    "knowledge_saves",
 ]
 
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
@@ -610,6 +611,7 @@ UPDATABLE_COLUMN = {
     "image_captions": "caption",
     "glossary": "terms",
     "api_keys": "name",
+    "knowledge_saves": "doc_key",
 }
 
 

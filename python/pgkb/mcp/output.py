@@ -106,3 +106,13 @@ class AskOutput(BaseModel):
     uncited: bool = Field(description="true when the answer states something but cites no source")
     notes: list[str]
     timings_ms: dict[str, float]
+
+
+class SaveOutput(BaseModel):
+    kb: str
+    doc_id: str = Field(description="the note's document key; saving it again under this doc_key replaces it")
+    uri: str = Field(description="kb://<kb>/<doc_key>")
+    chunk_count: int
+    changed: bool = Field(description="false when the same note was already saved")
+    searchable_now: bool = Field(description="true when its chunks were embedded in this call")
+    notes: list[str]

@@ -197,3 +197,25 @@ def render_prompt(question: str, messages: list, sources: list, degraded: str) -
     if degraded:
         parts.append(f"(Note: {degraded}.)")
     return "\n\n".join(parts)
+
+
+def render_saved(saved):
+    """A CallToolResult for save_knowledge (structured: SaveOutput)."""
+    from mcp.types import CallToolResult, TextContent
+
+    from pgkb.mcp.output import SaveOutput
+
+    uri = saved.uri
+    notes = [saved.note] if saved.note else []
+    output = SaveOutput(
+        kb=saved.kb, doc_id=saved.doc_key, uri=uri, chunk_count=saved.chunk_count, changed=saved.changed,
+        searchable_now=saved.embedded, notes=notes,
+    ).model_dump(mode="json")  # fmt: skip
+    text = f"Saved {uri} ({saved.chunk_count} chunks" + ("" if saved.changed else ", unchanged") + ")."
+    text += (
+        " It is searchable now." if saved.embedded else " Keyword search finds it now; semantic search once embedded."
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text="\n".join([text, *[f"Note: {n}" for n in notes]]) + "\n")],
+        structured_content=output,
+    )

@@ -13,9 +13,10 @@ from pgkb.mcp.output import (
     AskOutput,
     DocumentOutput,
     KnowledgeBasesOutput,
+    SaveOutput,
     SearchOutput,
 )
-from pgkb.mcp.render import render_answer, render_document, render_prompt, render_search
+from pgkb.mcp.render import render_answer, render_document, render_prompt, render_saved, render_search
 from pgkb.mcp.stdio import serve_stdio
 from pgkb.search import validate
 from pgkb.serving.arguments import (
@@ -34,6 +35,7 @@ from pgkb.serving.config import (
     DEFAULT_PORT,
     MAX_ARGUMENT_CHARS,
     MAX_CHUNK_INDEX,
+    MAX_NOTE_CHARS,
     MAX_WINDOW,
     MCP_MAX_TOP_K,
     RESOURCE_BUDGET_CHARS,
@@ -74,6 +76,11 @@ def build_server(backend: Backend):
             "ask_knowledge answers a question with numbered citations, or says the knowledge base has no "
             "answer (found = false); the prompt answer_with_citations hands you the sources and the citation "
             "rules to answer yourself. Cite sources by their source URL or kb:// URI."
+            + (
+                " save_knowledge keeps what you worked out for the team: ask the person first."
+                if config.allow_writes
+                else ""
+            )
         ),
         version=_version(),
         log_level="INFO" if config.verbose else "WARNING",
@@ -153,6 +160,43 @@ def build_server(backend: Backend):
         except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, question, kb)) from e
         return render_answer(question, kb.strip() or None, row, [])
+
+    if config.allow_writes:
+
+        @server.tool(
+            name="save_knowledge",
+            title="Save a note to the knowledge base",
+            annotations=ToolAnnotations(
+                read_only_hint=False, idempotent_hint=True, destructive_hint=True, open_world_hint=False
+            ),
+            description="Save what you worked out (a fix, a cause, a how-to) as a Markdown note in a knowledge "
+            "base you may write, so that your team's searches find it. Ask the person before saving.\n\n"
+            "kb: the knowledge base (list_knowledge_bases). title: a short title. body: the note in Markdown, "
+            "in the knowledge's language. tags: optional keywords. doc_key: optional; saving the same doc_key "
+            '(default: "saved/" and the title) again replaces the note. Returns doc_id, kb, chunk_count and '
+            "whether it is searchable at once.",
+        )
+        def save_knowledge(
+            kb: Annotated[str, Field(description="the knowledge base to save into")],
+            title: Annotated[str, Field(description="a short title")],
+            body: Annotated[str, Field(description="the note, in Markdown")],
+            ctx: Context,
+            tags: Annotated[list[str], Field(description="optional keywords")] = [],  # noqa: B006 (never mutated)
+            doc_key: Annotated[str, Field(description='optional key; "" = "saved/" and the title')] = "",
+        ) -> Annotated[CallToolResult, SaveOutput]:
+            try:
+                check_text("kb", kb, MAX_ARGUMENT_CHARS)
+                check_text("title", title, MAX_ARGUMENT_CHARS)
+                check_text("body", body, MAX_NOTE_CHARS)
+                check_text("doc_key", doc_key, MAX_ARGUMENT_CHARS)
+                if not isinstance(tags, list) or len(tags) > 16:
+                    raise ServiceError("tags must be a list of at most 16 strings")
+                for tag in tags:
+                    check_text("tag", tag, MAX_ARGUMENT_CHARS)
+                saved = backend.save(user_of(ctx), kb.strip(), title, body, tags, doc_key.strip() or None)
+            except (ServiceError, ValueError) as e:
+                raise ToolError(_bounded_message(e, kb, title, doc_key)) from e
+            return render_saved(saved)
 
     @server.prompt(
         name="answer_with_citations",
@@ -280,14 +324,17 @@ def serve(
     port: int = DEFAULT_PORT,
     verbose: bool = False,
     rerank: bool = True,
+    allow_writes: bool = False,
 ) -> int:
-    """Serve MCP over stdio or streamable HTTP until stopped (`pgkb mcp`). Configuration errors and a role
-    that bypasses visibility print to stderr and return 2."""
+    """Serve MCP over stdio or streamable HTTP until stopped (`pgkb mcp`); ``allow_writes`` offers the
+    save_knowledge tool. Configuration errors and a role that bypasses visibility print to stderr and
+    return 2."""
     if verbose:
         log.setLevel(logging.INFO)
     backend = open_backend(settings, command="mcp", verbose=verbose, rerank=rerank)
     if backend is None:
         return 2
+    backend.config.allow_writes = allow_writes
     server = build_server(backend)
     try:
         if transport == "stdio":

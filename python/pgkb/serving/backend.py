@@ -58,6 +58,8 @@ from pgkb.serving.metrics import ServerMetrics, backend_gauges, backlog_gauges
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool  # imported by the first call that needs the pool
 
+    from pgkb.saving import SavedNote
+
 log = logging.getLogger("pgkb.serving")
 
 
@@ -406,6 +408,41 @@ class Backend:
         )
         self.log_query(response)
         return response
+
+    def save(self, user: str | None, kb: str, title: str, body: str, tags: list[str], doc_key: str | None) -> SavedNote:
+        """kb.save_knowledge as ``user`` (pgkb.saving.save_note): chunked and embedded here, written on the
+        primary (a server reading from a standby writes through PGKB_DATABASE_URL / the embedded cluster),
+        within a call slot. The database's refusals become NotFound / BadInput / ServiceError."""
+        from pgkb.chunking import ChunkingError
+        from pgkb.saving import save_note
+
+        with (
+            self.slot(),
+            _db_errors(self.config.options.statement_timeout_ms, "save_knowledge"),
+            self._writer() as conn,
+        ):
+            spec, embedder = self.embedder(conn)
+            try:
+                saved = save_note(
+                    conn, kb, title, body, user=user, doc_key=doc_key, tags=tags, origin="mcp",
+                    embedder=embedder, spec=spec, timeout_ms=self.config.options.statement_timeout_ms,
+                )  # fmt: skip
+            except ChunkingError as e:
+                raise BadInput(str(e)) from e
+        log.info("save user=%s kb=%s doc_key=%s: %d chunks", user, saved.kb, saved.doc_key, saved.chunk_count)
+        return saved
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[psycopg.Connection]:
+        """A connection that may write: a pooled one, unless the pool reads from a standby."""
+        if not self.config.settings.read_database_url:
+            with self._pooled() as conn:
+                yield conn
+            return
+        from pgkb.db import connect, service_database_url
+
+        with connect(service_database_url(self.config.settings), autocommit=True) as conn:
+            yield conn
 
     def document(
         self,

@@ -19,6 +19,9 @@ MCP_MAX_TOP_K = 20
 # a string argument (query, question, kb, doc_id) longer than this is refused before any work (transport
 # hygiene); the rules for each (kb.limits(): query length, name lengths ...) are SQL's, and its errors say them
 MAX_ARGUMENT_CHARS = 10_000
+# a note's body for save_knowledge is refused above this before any work; kb.save_knowledge's bound
+# (kb.settings save_max_chars) is the rule
+MAX_NOTE_CHARS = 1_000_000
 RESPONSE_BUDGET_CHARS = 60_000  # ~20k tokens for the whole tool result (text + structured content)
 RESOURCE_BUDGET_CHARS = 1_000_000  # a document read as a resource
 MAX_WINDOW = 20
@@ -76,6 +79,7 @@ class ServiceConfig:
     embed_timeout_ms: int = DEFAULT_EMBED_TIMEOUT_MS
     max_concurrent: int = 2 * DEFAULT_POOL_SIZE
     metrics_access: str = "loopback"
+    allow_writes: bool = False  # `pgkb mcp --allow-writes`: the save_knowledge tool is offered
 
     @classmethod
     def from_env(
