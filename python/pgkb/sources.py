@@ -110,9 +110,9 @@ class SourceDocument(Protocol):
 
 
 def content_hash(data: bytes, options: ChunkingOptions, source_url: str | None = None) -> str:
-    """The content hash of a file's bytes under the chunking options and, when it has one, its source URL (so
-    that a new --base-url reaches documents whose bytes did not change; without one the hash is what it was
-    before URLs counted)."""
+    """The content hash of a file's bytes under the chunking options and, when one was given, its source URL
+    (so that a new --base-url reaches documents whose bytes did not change; without one the hash is what it
+    was before URLs counted)."""
     h = hashlib.sha256()
     h.update(f"pgkb-chunker-{CHUNKER_VERSION}|{options.fingerprint()}|".encode())
     if source_url is not None:
@@ -158,7 +158,10 @@ class FileDocument:
             raise DocumentUnreadable(str(e)) from e
         except OSError as e:
             raise DocumentUnreadable(f"cannot read: {e.strerror or e}") from e
-        digest = content_hash(self._data, options, self.source_url)
+        # a URL from --base-url counts; the file's own path (the default) does not, so moving the folder or
+        # upgrading pgkb rewrites nothing
+        given_url = self.source_url if self.source_url != str(self.path) else None
+        digest = content_hash(self._data, options, given_url)
         if may_have_images(self.path.name, self._data):
             if self.path.suffix.lower() in _MARKDOWN_SUFFIXES:  # which files it references: known after parsing
                 self._doc = chunk_bytes(self._data, self.path.name, options, images=True)
