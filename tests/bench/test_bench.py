@@ -193,10 +193,12 @@ def test_bulk_load_matches_replace_document(db, datasets):
 
     def kb(name: str):
         return db.execute(
-            "select chunk_count, term_total, visibility from kb.knowledge_bases where name = %s", [name]
+            "select chunk_count, term_total, visibility, zh_chunks, en_chunks, other_chunks from kb.knowledge_bases"
+            " where name = %s",
+            [name],
         ).fetchone()
 
-    assert kb("via-bulk") == kb("via-replace") and kb("via-bulk")[0] == 120
+    assert kb("via-bulk") == kb("via-replace") and kb("via-bulk")[0] == 120 and sum(kb("via-bulk")[3:]) == 120
 
     def term_stats(name: str):
         return db.execute(

@@ -444,6 +444,14 @@ def _load_bulk(
                 "update kb.knowledge_bases set chunk_count = %s, term_total = %s, updated_at = now() where id = %s",
                 [chunks, term_total[0], kb_id],
             )
+            # the language profile, as kb_internal.adjust_term_stats counts it on every other write path
+            conn.execute(
+                "update kb.knowledge_bases as k set zh_chunks = p.zh, en_chunks = p.en, other_chunks = p.other"
+                " from (select count(*) filter (where l = 'zh') as zh, count(*) filter (where l = 'en') as en,"
+                " count(*) filter (where l = 'other') as other from (select kb_internal.text_language(c.content)"
+                " as l from kb.chunks as c where c.kb_id = %s) as x) as p where k.id = %s",
+                [kb_id, kb_id],
+            )
             conn.execute(
                 "insert into kb.embedding_queue (chunk_id, model_id, kb_id)"
                 " select c.id, m.id, c.kb_id from kb.chunks c cross join kb.embedding_models m"

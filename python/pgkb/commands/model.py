@@ -33,7 +33,10 @@ def run(args, settings) -> int:
             )
             queued = one(conn.execute("select queued from kb.embedding_status(%s)", [args.name]))[0]
             print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
-            print(f"pgkb: run `PGKB_EMBED_MODEL={args.name} pgkb worker --once`, then `pgkb model use {args.name}`")
+            print(
+                f"pgkb: run `PGKB_EMBED_PROVIDER=<sentence-transformers or http> PGKB_EMBED_MODEL={args.name}"
+                f" pgkb worker --once` (docs/ingest.md, Embedding models), then `pgkb model use {args.name}`"
+            )
         elif args.action == "use":
             if not args.name:
                 print("pgkb: model use needs NAME", file=sys.stderr)
