@@ -53,10 +53,16 @@ as $$
             || ' where not parked'
         ),
         ('embeddings_model_kb_idx', 'create index embeddings_model_kb_idx on kb.embeddings (model_id, kb_id)'),
-        ('glossary_kb_idx', 'create index glossary_kb_idx on kb.glossary (kb_id)')
+        ('glossary_kb_idx', 'create index glossary_kb_idx on kb.glossary (kb_id)'),
+        (
+            'knowledge_saves_user_idx',
+            'create index knowledge_saves_user_idx on kb.knowledge_saves (user_id, saved_at)'
+        ),
+        ('knowledge_saves_kb_idx', 'create index knowledge_saves_kb_idx on kb.knowledge_saves (kb_id)')
     ) as x (index_name, definition)
-    -- glossary_kb_idx: a schema before migration 032 has no glossary
-    where x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null
+    -- a schema before migration 032 has no glossary, one before 035 no knowledge_saves
+    where (x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null)
+        and (x.index_name not like 'knowledge_saves%' or to_regclass('kb.knowledge_saves') is not null)
     union all
     select v.index_name, v.definition from kb_internal.vector_index_definitions() as v where v.expected
 $$;
