@@ -67,3 +67,24 @@ begin
     end if;
 end
 $api_keys$;
+
+-- The question log (migration 036) as a second line: end users hold no privilege on it (they read through
+-- 39_question_log.sql), but a role granted SELECT by hand sees only its own questions and ratings and, as an
+-- owner, its knowledge bases' parts of questions.
+do $question_log$
+begin
+    if to_regclass('kb.questions') is not null then  -- NULL: a schema before migration 036
+        drop policy if exists questions_visible on kb.questions;
+        create policy questions_visible on kb.questions for select
+        using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
+        drop policy if exists question_kbs_visible on kb.question_kbs;
+        create policy question_kbs_visible on kb.question_kbs for select
+        using ((select kb.current_is_admin()) or kb_id in (
+            select k.id from kb.knowledge_bases as k where k.owner_id = (select kb.current_user_id())
+        ));
+        drop policy if exists answer_ratings_visible on kb.answer_ratings;
+        create policy answer_ratings_visible on kb.answer_ratings for select
+        using (user_id = (select kb.current_user_id()) or (select kb.current_is_admin()));
+    end if;
+end
+$question_log$;

@@ -58,11 +58,23 @@ as $$
             'knowledge_saves_user_idx',
             'create index knowledge_saves_user_idx on kb.knowledge_saves (user_id, saved_at)'
         ),
-        ('knowledge_saves_kb_idx', 'create index knowledge_saves_kb_idx on kb.knowledge_saves (kb_id)')
+        ('knowledge_saves_kb_idx', 'create index knowledge_saves_kb_idx on kb.knowledge_saves (kb_id)'),
+        ('questions_user_idx', 'create index questions_user_idx on kb.questions (user_id, asked_at)'),
+        ('question_kbs_question_idx', 'create index question_kbs_question_idx on kb.question_kbs (question_id)'),
+        (
+            'question_kbs_kb_time_idx',
+            'create index question_kbs_kb_time_idx on kb.question_kbs (kb_id, asked_at)'
+        ),
+        (
+            'answer_ratings_question_idx',
+            'create unique index answer_ratings_question_idx on kb.answer_ratings (question_id)'
+            || ' where question_id is not null'
+        ),
+        ('answer_ratings_user_idx', 'create index answer_ratings_user_idx on kb.answer_ratings (user_id, rated_at)'),
+        ('answer_ratings_kb_idx', 'create index answer_ratings_kb_idx on kb.answer_ratings (kb_id, rated_at)')
     ) as x (index_name, definition)
-    -- a schema before migration 032 has no glossary, one before 035 no knowledge_saves
-    where (x.index_name <> 'glossary_kb_idx' or to_regclass('kb.glossary') is not null)
-        and (x.index_name not like 'knowledge_saves%' or to_regclass('kb.knowledge_saves') is not null)
+    -- a schema before the migration that made the table (032 the glossary, 035 knowledge_saves, 036 the log)
+    where to_regclass(substring(x.definition from ' on (kb\.[a-z_]+) ')) is not null
     union all
     select v.index_name, v.definition from kb_internal.vector_index_definitions() as v where v.expected
 $$;

@@ -98,3 +98,29 @@ begin
     return shown;
 end
 $$;
+
+-- A question as the question log keeps it (kb.questions, kb.answer_ratings): secrets and personal data
+-- masked -- a value after password/token/secret/api key/密码/令牌/密钥 and the like, JWTs, prefixed API keys
+-- (sk-, ghp_, AKIA…), long hexadecimal or base64 strings, e-mail addresses, Chinese identity card and mobile
+-- numbers, other phone numbers in international form -- each replaced by a bracketed word. NULL stays NULL.
+-- (Matched in collation "C": case-insensitive matching in C.UTF-8 was seen to change unmatched letters' case.)
+create or replace function kb.redact(question text)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+        regexp_replace(regexp_replace(regexp_replace(question collate "C",
+        '((?:password|passwd|pwd|passcode|token|secret|api[_ -]?key|access[_ -]?key|密码|口令|令牌|密钥|秘钥)\s*(?:is\s+|[:=：]\s*|是\s*))[^\s,;，；。]+',
+            '\1[secret]', 'gi'),
+        'eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*', '[secret]', 'g'),
+        '(?:\m|(?<=_))(?:sk|pk|rk|ghp|gho|ghs|glpat|xox[abprs]|AKIA|ASIA)[-_]?[A-Za-z0-9_-]{12,}', '[secret]', 'g'),
+        '[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}', '[email]', 'g'),
+        '(?<![0-9A-Za-z])[1-9][0-9]{5}(?:19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])[0-9]{3}[0-9Xx](?![0-9A-Za-z])',
+            '[id]', 'g'),
+        '(?<![0-9])(?:\+?86[ -]?)?1[3-9][0-9][ -]?[0-9]{4}[ -]?[0-9]{4}(?![0-9])', '[phone]', 'g'),
+        '(?<![0-9A-Za-z])\+[1-9][0-9]{0,2}[ -]?[0-9][0-9 -]{6,14}[0-9](?![0-9])', '[phone]', 'g'),
+        '(?<![0-9A-Za-z])[0-9A-Fa-f]{32,}(?![0-9A-Za-z])', '[secret]', 'g'),
+        '(?<![0-9A-Za-z+/_-])(?=[A-Za-z0-9+/_-]*[0-9])(?=[A-Za-z0-9+/_-]*[A-Za-z])[A-Za-z0-9+/_-]{40,}={0,2}',
+            '[secret]', 'g')
+$$;

@@ -1,6 +1,7 @@
 -- The search API: kb.hybrid_search and the single legs kb.vector_search / lexical_search / fuzzy_search,
 -- thin wrappers of kb_internal.search (51_search_fusion.sql) with the same columns, and kb.check_search_input,
--- which clients ask before they embed a query.
+-- which clients ask before they embed a query. Each logs its question where a searched knowledge base keeps a
+-- question log (kb_internal.logged_hits, 39_question_log.sql).
 
 -- Raise unless query, top_k and also are acceptable to every search function: a query that is not blank
 -- (white space and invisible characters do not count) of at most kb.limits() query_chars characters,
@@ -86,10 +87,12 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.search(
-        query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
-        rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition, also, also_embeddings
-    )
+    select * from kb_internal.logged_hits('search', query, also, kb, array(
+        select h from kb_internal.search(
+            query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
+            rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition, also, also_embeddings
+        ) as h
+    ))
 $$;
 
 -- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so each leg is
@@ -107,8 +110,10 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
-        filter, null, null, 'rrf')
+    select * from kb_internal.logged_hits('vector', query, null, kb, array(
+        select h from kb_internal.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
+            filter, null, null, 'rrf') as h
+    ))
 $$;
 
 -- BM25 leg alone (same columns; lexical_score is the BM25 score).
@@ -124,8 +129,10 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
-        filter, bm25_k1, bm25_b, 'rrf')
+    select * from kb_internal.logged_hits('lexical', query, null, kb, array(
+        select h from kb_internal.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
+            filter, bm25_k1, bm25_b, 'rrf') as h
+    ))
 $$;
 
 -- Fuzzy leg alone (same columns; fuzzy_score is the BM25 score of the query with its corrections).
@@ -139,6 +146,8 @@ returns setof kb.search_result
 language sql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
-        filter, null, null, 'rrf')
+    select * from kb_internal.logged_hits('fuzzy', query, null, kb, array(
+        select h from kb_internal.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
+            filter, null, null, 'rrf') as h
+    ))
 $$;

@@ -8,7 +8,8 @@
 -- similarity mapped from [relevance_cosine_floor, 1] to [0, 1]; score = the lowest relevance at or above its
 -- rank, so scores never rise down the list and those >= score_threshold are a prefix of pgkb's ranking.
 -- also_in: kb.hybrid_search's (other documents holding the same text). vector_weight 0: the lexical legs
--- only, and the database does not embed the query (a caller whose own embedding failed).
+-- only, and the database does not embed the query (a caller whose own embedding failed). Logged as mode
+-- 'retrieve' where a searched knowledge base keeps a question log (kb_internal.log_question).
 create or replace function kb.retrieve(
     query text,
     top_k integer default 5,
@@ -34,6 +35,7 @@ declare
     cos_floor double precision;
     phrasing_terms jsonb;   -- per phrasing, its distinct query terms
     target kb.embedding_models;
+    found_hits kb.search_result [];    -- kb_internal.search's, in its order
 begin
     perform kb.check_search_input(query, top_k, also);  -- first: no work on an input it refuses
     if not coalesce(score_threshold between 0 and 1, false) then
@@ -52,14 +54,18 @@ begin
     if query_embedding is not null then
         target := kb.resolve_model(model);
     end if;
+    found_hits := array(
+        select h from kb_internal.search(
+            query, top_k, retrieve.kb, query_embedding, model, retrieve.vector_weight, null, null, null, null, null,
+            null, null, null, metadata_condition, also, also_embeddings
+        ) as h
+    );
+    perform kb_internal.log_question(query, also, retrieve.kb, 'retrieve', found_hits, null, null);
     return query
     with hits as (
         select h.chunk_id, h.kb, h.doc_key, h.title, h.heading_path, h.chunk_index, h.content, h.source_url,
             h.metadata, h.score, h.vector_score, h.also_in, h.ordinality as ord
-        from kb.hybrid_search(
-            query, top_k, retrieve.kb, query_embedding, model, retrieve.vector_weight,
-            metadata_condition => metadata_condition, also => also, also_embeddings => also_embeddings
-        ) with ordinality as h
+        from unnest(found_hits) with ordinality as h
     ),
     scored as (
         select hits.*, d.metadata as doc_metadata,

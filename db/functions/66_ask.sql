@@ -2,6 +2,27 @@
 -- (kb.answer_evidence, kb.answer_gate), then answer with numbered citations -- from the chat endpoint
 -- (kb_internal.chat_completion) when one is configured, else extractively -- and verify them (kb.cite).
 
+-- Log an ask (kb_internal.log_question, mode 'ask') with its verdict and the documents its citations name;
+-- {"question_id": id} for the answer's evidence when it was logged, else {}.
+create or replace function kb_internal.ask_logged(
+    q text, also text[], kb_name text, hits kb.search_result[], answered boolean, citations jsonb
+)
+returns jsonb
+language sql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select jsonb_strip_nulls(jsonb_build_object('question_id', kb_internal.log_question(
+        q, also, kb_name, 'ask', hits, answered, array(
+            select c.document_id
+            from jsonb_array_elements(citations) with ordinality as x (citation, n)
+            join kb.chunks as c on c.id = (x.citation ->> 'chunk_id')::bigint
+            where answered
+            group by c.document_id
+            order by min(x.n)
+        )
+    )))
+$$;
+
 -- The body of kb.ask (parameters renamed: kb.ask's output column "mode" shadows its parameter; found is
 -- answered here, FOUND being PL/pgSQL's own).
 -- Internal: pgkb users call kb.ask. On a failing chat endpoint the answer is the extractive one with
@@ -30,10 +51,10 @@ declare
     can_chat boolean := to_regprocedure(
         'kb_internal.chat_completion(text,text,jsonb,integer,integer,double precision,boolean)'
     ) is not null;
-    hits kb.search_result [];
+    hits kb.search_result[];
     embedding vector := given_embedding;
-    phrasing_embeddings vector [] := also_embeddings;
-    embedded vector [];
+    phrasing_embeddings vector[] := also_embeddings;
+    embedded vector[];
     translated text;        -- the question's offline translation (kb.query_translation), blended into its embedding
     embedding_failure text;
     reply jsonb;
@@ -105,6 +126,7 @@ begin
         mode := 'not_found';
         generate_ms := 0;
         total_ms := extract(epoch from clock_timestamp() - started) * 1000;
+        evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, false, citations);
         return next;
         return;
     end if;
@@ -161,6 +183,7 @@ begin
     end if;
     generate_ms := extract(epoch from clock_timestamp() - retrieved) * 1000;
     total_ms := extract(epoch from clock_timestamp() - started) * 1000;
+    evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, answered, citations);
     return next;
 end
 $$;

@@ -60,11 +60,14 @@ def ask(
     embedder: Embedder | None = None,
     spec: ModelSpec | None = None,
     also: Sequence[str] | None = None,
+    entry_point: str | None = None,
 ) -> dict[str, Any]:
     """kb.ask's row as a dict (keys COLUMNS). ``on_delta``: called with each streamed piece of the answer
     (only when the answer comes from a streaming chat endpoint). ``embedder`` / ``spec`` as for
     pgkb.search.search (None: the configured ones); ``also``: other phrasings of the question, embedded in
-    the same call. AskError for input the database refuses (checked before the question is embedded)."""
+    the same call; ``entry_point``: the caller, as the question log records it (pgkb.search.acting; the row's
+    ``evidence.question_id`` is the logged question's, for kb.rate_answer). AskError for input the database
+    refuses (checked before the question is embedded)."""
     import psycopg
 
     try:
@@ -96,7 +99,7 @@ def ask(
 
     conn.add_notice_handler(notice)
     try:
-        with acting(conn, user, timeout_ms):
+        with acting(conn, user, timeout_ms, entry_point):
             arguments = "".join(f", {name} => %({name})s" for name in named)
             row = conn.execute(
                 f"select {', '.join(COLUMNS)} from kb.ask(%(question)s{arguments})", {"question": question, **named}

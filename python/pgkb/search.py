@@ -134,6 +134,7 @@ class SearchResponse:
     timings_ms: dict[str, float] = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # the other phrasings searched with the query
     translation: str | None = None  # the question's offline translation, blended into its embedding
+    question_id: int | None = None  # the question log's id of this search (None: not logged)
 
     @property
     def degraded_reason(self) -> str | None:
@@ -198,14 +199,17 @@ _COLUMNS = (
 
 
 @contextlib.contextmanager
-def acting(conn, user: str | None, timeout_ms: int) -> Iterator[None]:
+def acting(conn, user: str | None, timeout_ms: int, entry_point: str | None = None) -> Iterator[None]:
     """A transaction acting as ``user`` (None: as the connection's own role) with ``statement_timeout`` =
-    ``timeout_ms`` (0: none), both transaction-local: nothing leaks to the next use of the connection. The
-    one place every Python client (search, ask, the servers) sets them."""
+    ``timeout_ms`` (0: none) and, when given, ``pgkb.entry_point`` (what the question log records: 'cli',
+    'mcp', 'page', 'http'; 'eval' logs nothing), all transaction-local: nothing leaks to the next use of the
+    connection. The one place every Python client (search, ask, the servers) sets them."""
     with conn.transaction():
         if user is not None:
             conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
         conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+        if entry_point is not None:
+            conn.execute("select set_config('pgkb.entry_point', %s, true)", [entry_point])
         yield
 
 
@@ -385,9 +389,12 @@ def search(
     spec: ModelSpec | None = None,
     max_top_k: int | None = None,
     also: Sequence[str] | None = None,
+    entry_point: str | None = None,
 ) -> SearchResponse:
     """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring. ``also``:
     other phrasings of the question (a translation into the knowledge's language), searched by every leg.
+    ``entry_point``: the caller, as the question log records it (see acting); ``question_id`` of the response
+    is the logged question's (None: not logged), for kb.rate_answer.
 
     ``embedder`` None loads the one ``settings`` configure (slow for the offline model: pass one in when
     searching repeatedly). Raises ValueError for bad input and psycopg errors from the database (unknown
@@ -414,9 +421,10 @@ def search(
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
     depth = min(max(options.rerank_depth, top_k), api_limit(conn, "top_k")) if reranker is not None else top_k
-    with acting(conn, user, options.statement_timeout_ms):
+    with acting(conn, user, options.statement_timeout_ms, entry_point):
         arguments = embedded.sql_arguments() | ({"also": phrasings} if phrasings else {})
         hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **arguments)
+        response.question_id = conn.execute("select kb.last_question_id()").fetchone()[0]
     t_search = time.perf_counter()
     response.timings_ms["search"] = round((t_search - t_embed) * 1000, 2)
 

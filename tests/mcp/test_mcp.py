@@ -61,9 +61,12 @@ def test_stdio_tools_end_to_end(world, tmp_path):
         params = stdio_params(world, PGKB_USER="alice", PGKB_QUERY_LOG=str(log_path))
         async with Client(params, read_timeout_seconds=60) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"search_knowledge", "get_document", "list_knowledge_bases", "ask_knowledge"}
-            for tool in tools.values():
-                assert tool.annotations.read_only_hint is True and tool.annotations.idempotent_hint is True
+            assert set(tools) == {
+                "search_knowledge", "get_document", "list_knowledge_bases", "ask_knowledge", "rate_answer"
+            }  # fmt: skip
+            for name, tool in tools.items():
+                assert tool.annotations.read_only_hint is (name != "rate_answer"), name  # a rating is a write
+                assert tool.annotations.idempotent_hint is True
                 assert tool.output_schema is not None
             props = tools["search_knowledge"].input_schema["properties"]
             assert props["top_k"]["default"] == 5 and props["kb"]["default"] == ""

@@ -85,12 +85,19 @@ def as_(world, connect_as):
 def fill_everything(db, kb: str) -> None:
     """Give knowledge base kb a row in every table a knowledge base has: a queued chunk, block postings (a term
     in more chunks than kb_internal.recent_postings_limit()), an ingest failure, an image caption, a glossary
-    entry and a saved note, besides its documents, chunks and embeddings."""
+    entry, a saved note, a logged question and a rating, besides its documents, chunks and embeddings."""
     db.execute("select kb.replace_document(%s, 'queued.md', 'q', %s::jsonb)", [kb, json.dumps([{"content": "queued"}])])
     db.execute("select kb.record_ingest_failure(%s, 'broken.pdf', 'boom')", [kb])
     db.execute("select kb.store_image_caption(%s, %s, 'vl', 'en', 'a cat')", [kb, "ab" * 32])
     db.execute("select kb.glossary_add(%s, array['sharedword', 'commonword'])", [kb])
     db.execute("select kb.save_knowledge(%s, 'note', 'noteword', '[{\"content\": \"noteword\"}]')", [kb])
+    db.execute("select kb.set_question_log(%s, 30)", [kb])
+    db.execute("select count(*) from kb.lexical_search('noteword', 5, %s)", [kb])  # a logged question
+    db.execute(
+        "insert into kb.answer_ratings (kb_id, question, helpful) select id, 'why', false"
+        " from kb.knowledge_bases where name = %s",
+        [kb],
+    )  # a rating kept alone
     many = json.dumps([{"content": f"blockword {i}", "embedding": unit(i)} for i in range(70)])
     db.execute("select kb.replace_document(%s, 'many.md', 'm', %s::jsonb)", [kb, many])  # 70 postings: a block
 

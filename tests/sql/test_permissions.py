@@ -90,6 +90,9 @@ TABLES = [
     "glossary",
     "api_keys",
     "knowledge_saves",
+    "questions",
+    "question_kbs",
+    "answer_ratings",
 ]
 
 # tables that hold knowledge: end users have no privilege on them at all (they read through functions)
@@ -612,6 +615,9 @@ UPDATABLE_COLUMN = {
     "glossary": "terms",
     "api_keys": "name",
     "knowledge_saves": "doc_key",
+    "questions": "question",
+    "question_kbs": "found",
+    "answer_ratings": "note",
 }
 
 

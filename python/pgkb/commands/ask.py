@@ -61,7 +61,7 @@ def run(args, settings) -> int:
         try:
             row = ask(
                 conn, settings, args.question, top_k=args.top_k, kb=args.kb, mode=args.mode, user=args.user,
-                timeout_ms=timeout_ms, on_delta=None if args.json else on_delta, also=args.also,
+                timeout_ms=timeout_ms, on_delta=None if args.json else on_delta, also=args.also, entry_point="cli",
             )  # fmt: skip
         except AskError as e:
             print(f"pgkb: ask: {e}", file=sys.stderr)
@@ -92,4 +92,7 @@ def run(args, settings) -> int:
         f"generate {row['generate_ms']:.0f})",
         file=sys.stderr,
     )
+    question_id = (row["evidence"] or {}).get("question_id")
+    if question_id is not None:
+        print(f"-- logged as question {question_id}: rate it with `pgkb rate {question_id} up|down`", file=sys.stderr)
     return 0

@@ -55,6 +55,7 @@ def run(args, settings) -> int:
                 user=args.user,
                 options=options,
                 also=args.also,
+                entry_point="cli",
             )
         except ValueError as e:
             print(f"pgkb: search: {e}", file=sys.stderr)
@@ -72,6 +73,9 @@ def run(args, settings) -> int:
         lines = snippets(conn, response.query, [h.content for h in response.results], 160, marks)
     if response.degraded:
         print(f"pgkb: degraded: {response.degraded_reason}", file=sys.stderr)
+    if response.question_id is not None:
+        qid = response.question_id
+        print(f"-- logged as question {qid}: rate it with `pgkb rate {qid} up|down`", file=sys.stderr)
     if not response.results:
         print("no results" + (f" in {response.kb}" if response.kb else ""))
         return 0

@@ -37,6 +37,10 @@ class SearchOutput(BaseModel):
     trimmed: bool = Field(description="true when some contents were shortened to fit the size budget")
     notes: list[str]
     timings_ms: dict[str, float]
+    question_id: int | None = Field(
+        default=None,
+        description="the question log's id of this call (null: not logged); pass it to rate_answer",
+    )
 
 
 class DocumentChunk(BaseModel):
@@ -106,6 +110,10 @@ class AskOutput(BaseModel):
     uncited: bool = Field(description="true when the answer states something but cites no source")
     notes: list[str]
     timings_ms: dict[str, float]
+    question_id: int | None = Field(
+        default=None,
+        description="the question log's id of this call (null: not logged); pass it to rate_answer",
+    )
 
 
 class SaveOutput(BaseModel):
@@ -116,3 +124,9 @@ class SaveOutput(BaseModel):
     changed: bool = Field(description="false when the same note was already saved")
     searchable_now: bool = Field(description="true when its chunks were embedded in this call")
     notes: list[str]
+
+
+class RateOutput(BaseModel):
+    rating_id: int
+    question_id: int | None = Field(description="the logged question rated (null: the rating is kept alone)")
+    helpful: bool

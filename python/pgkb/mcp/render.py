@@ -90,6 +90,7 @@ def render_search(response: SearchResponse, notes: list[str]):
         trimmed=bool(trimmed_ranks),
         notes=notes,
         timings_ms=response.timings_ms,
+        question_id=response.question_id,
     ).model_dump(mode="json")
     output["results"] = items
 
@@ -173,11 +174,16 @@ def render_answer(question: str, kb: str | None, row: dict, notes: list[str]):
         uncited=bool(row["uncited"]),
         notes=notes,
         timings_ms={k: round(float(row[f"{k}_ms"] or 0), 1) for k in ("retrieve", "generate", "total")},
+        question_id=(row["evidence"] or {}).get("question_id"),
     ).model_dump(mode="json")
     lines = [row["answer"]]
     if citations:
         lines += ["", "Sources:"] + [source_line(c) for c in citations]
     lines += [f"Note: {n}" for n in notes]
+    if output["question_id"] is not None:
+        lines.append(
+            f"(question_id {output['question_id']}: when the person says whether this helped, rate_answer records it)"
+        )
     return CallToolResult(content=[TextContent(type="text", text="\n".join(lines) + "\n")], structured_content=output)
 
 
@@ -219,3 +225,15 @@ def render_saved(saved):
         content=[TextContent(type="text", text="\n".join([text, *[f"Note: {n}" for n in notes]]) + "\n")],
         structured_content=output,
     )
+
+
+def render_rating(rating_id: int, question_id: int | None, helpful: bool):
+    """A CallToolResult for rate_answer (structured: RateOutput)."""
+    from mcp.types import CallToolResult, TextContent
+
+    from pgkb.mcp.output import RateOutput
+
+    output = RateOutput(rating_id=rating_id, question_id=question_id, helpful=helpful).model_dump(mode="json")
+    what = f"question {question_id}" if question_id is not None else "the answer (kept alone: it was not logged)"
+    text = f"Rated {what} {'helpful' if helpful else 'not helpful'}."
+    return CallToolResult(content=[TextContent(type="text", text=text + "\n")], structured_content=output)

@@ -13,10 +13,18 @@ from pgkb.mcp.output import (
     AskOutput,
     DocumentOutput,
     KnowledgeBasesOutput,
+    RateOutput,
     SaveOutput,
     SearchOutput,
 )
-from pgkb.mcp.render import render_answer, render_document, render_prompt, render_saved, render_search
+from pgkb.mcp.render import (
+    render_answer,
+    render_document,
+    render_prompt,
+    render_rating,
+    render_saved,
+    render_search,
+)
 from pgkb.mcp.stdio import serve_stdio
 from pgkb.search import validate
 from pgkb.serving.arguments import (
@@ -75,7 +83,8 @@ def build_server(backend: Backend):
             + "Use search_knowledge first, then get_document(doc_id, kb, chunk_index) for more context. "
             "ask_knowledge answers a question with numbered citations, or says the knowledge base has no "
             "answer (found = false); the prompt answer_with_citations hands you the sources and the citation "
-            "rules to answer yourself. Cite sources by their source URL or kb:// URI."
+            "rules to answer yourself. Cite sources by their source URL or kb:// URI. When the person says "
+            "whether an answer helped, rate_answer records it."
             + (
                 " save_knowledge keeps what you worked out for the team: ask the person first."
                 if config.allow_writes
@@ -160,6 +169,39 @@ def build_server(backend: Backend):
         except (ServiceError, ValueError) as e:
             raise ToolError(_bounded_message(e, question, kb)) from e
         return render_answer(question, kb.strip() or None, row, [])
+
+    @server.tool(
+        name="rate_answer",
+        title="Rate an answer",
+        annotations=ToolAnnotations(
+            read_only_hint=False, idempotent_hint=True, destructive_hint=False, open_world_hint=False
+        ),
+        description="Record whether an answer of ask_knowledge (or a search) helped, when the person says so: "
+        "the knowledge base's owner sees unhelpful answers among the questions to write documents for.\n\n"
+        "helpful: true or false. question_id: the question_id of the answer (0: it had none, because the "
+        "knowledge base keeps no question log; then pass question, and kb if you gave one). note: optional, "
+        "what was wrong or missing. Rating the same question_id again replaces the rating.",
+    )
+    def rate_answer(
+        helpful: Annotated[bool, Field(strict=True, description="true: the answer helped; false: it did not")],
+        ctx: Context,
+        question_id: Annotated[int, Field(strict=True, description="the answer's question_id; 0: none")] = 0,
+        note: Annotated[str, Field(description="optional: what was wrong or missing")] = "",
+        question: Annotated[str, Field(description="with question_id 0: the question asked")] = "",
+        kb: Annotated[str, Field(description="with question_id 0: the knowledge base it was asked of")] = "",
+    ) -> Annotated[CallToolResult, RateOutput]:
+        try:
+            check_int("question_id", question_id, 0, 2**63 - 1)
+            check_text("note", note, MAX_ARGUMENT_CHARS)
+            check_text("question", question, MAX_ARGUMENT_CHARS)
+            check_text("kb", kb, MAX_ARGUMENT_CHARS)
+            qid = question_id or None
+            rating = backend.rate(
+                user_of(ctx), helpful, qid, note.strip() or None, question.strip() or None, kb.strip() or None
+            )
+        except (ServiceError, ValueError) as e:
+            raise ToolError(_bounded_message(e, question, kb)) from e
+        return render_rating(rating, qid, helpful)
 
     if config.allow_writes:
 

@@ -53,6 +53,7 @@ from pgkb.quality.searching import (  # FUSIONS, SETTING_TYPES: `pgkb eval`'s to
     SearchSettings,
     embed_queries,
     search_mode,
+    unlogged,
 )
 
 __all__ = ["FUSIONS", "MODES", "SETTING_TYPES", "SearchSettings", "evaluate", "markdown", "run"]
@@ -276,6 +277,7 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
 
     url = database_url(settings)
     with connect(url) as conn:
+        unlogged(conn)
         try:
             search_settings.validate(api_limit(conn, "top_k"))
             spec, embedder = configured_embedder(conn, settings, embedder)

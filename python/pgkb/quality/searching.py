@@ -20,10 +20,17 @@ __all__ = [
     "embed_queries",
     "other_kb_key",
     "search_mode",
+    "unlogged",
 ]
 
 DEFAULT_DEPTH = 50
 FUSIONS = ("dbsf", "rrf")  # kb_internal.search's fusion methods
+
+
+def unlogged(conn) -> None:
+    """Mark the session as a replay of questions (pgkb.entry_point 'eval' for the session): no search or
+    ask of an evaluation or sweep lands in a knowledge base's question log."""
+    conn.execute("select set_config('pgkb.entry_point', 'eval', false)")
 
 
 # kb.hybrid_search's settings a run may set, with their types; the defaults are the database's own

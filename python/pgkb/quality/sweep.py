@@ -21,7 +21,7 @@ from pgkb.limits import api_limit
 from pgkb.quality.datasets import Dataset, EvalError, default_kb, load_beir, load_questions, sample
 from pgkb.quality.evaluate import configured_embedder
 from pgkb.quality.metrics import ModeResult, score_mode
-from pgkb.quality.searching import FUSIONS, SETTING_TYPES, SearchSettings, embed_queries, search_mode
+from pgkb.quality.searching import FUSIONS, SETTING_TYPES, SearchSettings, embed_queries, search_mode, unlogged
 
 SWEEPABLE = tuple(SETTING_TYPES)
 SWEEP_MODES = ("hybrid", "lexical", "vector", "fuzzy")
@@ -147,6 +147,7 @@ def run(args, settings, *, embedder=None) -> int:
     for ds in datasets:
         ds.queries = sample(ds.queries, args.max_queries, args.seed)
     with connect(database_url(settings)) as conn:
+        unlogged(conn)
         try:
             for _, combo in combos:
                 combo.validate(api_limit(conn, "top_k"))

@@ -146,6 +146,8 @@ class Backend:
         self._calls = 0  # of them, in progress now (for /metrics)
         self._calls_lock = threading.Lock()
         self.metrics = ServerMetrics(server)
+        # what the question log records of this server's searches and asks ("dify": kb.retrieve, Dify's API)
+        self.entry_point = "page" if server == "serve" else "mcp"
         self.metrics.add_gauges(self._gauges)
 
     def _probe(self) -> None:
@@ -309,9 +311,10 @@ class Backend:
             self._probed_at = started
 
     @contextlib.contextmanager
-    def acting(self, conn: psycopg.Connection, user: str | None) -> Iterator[None]:
-        """A transaction acting as ``user`` with this server's statement timeout (pgkb.search.acting)."""
-        with acting(conn, user, self.config.options.statement_timeout_ms):
+    def acting(self, conn: psycopg.Connection, user: str | None, entry_point: str | None = None) -> Iterator[None]:
+        """A transaction acting as ``user`` with this server's statement timeout and entry point (None: the
+        server's own; pgkb.search.acting)."""
+        with acting(conn, user, self.config.options.statement_timeout_ms, entry_point or self.entry_point):
             yield
 
     def api_key_user(self, key_id: str, secret_sha256: bytes) -> str | None:
@@ -388,6 +391,7 @@ class Backend:
                 spec=spec,
                 max_top_k=MCP_MAX_TOP_K,
                 also=also,
+                entry_point=self.entry_point,
             )
         t = response.timings_ms
         for stage, timing in (("embed", "embed"), ("sql", "search"), ("rerank", "rerank")):
@@ -431,6 +435,31 @@ class Backend:
                 raise BadInput(str(e)) from e
         log.info("save user=%s kb=%s doc_key=%s: %d chunks", user, saved.kb, saved.doc_key, saved.chunk_count)
         return saved
+
+    def rate(
+        self,
+        user: str | None,
+        helpful: bool,
+        question_id: int | None,
+        note: str | None,
+        question: str | None,
+        kb: str | None,
+    ) -> int:
+        """kb.rate_answer as ``user``, on the primary (see _writer), within a call slot: the rating's id. The
+        database's refusals (another user's or an unknown question id, a note too long, too many ratings)
+        become NotFound / BadInput."""
+        with (
+            self.slot(),
+            _db_errors(self.config.options.statement_timeout_ms, "rate_answer"),
+            self._writer() as conn,
+            self.acting(conn, user),
+        ):
+            rating = one(conn.execute(
+                "select kb.rate_answer(%s, question_id => %s, note => %s, question => %s, kb => %s)",
+                [helpful, question_id, note, question, kb],
+            ))[0]  # fmt: skip
+        log.info("rate user=%s question=%s helpful=%s", user, question_id, helpful)
+        return rating
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[psycopg.Connection]:
@@ -507,6 +536,7 @@ class Backend:
                 row = ask(
                     conn, self.config.settings, question, top_k=top_k, kb=kb, user=user,
                     timeout_ms=self.config.options.statement_timeout_ms, embedder=embedder, spec=spec, also=also,
+                    entry_point=self.entry_point,
                 )  # fmt: skip
             except AskError as e:
                 unknown = isinstance(e.__context__, psycopg.errors.NoDataFound)
@@ -604,7 +634,7 @@ class Backend:
                 raise BadInput(str(e)) from e
             embedded = self._embed(conn, "retrieve", query, user, kb)
             condition = None if metadata_condition is None else json.dumps(metadata_condition)
-            with self.acting(conn, user), self.metrics.timed("retrieve", "sql"):
+            with self.acting(conn, user, "dify"), self.metrics.timed("retrieve", "sql"):
                 cursor = conn.execute(
                     "select *, kb.document_uri(knowledge_base, doc_key) as uri"
                     " from kb.retrieve(%(q)s, %(k)s, %(kb)s, query_embedding => %(query_embedding)s,"

@@ -1,0 +1,369 @@
+-- The question log (issue 34, migration 036), off by default per knowledge base: what was asked, found or not,
+-- and how readers rated the answers. Who sees what: a user their own questions (kb.my_questions); an owner
+-- their knowledge base's part of each question, without who asked (kb.question_log); administrators all.
+-- Nothing of a knowledge base with the log off is written. The tables are read through these functions only.
+
+-- The entry point a search or an ask was called from: pgkb's clients set pgkb.entry_point to 'mcp', 'page',
+-- 'dify' or 'cli' for their transaction (set_config(..., true)), and `pgkb eval` / `pgkb sweep` to 'eval' (a
+-- replay: never logged); anything else, or nothing, is 'sql'.
+create or replace function kb_internal.entry_point()
+returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when e in ('mcp', 'page', 'dify', 'cli', 'eval') then e else 'sql' end
+    from coalesce(current_setting('pgkb.entry_point', true), '') as e
+$$;
+
+-- Turn the question log of knowledge base kb on, rows kept `days` days (1..3650), or off (days NULL or 0):
+-- its owner or an administrator. Turning it off stops the writing and keeps what was logged until it ages
+-- out or kb.purge_question_log deletes it. Returns the days now in force (NULL: off).
+create or replace function kb.set_question_log(kb text, days integer)
+returns integer
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb constant integer := kb_internal.managed_kb(set_question_log.kb, 'change its question log');
+begin
+    if days is not null and days not between 0 and 3650 then
+        raise exception 'days must be between 1 and 3650 (0 or NULL: off), got %', days
+            using errcode = 'invalid_parameter_value';
+    end if;
+    update kb.knowledge_bases as k set question_log_days = nullif(days, 0) where k.id = target_kb;
+    return nullif(days, 0);
+end
+$$;
+
+-- How many days knowledge base kb keeps its question log (NULL: off): its owner or an administrator.
+create or replace function kb.question_log_days(kb text)
+returns integer
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select k.question_log_days from kb.knowledge_bases as k
+    where k.id = kb_internal.managed_kb(question_log_days.kb, 'read its question log setting')
+$$;
+
+-- Delete knowledge base kb's part of its logged questions, all of them or those asked before `before`, and
+-- the questions (with their ratings) that no knowledge base's log holds any more: its owner or an
+-- administrator. Returns how many of kb's rows were deleted.
+create or replace function kb.purge_question_log(kb text, before timestamptz default null)
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb constant integer := kb_internal.managed_kb(purge_question_log.kb, 'purge its question log');
+    deleted bigint;
+begin
+    with gone as (
+        delete from kb.question_kbs as q
+        where q.kb_id = target_kb and (before is null or q.asked_at < before)
+        returning q.question_id
+    ),
+    orphans as (
+        delete from kb.questions as q
+        where q.id in (select g.question_id from gone as g)
+            and not exists (select from kb.question_kbs as o where o.question_id = q.id and o.kb_id <> target_kb)
+    )
+    select count(*) into deleted from gone;
+    delete from kb.answer_ratings as r
+    where r.kb_id = target_kb and r.question_id is null and (before is null or r.rated_at < before);
+    return deleted;
+end
+$$;
+
+-- The documents (ids, best first, at most 10, no repeats) that hits name.
+create or replace function kb_internal.hit_documents(hits kb.search_result[])
+returns bigint[]
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(array_agg(x.id order by x.first), '{}')
+    from (
+        select c.document_id as id, min(n.n) as first
+        from generate_subscripts(hits, 1) as n (n)
+        join kb.chunks as c on c.id = (hits[n.n]).chunk_id
+        group by c.document_id
+        order by min(n.n)
+        limit 10
+    ) as x
+$$;
+
+-- Log one search or ask of question (and its also phrasings) over knowledge base kb_name (NULL: every one the
+-- caller can see), if any of them has its question log on; otherwise write nothing and return NULL. hits: what
+-- it returned; answered: the answer's verdict (ask) or NULL for the answer gate's on hits; cited: the documents an
+-- answer cites (NULL: those of hits). Only the logged knowledge bases' hits and documents count (an answer
+-- from others alone is logged as not found). Each logged knowledge base gets its own part (its hits' gate
+-- verdict, kb.answer_score and documents), and rows older than its retention go. The latency is the statement's so
+-- far. Not on a standby, in a read-only transaction or from entry point 'eval'. Returns the question's id, also kept in pgkb.question_id
+-- for kb.last_question_id().
+create or replace function kb_internal.log_question(
+    question text, also text[], kb_name text, mode text, hits kb.search_result[], answered boolean, cited bigint[]
+)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    searched integer[];
+    logged_names text[];   -- the searched knowledge bases that keep a question log
+    logged record;
+    kb_hits kb.search_result[];
+    evidence jsonb;
+    score double precision;
+    question_id bigint;
+    latency constant double precision := extract(epoch from clock_timestamp() - statement_timestamp()) * 1000;
+begin
+    perform set_config('pgkb.question_id', '', false);
+    if current_setting('transaction_read_only') = 'on' or kb_internal.entry_point() = 'eval' then
+        return null;    -- a standby, a read-only transaction, or a replay of questions (pgkb eval, pgkb sweep)
+    end if;
+    searched := case when kb_name is null then kb.visible_kb_ids() else array[kb.resolve_kb(kb_name)] end;
+    logged_names := array(
+        select k.name from kb.knowledge_bases as k where k.id = any(searched) and k.question_log_days is not null
+    );
+    if cardinality(logged_names) = 0 then
+        return null;
+    end if;
+    -- nothing of a knowledge base with the log off: its hits and documents are left out
+    hits := array(select h from unnest(hits) as h where h.kb = any(logged_names));
+    cited := case when cited is not null then array(
+        select c.id from unnest(cited) with ordinality as c (id, n)
+        where exists (
+            select from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id
+            where d.id = c.id and k.name = any(logged_names)
+        )
+        order by c.n
+    ) end;
+    if answered and cardinality(cited) = 0 then
+        answered := false;  -- answered from knowledge bases that keep no log
+    end if;
+    if cardinality(hits) > 0 then
+        evidence := kb.answer_evidence(question, hits, also);
+        score := kb.answer_score(evidence);
+        answered := coalesce(answered, kb.answer_gate(evidence));
+    end if;
+    answered := coalesce(answered, false);
+    insert into kb.questions (
+        user_id, question, phrasings, mode, entry_point, found, top_score, latency_ms, documents
+    ) values (
+        kb.current_user_id(), kb.redact(question), 1 + coalesce(cardinality(also), 0), log_question.mode,
+        kb_internal.entry_point(), answered, score, latency,
+        coalesce(cited, kb_internal.hit_documents(hits))
+    )
+    returning id into question_id;
+    for logged in
+        select k.id, k.name, k.question_log_days from kb.knowledge_bases as k
+        where k.id = any(searched) and k.question_log_days is not null
+    loop
+        kb_hits := array(select h from unnest(hits) as h where h.kb = logged.name);
+        evidence := case when cardinality(kb_hits) > 0 then kb.answer_evidence(question, kb_hits, also) end;
+        insert into kb.question_kbs (kb_id, question_id, asked_at, found, top_score, documents)
+        values (
+            logged.id, question_id, now(), case when evidence is not null then kb.answer_gate(evidence) else false end,
+            case when evidence is not null then kb.answer_score(evidence) end, kb_internal.hit_documents(kb_hits)
+        );
+        with gone as (
+            delete from kb.question_kbs as q
+            where q.kb_id = logged.id and q.asked_at < now() - make_interval(days => logged.question_log_days)
+            returning q.question_id
+        )
+        delete from kb.questions as q
+        where q.id in (select g.question_id from gone as g)
+            and not exists (select from kb.question_kbs as o where o.question_id = q.id and o.kb_id <> logged.id);
+    end loop;
+    perform set_config('pgkb.question_id', question_id::text, false);
+    return question_id;
+end
+$$;
+
+-- hits, after kb_internal.log_question logged them as a search of mode: the search API's functions return
+-- kb_internal.search's hits through it.
+create or replace function kb_internal.logged_hits(
+    mode text, question text, also text[], kb_name text, hits kb.search_result[]
+)
+returns setof kb.search_result
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+begin
+    perform kb_internal.log_question(question, also, kb_name, mode, hits, null, null);
+    return query select * from unnest(hits);
+end
+$$;
+
+-- The id of the question this session's last search or ask logged (NULL: it was not logged), for
+-- kb.rate_answer. Only the asker can rate it, so a value set by hand gains nothing.
+create or replace function kb.last_question_id()
+returns bigint
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select nullif(current_setting('pgkb.question_id', true), '')::bigint
+$$;
+
+-- The caller's own logged questions of the last `since` (newest first, at most max_rows of 1..1000): the
+-- knowledge bases each searched that logged it and that the caller can still see, the documents found or
+-- cited that the caller can still see, and the caller's rating.
+create or replace function kb.my_questions(since interval default '7 days', max_rows integer default 100)
+returns table (
+    question_id bigint, asked_at timestamptz, question text, mode text, entry_point text, found boolean,
+    top_score double precision, latency_ms double precision, knowledge_bases text[], documents text[],
+    helpful boolean, note text
+)
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off    -- by index: no other user's row is read, not even to be filtered out
+as $$
+declare
+    me constant bigint := kb.current_user_id();
+    visible constant integer[] := kb.visible_kb_ids();
+begin
+    if since is null or max_rows is null or max_rows not between 1 and 1000 then
+        raise exception 'since must be an interval and max_rows between 1 and 1000'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    select q.id, q.asked_at, q.question, q.mode, q.entry_point, q.found, q.top_score, q.latency_ms,
+        array(
+            select k.name from kb.question_kbs as x join kb.knowledge_bases as k on k.id = x.kb_id
+            where x.question_id = q.id and k.id = any(visible) order by k.name
+        ),
+        array(
+            select k.name || '/' || d.doc_key
+            from unnest(q.documents) with ordinality as u (id, n)
+            join kb.documents as d on d.id = u.id
+            join kb.knowledge_bases as k on k.id = d.kb_id
+            where d.kb_id = any(visible) order by u.n
+        ),
+        r.helpful, r.note
+    from kb.questions as q
+    left join kb.answer_ratings as r on r.question_id = q.id
+    where q.user_id = me and q.asked_at >= now() - since
+    order by q.asked_at desc, q.id desc
+    limit max_rows;
+end
+$$;
+
+-- Knowledge base kb's part of its logged questions of the last `since` (newest first, at most max_rows of
+-- 1..1000): for its owner without who asked; for an administrator with the asker's name (kb NULL: every
+-- knowledge base's). found, top_score and documents are this knowledge base's alone; nothing says which other
+-- knowledge bases a question searched. An unknown or invisible kb gives the readers' error.
+create or replace function kb.question_log(kb text, since interval default '7 days', max_rows integer default 100)
+returns table (
+    question_id bigint, knowledge_base text, asked_at timestamptz, question text, mode text, entry_point text,
+    found boolean, top_score double precision, latency_ms double precision, documents text[],
+    helpful boolean, note text, asked_by text
+)
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off    -- by index: no other user's row is read, not even to be filtered out
+as $$
+declare
+    admin constant boolean := kb.current_is_admin();
+    target_kb integer;
+begin
+    if since is null or max_rows is null or max_rows not between 1 and 1000 then
+        raise exception 'since must be an interval and max_rows between 1 and 1000'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if question_log.kb is null then
+        perform kb.require_admin('read every knowledge base''s question log');
+    else
+        target_kb := kb_internal.managed_kb(question_log.kb, 'read its question log');
+    end if;
+    return query
+    select q.id, k.name, x.asked_at, q.question, q.mode, q.entry_point, x.found, x.top_score, q.latency_ms,
+        array(
+            select d.doc_key from unnest(x.documents) with ordinality as u (id, n)
+            join kb.documents as d on d.id = u.id and d.kb_id = x.kb_id order by u.n
+        ),
+        r.helpful, r.note,
+        case when admin then (select u.name from kb.users as u where u.id = q.user_id) end
+    from kb.question_kbs as x
+    join kb.questions as q on q.id = x.question_id
+    join kb.knowledge_bases as k on k.id = x.kb_id
+    left join kb.answer_ratings as r on r.question_id = q.id
+    where (target_kb is null or x.kb_id = target_kb) and x.asked_at >= now() - since
+    order by x.asked_at desc, q.id desc
+    limit max_rows;
+end
+$$;
+
+-- Rate an answer helpful or not, with an optional note (at most 2000 characters): the caller's own logged
+-- question (question_id, e.g. kb.last_question_id(); rating it again replaces the rating), or, when the log
+-- was off, the question's text with the knowledge base it was asked of (kb, optional; kept alone, redacted).
+-- Another user's question id gives the error a missing one gives; at most ratings_per_minute ratings per user
+-- and minute. Returns the rating's id.
+create or replace function kb.rate_answer(
+    helpful boolean,
+    question_id bigint default null,
+    note text default null,
+    question text default null,
+    kb text default null
+)
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    me constant bigint := kb.current_user_id();
+    target_kb integer;
+    rating bigint;
+begin
+    if helpful is null then
+        raise exception 'helpful must be true or false' using errcode = 'invalid_parameter_value';
+    end if;
+    if me is null then
+        raise exception 'rating an answer needs a pgkb user (kb.create_user)' using errcode = 'insufficient_privilege';
+    end if;
+    if char_length(note) > 2000 then
+        raise exception 'the note is % characters long; at most 2000 are accepted', char_length(note)
+            using errcode = 'program_limit_exceeded';
+    end if;
+    note := nullif(btrim(note), '');
+    -- one user's ratings, one at a time: the count is then exact however many servers call
+    perform pg_advisory_xact_lock(hashtext('pgkb.rate_answer'), me::integer);
+    if (
+        select count(*) from kb.answer_ratings as r
+        where r.user_id = me and r.rated_at > clock_timestamp() - interval '1 minute'
+    ) >= kb_internal.setting_int('ratings_per_minute') then
+        raise exception 'too many ratings: at most % per minute; try again in a minute',
+            kb_internal.setting_int('ratings_per_minute') using errcode = 'program_limit_exceeded';
+    end if;
+    if (rate_answer.question_id is null) = (question is null) then
+        raise exception 'give either question_id (a logged question) or question (with kb, when the log was off)'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if rate_answer.question_id is not null then
+        if rate_answer.kb is not null then
+            raise exception 'kb goes with question, not with question_id' using errcode = 'invalid_parameter_value';
+        end if;
+        if not exists (select from kb.questions as q where q.id = rate_answer.question_id and q.user_id = me) then
+            raise exception 'unknown question %: only your own logged questions can be rated by id',
+                rate_answer.question_id using errcode = 'no_data_found',
+                    hint = 'SELECT question_id FROM kb.my_questions() lists them';
+        end if;
+        insert into kb.answer_ratings as r (user_id, question_id, helpful, note)
+        values (me, rate_answer.question_id, rate_answer.helpful, rate_answer.note)
+        on conflict (question_id) where question_id is not null
+        do update set helpful = excluded.helpful, note = excluded.note, rated_at = now()
+        returning r.id into rating;
+        return rating;
+    end if;
+    if kb_internal.is_blank(question) or char_length(question) > kb_internal.api_limit('query_chars') then
+        raise exception 'question must not be blank, and at most % characters long',
+            kb_internal.api_limit('query_chars') using errcode = 'invalid_parameter_value';
+    end if;
+    if rate_answer.kb is not null then
+        target_kb := kb.resolve_kb(rate_answer.kb);
+    end if;
+    insert into kb.answer_ratings as r (user_id, kb_id, question, helpful, note)
+    values (me, target_kb, kb.redact(question), rate_answer.helpful, rate_answer.note)
+    returning r.id into rating;
+    return rating;
+end
+$$;
