@@ -97,8 +97,9 @@ $$;
 -- answer cites (NULL: those of hits). Only the logged knowledge bases' hits and documents count (an answer
 -- from others alone is logged as not found). Each logged knowledge base gets its own part (its hits' gate
 -- verdict, kb.answer_score and documents), and rows older than its retention go. The latency is the statement's so
--- far. Not on a standby, in a read-only transaction or from entry point 'eval'. Returns the question's id, also kept in pgkb.question_id
--- for kb.last_question_id().
+-- far. Not on a standby, in a read-only transaction, from entry point 'eval', or when the transaction set
+-- pgkb.question_log to 'off' (a call that accompanies a logged one: the page's search beside its ask). Returns
+-- the question's id, also kept in pgkb.question_id for kb.last_question_id().
 create or replace function kb_internal.log_question(
     question text, also text[], kb_name text, mode text, hits kb.search_result[], answered boolean, cited bigint[]
 )
@@ -117,8 +118,9 @@ declare
     latency constant double precision := extract(epoch from clock_timestamp() - statement_timestamp()) * 1000;
 begin
     perform set_config('pgkb.question_id', '', false);
-    if current_setting('transaction_read_only') = 'on' or kb_internal.entry_point() = 'eval' then
-        return null;    -- a standby, a read-only transaction, or a replay of questions (pgkb eval, pgkb sweep)
+    if current_setting('transaction_read_only') = 'on' or kb_internal.entry_point() = 'eval'
+        or current_setting('pgkb.question_log', true) = 'off' then
+        return null;    -- a standby, a read-only transaction, a replay (pgkb eval, pgkb sweep), or a companion call
     end if;
     searched := case when kb_name is null then kb.visible_kb_ids() else array[kb.resolve_kb(kb_name)] end;
     logged_names := array(
@@ -365,5 +367,44 @@ begin
     values (me, target_kb, kb.redact(question), rate_answer.helpful, rate_answer.note)
     returning r.id into rating;
     return rating;
+end
+$$;
+
+-- Knowledge base kb's logged questions whose answers were rated helpful (its owner or an administrator; an
+-- unknown or invisible kb gives the readers' error), asked in the last `since`, for `pgkb eval --from-log`:
+-- each distinct question (its newest asking) with the mode it was asked in and kb's documents it cited (an
+-- ask) or found (a search), best first, as doc keys of documents that still exist. At most max_rows
+-- (1..10000), newest first; questions with no such document are left out.
+create or replace function kb.rated_questions(kb text, since interval default '90 days', max_rows integer default 1000)
+returns table (question_id bigint, asked_at timestamptz, question text, mode text, documents text[])
+language plpgsql stable security definer
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off    -- by index: no row of another knowledge base's log is read
+as $$
+declare
+    target_kb constant integer := kb_internal.managed_kb(rated_questions.kb, 'read its rated questions');
+begin
+    if since is null or max_rows is null or max_rows not between 1 and 10000 then
+        raise exception 'since must be an interval and max_rows between 1 and 10000'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    select t.id, t.asked_at, t.question, t.mode, t.keys
+    from (
+        select distinct on (q.question) q.id, x.asked_at, q.question, q.mode, docs.keys
+        from kb.question_kbs as x
+        join kb.questions as q on q.id = x.question_id
+        join kb.answer_ratings as r on r.question_id = q.id and r.helpful
+        cross join lateral (
+            select array(
+                select d.doc_key from unnest(x.documents) with ordinality as u (id, n)
+                join kb.documents as d on d.id = u.id and d.kb_id = x.kb_id order by u.n
+            ) as keys
+        ) as docs
+        where x.kb_id = target_kb and x.asked_at >= now() - since and cardinality(docs.keys) > 0
+        order by q.question, x.asked_at desc, q.id desc
+    ) as t
+    order by t.asked_at desc, t.id desc
+    limit max_rows;
 end
 $$;

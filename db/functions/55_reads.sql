@@ -21,12 +21,14 @@ as $$
 $$;
 
 -- The knowledge bases the caller may read, with their size, their language profile (kb.language_profile:
--- shares of chunks in Chinese, English, other, and the main language) and whether the caller may write to
--- them. Owner and team names are shown only for knowledge bases the caller can see (this list).
+-- shares of chunks in Chinese, English, other, and the main language), whether the caller may write to
+-- them and whether they may manage them (owner or administrator: kb_internal.can_manage_kb). Owner and team
+-- names are shown only for knowledge bases the caller can see (this list).
 create or replace function kb.list_knowledge_bases()
 returns table (
     name text, visibility text, owner text, team text, description text, document_count bigint,
-    chunk_count bigint, can_write boolean, created_at timestamptz, last_updated timestamptz, languages jsonb
+    chunk_count bigint, can_write boolean, created_at timestamptz, last_updated timestamptz, languages jsonb,
+    can_manage boolean
 )
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -36,7 +38,7 @@ as $$
         (select count(*) from kb.documents as d where d.kb_id = k.id),
         k.chunk_count, kb.can_write_kb(k.id), k.created_at,
         greatest(k.updated_at, (select max(d.updated_at) from kb.documents as d where d.kb_id = k.id)),
-        kb.language_profile(k.zh_chunks, k.en_chunks, k.other_chunks)
+        kb.language_profile(k.zh_chunks, k.en_chunks, k.other_chunks), kb_internal.can_manage_kb(k.id)
     from kb.knowledge_bases as k
     left join kb.users as u on u.id = k.owner_id
     left join kb.teams as t on t.id = k.team_id

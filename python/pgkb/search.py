@@ -199,17 +199,22 @@ _COLUMNS = (
 
 
 @contextlib.contextmanager
-def acting(conn, user: str | None, timeout_ms: int, entry_point: str | None = None) -> Iterator[None]:
+def acting(
+    conn, user: str | None, timeout_ms: int, entry_point: str | None = None, *, logged: bool = True
+) -> Iterator[None]:
     """A transaction acting as ``user`` (None: as the connection's own role) with ``statement_timeout`` =
     ``timeout_ms`` (0: none) and, when given, ``pgkb.entry_point`` (what the question log records: 'cli',
-    'mcp', 'page', 'http'; 'eval' logs nothing), all transaction-local: nothing leaks to the next use of the
-    connection. The one place every Python client (search, ask, the servers) sets them."""
+    'mcp', 'page', 'http'; 'eval' logs nothing); ``logged`` False sets ``pgkb.question_log`` 'off' (a call
+    that accompanies a logged one: the page's search beside its ask). All transaction-local: nothing leaks to
+    the next use of the connection. The one place every Python client (search, ask, the servers) sets them."""
     with conn.transaction():
         if user is not None:
             conn.execute("select set_config('pgkb.acting_user', %s, true)", [user])
         conn.execute("select set_config('statement_timeout', %s, true)", [str(timeout_ms)])
         if entry_point is not None:
             conn.execute("select set_config('pgkb.entry_point', %s, true)", [entry_point])
+        if not logged:
+            conn.execute("select set_config('pgkb.question_log', 'off', true)")
         yield
 
 
@@ -390,11 +395,12 @@ def search(
     max_top_k: int | None = None,
     also: Sequence[str] | None = None,
     entry_point: str | None = None,
+    logged: bool = True,
 ) -> SearchResponse:
     """Hybrid search as ``user`` (None: as the connection's own role). See the module docstring. ``also``:
     other phrasings of the question (a translation into the knowledge's language), searched by every leg.
-    ``entry_point``: the caller, as the question log records it (see acting); ``question_id`` of the response
-    is the logged question's (None: not logged), for kb.rate_answer.
+    ``entry_point`` and ``logged``: the caller, as the question log records it, and whether it does (see
+    acting); ``question_id`` of the response is the logged question's (None: not logged), for kb.rate_answer.
 
     ``embedder`` None loads the one ``settings`` configure (slow for the offline model: pass one in when
     searching repeatedly). Raises ValueError for bad input and psycopg errors from the database (unknown
@@ -421,7 +427,7 @@ def search(
     response.timings_ms["embed"] = round((t_embed - started) * 1000, 2)
 
     depth = min(max(options.rerank_depth, top_k), api_limit(conn, "top_k")) if reranker is not None else top_k
-    with acting(conn, user, options.statement_timeout_ms, entry_point):
+    with acting(conn, user, options.statement_timeout_ms, entry_point, logged=logged):
         arguments = embedded.sql_arguments() | ({"also": phrasings} if phrasings else {})
         hits, response.vector_used = query_rows(conn, "hybrid", query, depth, kb, **arguments)
         response.question_id = conn.execute("select kb.last_question_id()").fetchone()[0]

@@ -265,3 +265,55 @@ def test_entry_points_other_than_pgkbs_own_are_sql_and_a_replay_is_not_logged(wo
         "sql",
         "sql",
     ]
+
+
+def test_a_companion_call_is_not_logged(world, connect_as):
+    """pgkb.question_log 'off' for a transaction (the page's search beside its ask) logs nothing of it."""
+    alice, bob = connect_as("alice"), connect_as("bob")
+    alice.execute("select kb.set_question_log('handbook', 30)")
+    with bob.transaction():
+        bob.execute("select set_config('pgkb.question_log', 'off', true)")
+        assert search(bob, "登录态失效", "handbook")
+        assert bob.execute("select kb.last_question_id()").fetchone()[0] is None
+    assert count(world, "questions") == 0
+    search(bob, "登录态失效", "handbook")  # the setting was transaction-local
+    assert count(world, "questions") == 1
+
+
+def test_rated_questions_are_the_owners_regression_set(world, connect_as):
+    """kb.rated_questions: the logged questions of kb rated helpful, each once (its newest asking), with kb's
+    documents it cited or found; owner or administrator only, an invisible kb reads like a missing one."""
+    alice, bob = connect_as("alice"), connect_as("bob")
+    alice.execute("select kb.set_question_log('handbook', 30)")
+    for text, helpful in (("登录态失效", True), ("登录态失效", True), ("token 过期", False), ("会话配置", None)):
+        search(bob, text, "handbook")
+        if helpful is not None:
+            bob.execute("select kb.rate_answer(%s, kb.last_question_id())", [helpful])
+    search(bob, "nothing matches this at all", "handbook")
+    bob.execute("select kb.rate_answer(true, kb.last_question_id())")  # helpful, but no document: left out
+    rows = alice.execute("select question, mode, documents from kb.rated_questions('handbook')").fetchall()
+    assert rows == [("登录态失效", "lexical", ["login.md"])]
+    newest = max(
+        r[0] for r in bob.execute("select question_id, question from kb.my_questions()") if r[1] == "登录态失效"
+    )
+    assert alice.execute("select question_id from kb.rated_questions('handbook')").fetchone()[0] == newest
+    assert world.execute("select count(*) from kb.rated_questions('handbook')").fetchone()[0] == 1  # administrator
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="only the owner"):
+        bob.execute("select * from kb.rated_questions('handbook')")
+    for bad in (
+        "select * from kb.rated_questions('handbook', null)",
+        "select * from kb.rated_questions('handbook', max_rows => 0)",
+    ):
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            alice.execute(bad)
+    assert_reads_alike(
+        bob, "select * from kb.rated_questions(%s)", lambda name: [name], hidden="alice-private", missing="no-such-kb"
+    )
+
+
+def test_the_listing_says_which_knowledge_bases_the_caller_manages(world, connect_as):
+    listed = {r[0]: r[1] for r in connect_as("alice").execute("select name, can_manage from kb.list_knowledge_bases()")}
+    assert listed == {"handbook": True, "alice-private": True}
+    listed = {r[0]: r[1] for r in connect_as("bob").execute("select name, can_manage from kb.list_knowledge_bases()")}
+    assert listed == {"handbook": False, "bob-private": True}
+    assert all(r[0] for r in world.execute("select can_manage from kb.list_knowledge_bases()"))  # administrator

@@ -75,6 +75,9 @@ class KnowledgeBaseInfo(BaseModel):
         description="shares of its chunks in Chinese (zh), English (en) and other languages, and the main one "
         "(zh, en, other, mixed; null when empty): ask in the main language"
     )
+    can_manage: bool = Field(
+        default=False, description="you own it or administer pgkb: you may read its question log and gaps"
+    )
 
 
 class KnowledgeBasesOutput(BaseModel):

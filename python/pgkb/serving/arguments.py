@@ -26,6 +26,11 @@ class NotFound(ServiceError):
     """What the caller named does not exist or is not visible to them: the same answer for both (HTTP 404)."""
 
 
+class Forbidden(ServiceError):
+    """The caller sees what they named but may not do this with it, e.g. read the question log of a knowledge
+    base they do not own (HTTP 403)."""
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 

@@ -33,6 +33,7 @@ from pgkb.search import (
 from pgkb.service_role import PrivilegedRoleError, refuse_privileged
 from pgkb.serving.arguments import (
     BadInput,
+    Forbidden,
     NotFound,
     ServiceError,
     Unsupported,
@@ -374,8 +375,17 @@ class Backend:
             return self._spec, self._embedder
 
     def search(
-        self, user: str | None, query: str, top_k: int, kb: str | None, also: list[str] | None = None
+        self,
+        user: str | None,
+        query: str,
+        top_k: int,
+        kb: str | None,
+        also: list[str] | None = None,
+        *,
+        logged: bool = True,
     ) -> SearchResponse:
+        """pgkb.search.search as ``user`` with this server's embedder, reranker and entry point; ``logged``
+        False: the question log leaves it out (it accompanies a logged ask)."""
         with self.connection() as conn, _db_errors(self.config.options.statement_timeout_ms, "search"):
             spec, embedder = self.embedder(conn)
             response = search(
@@ -392,6 +402,7 @@ class Backend:
                 max_top_k=MCP_MAX_TOP_K,
                 also=also,
                 entry_point=self.entry_point,
+                logged=logged,
             )
         t = response.timings_ms
         for stage, timing in (("embed", "embed"), ("sql", "search"), ("rerank", "rerank")):
@@ -460,6 +471,22 @@ class Backend:
             ))[0]  # fmt: skip
         log.info("rate user=%s question=%s helpful=%s", user, question_id, helpful)
         return rating
+
+    def gaps(self, user: str | None, kb: str, since: str) -> tuple[int | None, list[dict]]:
+        """kb.knowledge_gaps as ``user`` (its owner or an administrator), within a call slot: how many days
+        ``kb`` keeps its question log (None: off) and the topics of what was asked of it in the last ``since``
+        (an interval) and not found. The database's refusals (unknown or invisible kb: NotFound; not its
+        owner: Forbidden; a bad interval: BadInput) are passed on."""
+        with (
+            self.slot(),
+            _db_errors(self.config.options.statement_timeout_ms, "knowledge_gaps"),
+            self._pooled() as conn,
+            self.acting(conn, user),
+        ):
+            days = one(conn.execute("select kb.question_log_days(%s)", [kb]))[0]
+            cursor = conn.execute("select * from kb.knowledge_gaps(%s, %s::interval)", [kb, since])
+            names = [c.name for c in cursor.description or []]
+            return days, [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     @contextlib.contextmanager
     def _writer(self) -> Iterator[psycopg.Connection]:
@@ -588,8 +615,8 @@ class Backend:
             self.acting(conn, user),
         ):
             rows = conn.execute(
-                "select name, visibility, description, document_count, chunk_count, last_updated, languages"
-                " from kb.list_knowledge_bases()"
+                "select name, visibility, description, document_count, chunk_count, last_updated, languages,"
+                " can_manage from kb.list_knowledge_bases()"
             ).fetchall()
         return [
             {
@@ -600,8 +627,9 @@ class Backend:
                 "chunk_count": int(chunks),
                 "last_updated": last.isoformat() if last else None,
                 "languages": languages,
+                "can_manage": manages,
             }
-            for n, v, desc, docs, chunks, last, languages in rows
+            for n, v, desc, docs, chunks, last, languages, manages in rows
         ]
 
     def knowledge_languages(self, user: str | None) -> dict:
@@ -759,6 +787,8 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
             kind = NotFound
         elif isinstance(e, psycopg.errors.UndefinedFunction):
             kind, hint = Unsupported, "this database lacks a function the call needs: run `pgkb db migrate`"
-        elif isinstance(e, (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded)):
-            kind = BadInput
+        elif isinstance(e, (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded)):
+            kind = BadInput  # class 22 (a bad value: invalid_parameter_value, a malformed interval, ...) or 54
+        elif isinstance(e, psycopg.errors.InsufficientPrivilege):
+            kind = Forbidden
         raise kind(message + (f" ({hint})" if hint else "")) from e

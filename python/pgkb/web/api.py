@@ -1,12 +1,13 @@
 """The page's JSON endpoints. Every call needs ``Authorization: Bearer <token>`` (an API key, or a
 PGKB_MCP_TOKENS token; 401 without a valid one) and acts as the token's pgkb user. Errors are
 ``{"error": "<message>"}``: 400 for bad input (empty, oversized or malformed JSON, invalid Unicode, wrong types,
-top_k out of range), 404 for a knowledge base or document the user cannot see (the same as one that does not
-exist), 501 for /api/ask while the database has no kb.ask, 503 when the database is unavailable or busy.
+top_k out of range), 403 for what the user sees but may not do (another owner's question log), 404 for a
+knowledge base or document the user cannot see (the same as one that does not exist), 501 for /api/ask while
+the database has no kb.ask, 503 when the database is unavailable or busy.
 
 - ``GET /api/kbs`` -> ``{"user", "language", "knowledge_bases": [{name, visibility, description, document_count,
-  ..., languages, language}]}``; language: the profile in words ("mostly Chinese (97 %; English 3 %)"), at the
-  top of everything the user may read.
+  ..., languages, can_manage, language}]}``; language: the profile in words ("mostly Chinese (97 %; English 3 %)"),
+  at the top of everything the user may read; can_manage: the user owns it or is an administrator (/api/gaps).
 - ``POST /api/search`` ``{"query", "kb"?, "top_k"? (1..20, default 5), "also"? (other phrasings of the question,
   e.g. its translation: a list of at most 3 strings)}`` -> ``{"query", "kb", "also", "results":
   [{rank, title, heading_path, kb, doc_id, chunk_index, source, uri, also_in, page, score, snippet}],
@@ -18,8 +19,17 @@ exist), 501 for /api/ask while the database has no kb.ask, 503 when the database
   the rendering holds one of the server's call slots, like a search.
 - ``POST /api/ask`` ``{"question", "kb"?, "top_k"? (1..20), "also"?}`` -> kb.ask's row: ``{answer, found, citations:
   [{n, chunk_id, kb, doc_key, title, heading_path, page, source_url, uri, also_in, quote}], mode, model, ...,
-  notes, answer_html}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive, lexical
-  only, ...); answer_html: the answer's Markdown as HTML, its [n] linked to the citations (pgkb.web.markdown).
+  notes, answer_html, question_id}``; notes: what the page shows under the answer (pgkb.answer.notes: extractive,
+  lexical only, ...); answer_html: the answer's Markdown as HTML, its [n] linked to the citations
+  (pgkb.web.markdown); question_id: the question log's id of this ask (null: not logged), for /api/rate.
+  /api/search also answers ``question_id``; with ``"logged": false`` (the page's search beside its ask) the
+  question log leaves the search out.
+- ``POST /api/rate`` ``{"helpful": true|false, "question_id"? (a logged question of yours), "note"?, "question"?,
+  "kb"? (with question: when it was not logged)}`` -> ``{"rating_id"}`` (kb.rate_answer).
+- ``POST /api/gaps`` ``{"kb", "since"? (an interval, default "7 days")}`` -> ``{"kb", "since", "question_log_days"
+  (null: the log is off), "topics": [{topic,
+  questions, unhelpful, examples, closest_documents, last_asked}]}`` (kb.knowledge_gaps: its owner or an
+  administrator, 403 for another reader; /api/kbs says which with ``can_manage``).
 
 Sources are what the database hands out (db/functions/47_shown_sources.sql): a web address or the kb:// URI,
 never a path on the server; heading paths never repeat the title.
@@ -34,6 +44,7 @@ from pgkb.answer import notes
 from pgkb.languages import describe
 from pgkb.serving.arguments import (
     BadInput,
+    Forbidden,
     NotFound,
     ServiceError,
     Unsupported,
@@ -97,6 +108,13 @@ def _int(body: dict, name: str, default: int, low: int, high: int) -> int:
         raise RequestError(400, str(e)) from None
 
 
+def _flag(body: dict, name: str, default: bool | None) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise RequestError(400, f"{name} must be true or false")
+    return value
+
+
 def _phrasings(body: dict) -> list[str] | None:
     try:
         return check_phrasings(body.get("also"), MAX_ARGUMENT_CHARS)
@@ -138,6 +156,8 @@ def routes(backend):
                 return json_response(e.status, {"error": str(e)})
             except BadInput as e:
                 return json_response(400, {"error": str(e)})
+            except Forbidden as e:
+                return json_response(403, {"error": str(e)})
             except NotFound as e:
                 return json_response(404, {"error": str(e)})
             except Unsupported as e:
@@ -162,7 +182,7 @@ def routes(backend):
         kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
         also = _phrasings(body)
-        response = backend.search(user, query, top_k, kb, also)
+        response = backend.search(user, query, top_k, kb, also, logged=_flag(body, "logged", True))
         contents = [h.content.replace(MARKS[0], "").replace(MARKS[1], "") for h in response.results]
         # the snippet's window and marks: the terms of every phrasing and of the offline translation (a
         # translation's words in the passage)
@@ -191,6 +211,7 @@ def routes(backend):
             ],
             "degraded": response.degraded,
             "degraded_reason": response.degraded_reason,
+            "question_id": response.question_id,
         }
 
     def document(user: str, body: dict) -> dict:
@@ -206,11 +227,37 @@ def routes(backend):
         top_k = _int(body, "top_k", 5, 1, MCP_MAX_TOP_K)
         row = backend.ask(user, question, top_k, kb, _phrasings(body))
         cited = {c["n"] for c in row.get("citations") or []}
-        return _plain({**row, "notes": notes(row), "answer_html": markdown.render(row["answer"], cited)})
+        question_id = (row.get("evidence") or {}).get("question_id")
+        return _plain(
+            {
+                **row,
+                "notes": notes(row),
+                "answer_html": markdown.render(row["answer"], cited),
+                "question_id": question_id,
+            }
+        )
+
+    def rate(user: str, body: dict) -> dict:
+        question_id = body.get("question_id")
+        if question_id is not None:
+            question_id = _int(body, "question_id", 0, 1, 2**63 - 1)
+        note = _text(body, "note", MAX_ARGUMENT_CHARS, required=False)
+        question = _text(body, "question", MAX_ARGUMENT_CHARS, required=False)
+        kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=False)
+        rating = backend.rate(user, _flag(body, "helpful", None), question_id, note, question, kb)
+        return {"rating_id": rating}
+
+    def gaps(user: str, body: dict) -> dict:
+        kb = _text(body, "kb", MAX_ARGUMENT_CHARS, required=True)
+        since = _text(body, "since", 100, required=False) or "7 days"
+        days, topics = backend.gaps(user, kb, since)
+        return {"kb": kb, "since": since, "question_log_days": days, "topics": _plain(topics)}
 
     return [
         Route("/api/kbs", endpoint(kbs, body=False), methods=["GET"]),
         Route("/api/search", endpoint(search, body=True), methods=["POST"]),
         Route("/api/document", endpoint(document, body=True), methods=["POST"]),
         Route("/api/ask", endpoint(ask, body=True), methods=["POST"]),
+        Route("/api/rate", endpoint(rate, body=True), methods=["POST"]),
+        Route("/api/gaps", endpoint(gaps, body=True), methods=["POST"]),
     ]

@@ -8,6 +8,7 @@ const TOKEN_KEY = "pgkb-token";
 const $ = (id) => document.getElementById(id);
 let askSupported = true; // false once /api/ask answered 501 (the database has no kb.ask yet)
 let searchSerial = 0; // answers of an older search are dropped
+let shownAnswer = null; // {question_id, question, kb} of the answer on screen, for its rating
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -116,6 +117,8 @@ function signOut() {
   $("signin").hidden = false;
   $("results").replaceChildren();
   $("answer").hidden = true;
+  $("gaps").hidden = true;
+  $("gaps-list").replaceChildren();
   setStatus("");
 }
 
@@ -135,6 +138,12 @@ function showApp(data) {
   }
   picker.dataset.language = data.language || "";
   showLanguage();
+  // what was asked and not found: for the knowledge bases the user owns (or all, for an administrator)
+  const managed = data.knowledge_bases.filter((kb) => kb.can_manage);
+  $("gaps-kb").replaceChildren(...managed.map((kb) => el("option", { value: kb.name }, kb.name)));
+  $("gaps-list").replaceChildren();
+  $("gaps-status").textContent = "";
+  $("gaps").hidden = managed.length === 0;
   $("query").focus();
 }
 
@@ -189,13 +198,48 @@ function renderAnswer(data) {
   }
   // what to know about the answer (extractive, lexical only, a failed chat endpoint ...)
   $("answer-notes").replaceChildren(...(data.notes || []).map((note) => el("li", {}, note)));
+  resetFeedback();
   $("answer").hidden = false;
+}
+
+// ------------------------------------------------------------------------------------------ ratings
+
+function resetFeedback() {
+  $("rate-up").disabled = false;
+  $("rate-down").disabled = false;
+  $("rate-note").value = "";
+  $("rate-status").textContent = "";
+  $("rate-status").classList.remove("error");
+}
+
+// 👍 / 👎 on the answer shown: against its logged question, or kept alone with its text when the knowledge
+// base keeps no question log.
+async function rate(helpful) {
+  if (!shownAnswer) return;
+  const body = { helpful, note: $("rate-note").value.trim() };
+  if (shownAnswer.question_id) body.question_id = shownAnswer.question_id;
+  else Object.assign(body, { question: shownAnswer.question, kb: shownAnswer.kb || null });
+  $("rate-up").disabled = true;
+  $("rate-down").disabled = true;
+  try {
+    await api("POST", "/api/rate", body);
+    $("rate-status").textContent = helpful ? "Thanks: marked helpful." : "Thanks: marked not helpful.";
+  } catch (e) {
+    $("rate-status").textContent = "Not recorded: " + e.message;
+    $("rate-status").classList.add("error");
+    $("rate-up").disabled = false;
+    $("rate-down").disabled = false;
+    if (e.status === 401) signOut();
+  }
 }
 
 async function runAsk(serial, body) {
   try {
     const data = await api("POST", "/api/ask", { question: body.query, kb: body.kb, top_k: body.top_k, also: body.also });
-    if (serial === searchSerial) renderAnswer(data);
+    if (serial === searchSerial) {
+      shownAnswer = { question_id: data.question_id, question: body.query, kb: body.kb };
+      renderAnswer(data);
+    }
   } catch (e) {
     if (e.status === 501) askSupported = false;
     if (serial === searchSerial) $("answer").hidden = true;
@@ -210,10 +254,12 @@ async function runSearch(event) {
   const serial = ++searchSerial;
   $("search-button").disabled = true;
   $("answer").hidden = true;
+  shownAnswer = null;
   setStatus("Searching…");
   const asking = askSupported ? runAsk(serial, body) : null;
   try {
-    const data = await api("POST", "/api/search", body);
+    // beside an ask, the question log keeps the ask alone (one question, not two)
+    const data = await api("POST", "/api/search", { ...body, logged: !asking });
     if (serial === searchSerial) renderResults(data);
   } catch (e) {
     if (e.status === 401) signOut();
@@ -222,6 +268,36 @@ async function runSearch(event) {
     $("search-button").disabled = false;
   }
   await asking;
+}
+
+// ------------------------------------------------------------------------------------- knowledge gaps
+
+async function showGaps(event) {
+  event.preventDefault();
+  const kb = $("gaps-kb").value;
+  const list = $("gaps-list");
+  list.replaceChildren();
+  $("gaps-status").textContent = "Loading…";
+  $("gaps-status").classList.remove("error");
+  try {
+    const data = await api("POST", "/api/gaps", { kb, since: $("gaps-since").value });
+    for (const t of data.topics) {
+      const counts = t.questions + (t.questions === 1 ? " question" : " questions") +
+        (t.unhelpful ? " (" + t.unhelpful + " rated unhelpful)" : "") + " · last asked " + new Date(t.last_asked).toLocaleString();
+      const examples = el("ul", { class: "examples" }, ...(t.examples || []).map((q) => el("li", {}, q)));
+      const closest = (t.closest_documents || []).length
+        ? el("div", { class: "closest" }, "closest documents: " + t.closest_documents.join(", "))
+        : el("div", { class: "closest" }, "no document came close");
+      list.append(el("li", { class: "gap" }, el("div", { class: "meta" }, counts), examples, closest));
+    }
+    let status = data.topics.length ? data.topics.length + " topics" : "Nothing asked and not found in this period.";
+    if (data.question_log_days === null) status += " The question log of " + kb + " is off: nothing new is recorded.";
+    $("gaps-status").textContent = status;
+  } catch (e) {
+    $("gaps-status").textContent = e.message;
+    $("gaps-status").classList.add("error");
+    if (e.status === 401) signOut();
+  }
 }
 
 // ---------------------------------------------------------------------------------------- documents
@@ -269,6 +345,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("search-form").addEventListener("submit", runSearch);
   $("kb").addEventListener("change", showLanguage);
   $("doc-close").addEventListener("click", () => { $("doc-view").hidden = true; });
+  $("rate-up").addEventListener("click", () => rate(true));
+  $("rate-down").addEventListener("click", () => rate(false));
+  $("gaps-form").addEventListener("submit", showGaps);
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) signIn(saved);
 });
