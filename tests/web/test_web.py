@@ -572,6 +572,103 @@ def test_page_renders_markdown_in_a_real_browser(web, world):
         browser.quit()
 
 
+# ------------------------------------------------------------------------------ question log and ratings
+
+
+def test_api_rates_answers_and_shows_gaps_to_their_owner(web, world):
+    """With team-docs' question log on (alice owns it): /api/ask and /api/search answer question_id, a search
+    sent with logged false (the page's, beside its ask) is left out, /api/rate records 👍/👎 against bob's own
+    question only, and /api/gaps shows alice the unanswered and the unhelpful, never bob (403) and never an
+    invisible knowledge base (404, as a missing one)."""
+    world.execute("select kb.set_question_log('team-docs', 30)")
+    kbs = {k["name"]: k["can_manage"] for k in call(web + "/api/kbs", headers=ALICE)[1]["knowledge_bases"]}
+    assert kbs == {"alice-notes": True, "empty-kb": True, "team-docs": True}
+    assert {k["name"]: k["can_manage"] for k in call(web + "/api/kbs", headers=BOB)[1]["knowledge_bases"]} == {
+        "bob-notes": True, "team-docs": False,
+    }  # fmt: skip
+    status, asked, _ = call(web + "/api/ask", {"question": "登录态失效怎么排查", "kb": "team-docs"}, BOB)
+    assert status == 200 and isinstance(asked["question_id"], int)
+    status, found, _ = call(
+        web + "/api/search", {"query": "登录态失效怎么排查", "kb": "team-docs", "logged": False}, BOB
+    )
+    assert status == 200 and found["results"] and found["question_id"] is None
+    status, unfound, _ = call(web + "/api/search", {"query": "qqzz 火星基地的氧气配额", "kb": "team-docs"}, BOB)
+    assert status == 200 and isinstance(unfound["question_id"], int)
+    logged = world.execute("select question, mode, entry_point from kb.questions order by id").fetchall()
+    assert logged == [("登录态失效怎么排查", "ask", "page"), ("qqzz 火星基地的氧气配额", "search", "page")]
+    # ratings: bob's own questions; alice cannot rate bob's (the error of a missing one)
+    note = {"helpful": False, "question_id": asked["question_id"], "note": "没说网关配置"}
+    status, rated, _ = call(web + "/api/rate", note, BOB)
+    assert status == 200 and isinstance(rated["rating_id"], int)
+    assert call(web + "/api/rate", note, ALICE)[0] == 404
+    alone = {"helpful": True, "question": "退款多久到账", "kb": "team-docs"}
+    assert call(web + "/api/rate", alone, BOB)[0] == 200
+    for bad in ({"question_id": asked["question_id"]}, {"helpful": "yes", "question_id": 1}, {"helpful": True},
+                {"helpful": True, "question_id": 0}, {"helpful": True, "question_id": asked["question_id"],
+                "note": "x" * 2001}):  # fmt: skip
+        status, out, _ = call(web + "/api/rate", bad, BOB)
+        assert status == 400 and out["error"], (bad, out)
+    assert world.execute("select count(*) from kb.answer_ratings").fetchone()[0] == 2
+    # gaps: alice sees the unanswered question and the unhelpful answer; bob may not look
+    status, gaps, _ = call(web + "/api/gaps", {"kb": "team-docs", "since": "1 day"}, ALICE)
+    assert status == 200 and gaps["question_log_days"] == 30
+    examples = {q for t in gaps["topics"] for q in t["examples"]}
+    assert {"qqzz 火星基地的氧气配额", "登录态失效怎么排查"} <= examples
+    assert sum(t["unhelpful"] for t in gaps["topics"]) == 1
+    assert call(web + "/api/gaps", {"kb": "team-docs"}, BOB)[0] == 403
+    hidden, missing = call(web + "/api/gaps", {"kb": "alice-notes"}, BOB), call(web + "/api/gaps", {"kb": "nope"}, BOB)
+    assert hidden[0] == missing[0] == 404 and hidden[1]["error"].replace("alice-notes", "nope") == missing[1]["error"]
+    for bad in ({}, {"kb": ""}, {"kb": "team-docs", "since": "soon"}, {"kb": "team-docs", "since": 7}):
+        status, out, _ = call(web + "/api/gaps", bad, ALICE)
+        assert status == 400 and out["error"], bad
+
+
+def test_page_rates_answers_and_shows_gaps_in_a_real_browser(web, world):
+    """The page: 👍/👎 with a note under an answer lands in kb.answer_ratings against the logged ask (one
+    question logged for the page's ask and search), and the owner's "Asked and not found" lists it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    world.execute("select kb.set_question_log('team-docs', 30)")
+    browser = chromium()
+    wait = WebDriverWait(browser, 90)
+    try:
+        browser.get(web + "/")
+        browser.find_element(By.ID, "token").send_keys("alice-token\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "query")))
+        assert browser.find_element(By.ID, "gaps").is_displayed()  # alice owns knowledge bases
+        Select(browser.find_element(By.ID, "kb")).select_by_value("team-docs")
+        browser.find_element(By.ID, "query").send_keys("登录态失效怎么排查\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "answer")))
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#results li.result"))
+        browser.find_element(By.ID, "rate-note").send_keys("没说网关配置")
+        browser.find_element(By.ID, "rate-down").click()
+        wait.until(lambda b: "not helpful" in b.find_element(By.ID, "rate-status").text)
+        assert browser.find_element(By.ID, "rate-up").get_attribute("disabled")
+        rows = world.execute(
+            "select q.question, q.mode, q.entry_point, r.helpful, r.note from kb.answer_ratings as r"
+            " join kb.questions as q on q.id = r.question_id"
+        ).fetchall()
+        assert rows == [("登录态失效怎么排查", "ask", "page", False, "没说网关配置")]
+        assert world.execute("select count(*) from kb.questions").fetchone()[0] == 1  # the ask alone
+        # the owner's gaps: the unhelpful answer, as a topic
+        Select(browser.find_element(By.ID, "gaps-kb")).select_by_value("team-docs")
+        browser.find_element(By.ID, "gaps-show").click()
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#gaps-list li.gap"))
+        topic = browser.find_element(By.CSS_SELECTOR, "#gaps-list li.gap")
+        assert "1 rated unhelpful" in topic.text and "登录态失效怎么排查" in topic.text
+        # bob owns bob-notes only: his gaps picker does not offer team-docs
+        browser.find_element(By.ID, "sign-out").click()
+        assert browser.find_element(By.ID, "gaps").is_displayed() is False
+        browser.find_element(By.ID, "token").send_keys("bob-token\n")
+        wait.until(ec.visibility_of_element_located((By.ID, "query")))
+        offered = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "gaps-kb")).options]
+        assert offered == ["bob-notes"]
+    finally:
+        browser.quit()
+
+
 # ----------------------------------------------------------------------------------------------- API keys
 
 

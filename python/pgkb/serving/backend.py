@@ -774,6 +774,8 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
         raise ServiceError(
             f"{what} timed out after {timeout_ms} ms (PGKB_STATEMENT_TIMEOUT_MS); try a more specific query or a kb"
         ) from e
+    except psycopg.errors.ProgramLimitExceeded as e:  # a refusal (class 54), though psycopg files it as operational
+        raise BadInput(_first_line(e)) from e
     except psycopg.OperationalError as e:
         raise ServiceError(f"the knowledge base database is unavailable ({_first_line(e)}); try again") from e
     except psycopg.Error as e:
@@ -787,8 +789,8 @@ def _db_errors(timeout_ms: int, what: str) -> Iterator[None]:
             kind = NotFound
         elif isinstance(e, psycopg.errors.UndefinedFunction):
             kind, hint = Unsupported, "this database lacks a function the call needs: run `pgkb db migrate`"
-        elif isinstance(e, (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded)):
-            kind = BadInput  # class 22 (a bad value: invalid_parameter_value, a malformed interval, ...) or 54
+        elif isinstance(e, psycopg.errors.DataError):
+            kind = BadInput  # class 22: a bad value (invalid_parameter_value, a malformed interval, ...)
         elif isinstance(e, psycopg.errors.InsufficientPrivilege):
             kind = Forbidden
         raise kind(message + (f" ({hint})" if hint else "")) from e
