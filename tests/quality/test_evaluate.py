@@ -511,3 +511,49 @@ def test_mixed_run_searches_every_knowledge_base_and_judges_only_its_own(db, emb
     assert solo["searched_kbs"] == ["eval-own-set"]
     assert report["modes"]["hybrid"]["mrr@10"] <= solo["modes"]["hybrid"]["mrr@10"]
     assert report["modes"]["hybrid"]["recall@10"] == solo["modes"]["hybrid"]["recall@10"] == 1.0
+
+
+def test_from_log_replays_the_questions_rated_helpful(db, embedder, tmp_path, capsys, connect_as):
+    """`pgkb eval --from-log --kb NAME`: the knowledge base's logged questions rated helpful, judged on the
+    documents their answers cited (an ask) or their first document (a search), searched in every mode over
+    the knowledge base as it is; the replay itself is not logged."""
+    folder = write_beir(tmp_path / "set")
+    assert (
+        evaluate.run(parse(str(folder), "--kb", "eval-set", "--modes", "lexical"), settings_for(db), embedder=embedder)
+        == 0
+    )
+    db.execute("select kb.create_user('alice', 'alice')")
+    db.execute("select kb.set_knowledge_base_visibility('eval-set', 'public')")
+    nothing = parse("--from-log", "--kb", "eval-set")
+    assert evaluate.run(nothing, settings_for(db), embedder=embedder) == 2
+    assert "was rated helpful" in capsys.readouterr().err
+    db.execute("select kb.set_question_log('eval-set', 30)")
+    alice = connect_as("alice")
+    alice.execute("select * from kb.ask('登录态失效怎么排查', kb => 'eval-set')").fetchall()
+    alice.execute("select kb.rate_answer(true, kb.last_question_id())")
+    alice.execute("select * from kb.lexical_search('订单签收后退款', 5, 'eval-set')").fetchall()
+    alice.execute("select kb.rate_answer(true, kb.last_question_id())")
+    alice.execute("select * from kb.lexical_search('tidb_mem_quota_query', 5, 'eval-set')").fetchall()
+    alice.execute("select kb.rate_answer(false, kb.last_question_id())")  # unhelpful: not in the set
+    logged = db.execute("select count(*) from kb.questions").fetchone()[0]
+    out = tmp_path / "log.json"
+    args = parse("--from-log", "--kb", "eval-set", "--since", "1 day", "--modes", "lexical,hybrid", "--out", str(out))
+    assert evaluate.run(args, settings_for(db), embedder=embedder) == 0, capsys.readouterr().err
+    report = json.loads(out.read_text("utf-8"))
+    assert report["dataset"] == "log-eval-set" and report["n_queries"] == 2
+    cited = db.execute("select documents from kb.rated_questions('eval-set') where mode = 'ask'").fetchone()[0]
+    assert "zh-login" in cited
+    for mode in ("lexical", "hybrid"):
+        assert report["modes"][mode]["mrr@10"] == 1.0, report["modes"][mode]  # a judged document first, each
+        assert {k: v["n"] for k, v in report["modes"][mode]["by_kind"].items()} == {"ask": 1, "lexical": 1}
+    assert report["modes"]["hybrid"]["recall@10"] == 1.0  # kb.ask's own retrieval: every cited document
+    assert "log-eval-set" in capsys.readouterr().out
+    assert db.execute("select count(*) from kb.questions").fetchone()[0] == logged  # the replay logs nothing
+    for argv, message in (
+        (("--from-log",), "--from-log needs --kb"),
+        (("--from-log", "--kb", "eval-set", str(folder)), "none of: a BEIR folder"),
+        (("--from-log", "--kb", "eval-set", "--ask"), "none of: --ask"),
+        (("--from-log", "--kb", "eval-set", "--since", "soon"), "soon"),
+    ):
+        assert evaluate.run(parse(*argv), settings_for(db), embedder=embedder) == 2, argv
+        assert message in capsys.readouterr().err, argv

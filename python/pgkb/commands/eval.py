@@ -1,5 +1,6 @@
-"""`pgkb eval`: retrieval quality (Recall@k, MRR, nDCG) per search mode on a BEIR set or doc questions;
-with --answerability, the not-found gate (pgkb.quality.answerability)."""
+"""`pgkb eval`: retrieval quality (Recall@k, MRR, nDCG) per search mode on a BEIR set, doc questions or a
+knowledge base's helpful-rated logged questions (--from-log); with --answerability, the not-found gate
+(pgkb.quality.answerability)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ def register(sub) -> None:
     parser.add_argument("--beir", metavar="DIR", help="the same as the positional BEIR folder (as in pgkb sweep)")
     parser.add_argument("--docs", help="doc-questions: folder of documents to ingest (paths are doc keys)")
     parser.add_argument("--questions", help="doc-questions: JSONL of {id, query, relevant: [paths], kind}")
-    parser.add_argument("--kb", default=None, help="knowledge base to load into (default eval-<dataset>)")
+    parser.add_argument(
+        "--from-log", action="store_true",
+        help="replay --kb's logged questions rated helpful, judged on the documents their answers cited (its owner)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--since", default="90 days", help="--from-log: how far back (an interval: 30 days, 12h; default 90 days)"
+    )
+    parser.add_argument(
+        "--kb", default=None, help="knowledge base to load into (default eval-<dataset>); --from-log: the one to replay"
+    )
     parser.add_argument(
         "--modes", default=None, help=f"comma-separated, of {', '.join(MODES)} (default: all available)"
     )

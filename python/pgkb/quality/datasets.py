@@ -8,6 +8,8 @@
   BM25 terms see it), hashed on the chunker version and options, the model, title and text.
 * **doc-questions**: a folder of documents (loaded like `pgkb ingest` does) and a JSONL file, each line
   ``{"id", "query", "relevant": [paths relative to the folder], "kind"}``.
+* **the question log** (``--from-log``): a knowledge base's logged questions rated helpful
+  (kb.rated_questions), judged on the documents their answers cited, over the knowledge base as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import psycopg
 
 from pgkb.models.embedding import ModelSpec
 from pgkb.sources import TextDocument
@@ -31,6 +35,7 @@ __all__ = [
     "default_kb",
     "load_beir",
     "load_questions",
+    "load_rated_questions",
     "question_translation",
     "read_jsonl",
     "read_qrels",
@@ -210,6 +215,31 @@ def load_questions(docs: Path, questions: Path) -> Dataset:
     if missing:
         raise EvalError(f"relevant files not found under {docs}: {', '.join(missing[:5])}")
     return Dataset(questions.resolve().parent.name, queries, any_relevant=True, docs_dir=docs)
+
+
+def load_rated_questions(conn, kb: str, since: str) -> Dataset:
+    """`pgkb eval --from-log`: the questions of knowledge base ``kb`` asked in the last ``since`` (an interval)
+    whose answers were rated helpful (kb.rated_questions: its owner or an administrator), each once. The judged
+    documents are those an ask cited or, for a search, its first document (the one a reader sees first; a
+    search cites nothing); the kind is the mode it was asked in. EvalError when there are none."""
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                "select question_id, question, mode, documents from kb.rated_questions(%s, %s::interval, 10000)",
+                [kb, since],
+            ).fetchall()
+    except psycopg.Error as e:  # unknown or invisible kb, not its owner, a malformed interval: the database's words
+        raise EvalError(str(e).strip().splitlines()[0]) from e
+    queries = [
+        Query(str(qid), text, {doc: 1.0 for doc in (docs if mode == "ask" else docs[:1])}, kind=mode)
+        for qid, text, mode, docs in rows
+    ]
+    if not queries:
+        raise EvalError(
+            f"no question of {kb} asked in the last {since} was rated helpful: turn its question log on"
+            f" (pgkb questions log {kb} 30) and rate answers (pgkb rate, the page, MCP rate_answer)"
+        )
+    return Dataset(f"log-{kb}", queries, any_relevant=False)
 
 
 def replace_queries(dataset: Dataset, path: Path) -> None:

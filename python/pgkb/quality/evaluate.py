@@ -43,6 +43,7 @@ from pgkb.quality.datasets import (
     default_kb,
     load_beir,
     load_questions,
+    load_rated_questions,
     replace_queries,
     sample,
 )
@@ -251,7 +252,10 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             raise EvalError("--ask asks the set's own knowledge base; it goes with neither --mixed nor --answerability")
         if getattr(args, "with_translation", False) and not getattr(args, "ask", False):
             raise EvalError("--with-translation goes with --ask")
-        dataset = load_dataset(args, warn)
+        from_log = getattr(args, "from_log", False)
+        if from_log:
+            check_from_log(args)
+        dataset = None if from_log else load_dataset(args, warn)
         if reranker is None:
             reranker = load_reranker()
         modes = select_modes(args.modes, reranker is not None)
@@ -264,15 +268,16 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         chunking = ChunkingOptions(
             max_chars=args.chunk_chars, overlap=args.chunk_overlap, heading_prefix=args.heading_prefix
         )
-        kb = args.kb or default_kb(dataset.name)
+        kb = (args.kb or default_kb(dataset.name)) if dataset else args.kb
     except (EvalError, RerankError, ValueError) as e:
         return fail(str(e))
-    if getattr(args, "queries", None):
-        try:
-            replace_queries(dataset, Path(args.queries))
-        except EvalError as e:
-            return fail(str(e))
-    dataset.queries = sample(dataset.queries, args.max_queries, args.seed)
+    if dataset is not None:
+        if getattr(args, "queries", None):
+            try:
+                replace_queries(dataset, Path(args.queries))
+            except EvalError as e:
+                return fail(str(e))
+        dataset.queries = sample(dataset.queries, args.max_queries, args.seed)
     progress = _Progress()
 
     url = database_url(settings)
@@ -281,6 +286,12 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         try:
             search_settings.validate(api_limit(conn, "top_k"))
             spec, embedder = configured_embedder(conn, settings, embedder)
+            if dataset is None:  # --from-log: the knowledge base as it is, its rated questions
+                report = evaluate_log(
+                    conn, args, kb, modes, spec, embedder, search_settings,
+                    reranker=reranker, batch=settings.embed_batch, progress=progress,
+                )  # fmt: skip
+                return write_report(report, kb, args.out)
             prepare_kb(conn, kb, dataset.name)
         except EvalError as e:
             return fail(str(e))
@@ -323,9 +334,47 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
             conn, dataset, kb, modes, spec, embedder, search_settings,
             reranker=reranker, batch=settings.embed_batch, progress=progress, mixed=getattr(args, "mixed", False),
         )  # fmt: skip
+    return write_report(report, kb, args.out)
+
+
+def check_from_log(args) -> None:
+    """--from-log replays a knowledge base's own questions: it needs --kb and takes no dataset, no other
+    questions and no --ask / --answerability / --mixed; EvalError otherwise."""
+    if not args.kb:
+        raise EvalError("--from-log needs --kb: the knowledge base whose logged questions are replayed")
+    given = [
+        flag for flag, value in (
+            ("a BEIR folder", args.beir_dir or args.beir), ("--docs", args.docs), ("--questions", args.questions),
+            ("--queries", getattr(args, "queries", None)), ("--ask", getattr(args, "ask", False)),
+            ("--answerability", getattr(args, "answerability", False)), ("--mixed", getattr(args, "mixed", False)),
+        ) if value
+    ]  # fmt: skip
+    if given:
+        raise EvalError(
+            f"--from-log replays the knowledge base's own questions; it goes with none of: {', '.join(given)}"
+        )
+
+
+def evaluate_log(
+    conn, args, kb: str, modes: Sequence[str], spec: ModelSpec, embedder: Embedder, settings: SearchSettings,
+    *, reranker=None, batch: int = 16, progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`pgkb eval --from-log --kb NAME`: the knowledge base's logged questions rated helpful (kb.rated_questions,
+    judged on their answers' documents), searched in every mode over the knowledge base as it is (nothing is
+    loaded; the replay is not logged); the report of any other set."""
+    dataset = load_rated_questions(conn, kb, args.since)
+    dataset.queries = sample(dataset.queries, args.max_queries, args.seed)
+    _stderr(f"pgkb: eval: {len(dataset.queries)} rated questions of {kb} (model {spec.name}, modes {', '.join(modes)})")
+    return evaluate(
+        conn, dataset, kb, modes, spec, embedder, settings, reranker=reranker, batch=batch, progress=progress
+    )
+
+
+def write_report(report: dict[str, Any], kb: str, out: str | None) -> int:
+    """The report as Markdown on stdout and, with ``out``, as JSON to that file."""
     print(markdown(report, kb))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    if out:
+        Path(out).write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
