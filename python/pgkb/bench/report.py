@@ -25,6 +25,7 @@ GOALS = {
     "mcp_sql_ratio": 1.25,  # the MCP server's SQL p50 / the same search from psql (hybrid mode) p50
     "worst_question_ratio": 3.0,  # slowest question of a shared set (lexical leg) / vector leg p95
     "translation_ratio": 1.1,  # hybrid p95 / hybrid p95 without the lexicon and glossaries (issue 31)
+    "question_log_ratio": 1.05,  # hybrid p95 with the question log on / hybrid p95 (issue 34)
 }
 
 
@@ -78,6 +79,14 @@ def check_goals(r: BenchResult) -> list[Goal]:
             f"hybrid p95 <= {GOALS['translation_ratio']:g} x hybrid without translations p95",
             f"{_fmt(translated)} / {_fmt(untranslated)} ms = {translated / untranslated:.2f}",
             translated <= GOALS["translation_ratio"] * untranslated,
+        )
+    )
+    logged, plain_hybrid = s["hybrid_logged"].pct(95), s["hybrid"].pct(95)
+    goals.append(
+        Goal(
+            f"hybrid p95 with the question log on <= {GOALS['question_log_ratio']:g} x hybrid p95",
+            f"{_fmt(logged)} / {_fmt(plain_hybrid)} ms = {logged / plain_hybrid:.2f}",
+            logged <= GOALS["question_log_ratio"] * plain_hybrid,
         )
     )
     if large:
