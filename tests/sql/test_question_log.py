@@ -130,8 +130,9 @@ def test_a_question_over_two_logged_knowledge_bases_shows_each_owner_only_their_
 
 
 def test_reading_ones_own_log_reads_no_row_of_another_users_private_log(world, connect_as):
-    """pg_stat_xact counters of kb.my_questions / kb.question_log are the same whatever alice's private
-    knowledge base logged: no row of it is read, not even to be filtered out."""
+    """pg_stat_xact counters and EXPLAIN ANALYZE row counts of kb.my_questions / kb.question_log /
+    kb.knowledge_gaps / kb.rated_questions are the same whatever alice's private knowledge base logged and
+    rated: no row of it is read, not even to be filtered out."""
     alice, bob = connect_as("alice"), connect_as("bob")
     alice.execute("select kb.set_question_log('alice-private', 30)")
     bob.execute("select kb.set_question_log('bob-private', 30)")
@@ -144,13 +145,24 @@ def test_reading_ones_own_log_reads_no_row_of_another_users_private_log(world, c
             after = bob.execute(COUNTERS).fetchall()
         return [(b[0], *(y - x for x, y in zip(b[1:], a[1:], strict=True))) for b, a in zip(before, after, strict=True)]
 
-    for sql in ("select * from kb.my_questions()", "select * from kb.question_log('bob-private')"):
+    def plan(sql: str) -> list:  # what EXPLAIN ANALYZE shows bob: the rows of each node, no timing
+        return bob.execute("explain (analyze, costs off, timing off, summary off) " + sql).fetchall()
+
+    bob.execute("select kb.rate_answer(true, kb.last_question_id())")
+    for sql in (
+        "select * from kb.my_questions()",
+        "select * from kb.question_log('bob-private')",
+        "select * from kb.knowledge_gaps('bob-private')",
+        "select * from kb.rated_questions('bob-private')",
+    ):
         reads(sql)  # caches and plans
-        quiet = reads(sql)
+        quiet, shown = reads(sql), plan(sql)
         for _ in range(5):
             search(alice, "salary review", "alice-private")
+            alice.execute("select kb.rate_answer(false, kb.last_question_id())")
         assert world.execute("select count(*) from kb.question_kbs").fetchone()[0] > 1
         assert reads(sql) == quiet, sql
+        assert plan(sql) == shown, sql
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         bob.execute("select * from kb.questions")
 
