@@ -38,8 +38,9 @@ $$;
 -- with the vector leg; a term hit never lowers a chunk) — for a query of three terms or more: one or two
 -- are keywords or identifiers, which a text in another script may hold. Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
--- (md5 of the content) are one result, the best-scored copy, also_in naming the other copies' documents
--- (kb://<kb>/<doc_key>, its own left out). heading_path and source_url are as kb_internal.heading_trail and
+-- (kb.chunks.content_hash, stored at write time) are one result, the best-scored copy, also_in naming the other
+-- copies' documents among the candidates (kb://<kb>/<doc_key>, its own left out). Fusion ranks on ids and
+-- scores; only the final top_k reads content, documents and knowledge bases. heading_path and source_url are as kb_internal.heading_trail and
 -- kb_internal.openable_source show them.
 create or replace function kb_internal.search(
     query text,
@@ -243,19 +244,20 @@ begin
         from hits as h
     ),
     -- each fused chunk with where it is and its final score, computed once (materialized: the windows below
-    -- would evaluate them again); octet_length reads a toasted content's header, not the content
+    -- would evaluate them again); ids, scores and the content hash stored at write time only: no content,
+    -- document or knowledge base is read before the final top_k (late materialisation)
     placed as materialized (
         select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
-            fused.f_score, c.id, c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata,
-            k.name as kb_name, d.doc_key, d.title, d.source_url, octet_length(c.content) as text_bytes,
-            kb.document_uri(k.name, d.doc_key) as uri,
+            fused.f_score, c.document_id, c.content_hash,
             case
                 -- (the script is read only where the rule can change the score)
                 when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
                     and (legs_run.w_lexical > 0 and fused.v_share > fused.l_share
                         or legs_run.w_fuzzy > 0 and fused.v_share > fused.f_share)
-                    and (kb_internal.text_scripts(concat_ws(' ', d.title, array_to_string(c.heading_path, ' '))))[1]
-                    <> all(query_scripts)
+                    and (kb_internal.text_scripts(concat_ws(' ',
+                        (select d.title from kb.documents as d where d.id = c.document_id),
+                        array_to_string(c.heading_path, ' ')
+                    )))[1] <> all(query_scripts)
                     then legs_run.w_vector * fused.v_share
                     + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
                     + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
@@ -265,32 +267,38 @@ begin
         cross join legs_run
         -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
         join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
-        join kb.documents as d on d.id = c.document_id
-        join kb.knowledge_bases as k on k.id = c.kb_id
     ),
+    -- each chunk's place among the candidates of the same text (1: the best)
     copies as materialized (
-        -- each chunk's place among the chunks of the same text (1: the best); text_hash: the md5 of a content
-        -- as long as another candidate's, else the chunk's id (a text of its own length has no copy here)
-        select x.*, row_number() over (
-                partition by x.text_hash order by x.fused_score desc, coalesce(x.v_rank, x.l_rank, x.f_rank), x.id
+        select p.*, row_number() over (
+                partition by p.content_hash order by p.fused_score desc, coalesce(p.v_rank, p.l_rank, p.f_rank),
+                    p.chunk_id
             ) as place
-        from (
-            select p.*, case
-                    when count(*) over (partition by p.text_bytes) > 1 then md5(p.content) else p.id::text
-                end as text_hash
-            from placed as p
-        ) as x
+        from placed as p
+    ),
+    best as materialized (
+        select r.* from copies as r
+        where r.place = 1
+        order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id
+        limit top_k
     )
-    select r.chunk_id, r.kb_name, r.doc_key, r.title, kb_internal.heading_trail(r.title, r.heading_path), r.ordinal,
-        r.content, kb_internal.openable_source(r.source_url), r.chunk_type, r.metadata, r.fused_score, r.v_rank,
+    -- the final top_k, materialised: content, document, knowledge base, and where else its text is (the
+    -- other visible documents among the candidates that hold it)
+    select r.chunk_id, k.name, d.doc_key, d.title, kb_internal.heading_trail(d.title, c.heading_path), c.ordinal,
+        c.content, kb_internal.openable_source(d.source_url), c.chunk_type, c.metadata, r.fused_score, r.v_rank,
         r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, coalesce(embeddings[1] is not null, false),
         array(
-            select distinct o.uri from copies as o
-            where o.text_hash = r.text_hash and o.place > 1 and o.uri <> r.uri order by o.uri
+            select distinct kb.document_uri(ok.name, od.doc_key)
+            from copies as o
+            join kb.documents as od on od.id = o.document_id
+            join kb.knowledge_bases as ok on ok.id = od.kb_id
+            where o.content_hash = r.content_hash and o.place > 1 and o.document_id <> r.document_id
+            order by 1
         )
-    from copies as r
-    where r.place = 1
-    order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id
-    limit top_k;
+    from best as r
+    join kb.chunks as c on c.id = r.chunk_id
+    join kb.documents as d on d.id = r.document_id
+    join kb.knowledge_bases as k on k.id = d.kb_id
+    order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id;
 end
 $$;

@@ -416,8 +416,9 @@ def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, co
 
 
 def test_texts_of_one_length_are_not_copies(kbdb):
-    """Fusion hashes only contents as long as another candidate's: texts of the same byte length that differ
-    are separate results, and a real copy among them is still found."""
+    """Fusion compares the content hash stored at write time (kb.chunks.content_hash, md5 of the content):
+    texts of the same byte length that differ are separate results, a real copy among them is still found,
+    and a chunk whose content changes gets its new hash."""
     kbdb.execute("select kb.create_knowledge_base('lengths', 'public')")
     texts = ["退款规则甲：七天内", "退款规则乙：七天内", "退款规则甲：七天内", "退款 rule of 7 days"]
     assert len({len(t.encode()) for t in texts[:3]}) == 1
@@ -431,6 +432,14 @@ def test_texts_of_one_length_are_not_copies(kbdb):
     assert len(rows) == 3 and shown["退款规则乙：七天内"]["also_in"] == [], rows
     copy = shown["退款规则甲：七天内"]
     assert {f"kb://lengths/{copy['doc_key']}", *copy["also_in"]} == {"kb://lengths/doc0.md", "kb://lengths/doc2.md"}
+    assert kbdb.execute("select bool_and(content_hash = md5(content)::uuid) from kb.chunks").fetchone()[0]
+    kbdb.execute(
+        "select kb.replace_document('lengths', 'doc2.md', '规则', %s::jsonb)", [json.dumps([{"content": texts[1]}])]
+    )
+    rows = search(kbdb, "select * from kb.lexical_search('退款规则', 10, kb => 'lengths')")
+    assert {r["content"]: len(r["also_in"]) for r in rows if "规则" in r["content"]} == {
+        "退款规则甲：七天内": 0, "退款规则乙：七天内": 1
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
