@@ -93,15 +93,18 @@ $$;
 
 -- Log one search or ask of question (and its also phrasings) over knowledge base kb_name (NULL: every one the
 -- caller can see), if any of them has its question log on; otherwise write nothing and return NULL. hits: what
--- it returned; answered: the answer's verdict (ask) or NULL for the answer gate's on hits; cited: the documents an
--- answer cites (NULL: those of hits). Only the logged knowledge bases' hits and documents count (an answer
--- from others alone is logged as not found). Each logged knowledge base gets its own part (its hits' gate
--- verdict, kb.answer_score and documents), and rows older than its retention go. The latency is the statement's so
--- far. Not on a standby, in a read-only transaction, from entry point 'eval', or when the transaction set
--- pgkb.question_log to 'off' (a call that accompanies a logged one: the page's search beside its ask). Returns
--- the question's id, also kept in pgkb.question_id for kb.last_question_id().
+-- it returned; answered, cited and evidence: an ask's verdict, the documents its answer cites and its
+-- kb.answer_evidence (NULL for a search). Only the logged knowledge bases' hits and documents count (an
+-- answer from others alone is logged as not found). Each logged knowledge base gets its own part. What the
+-- answer gate says of a search's hits, and of each part's, is judged later, when the log is first read
+-- (kb_internal.settle_questions): the search pays for one insert per row, not for the gate; until then the
+-- row keeps its hits (ids and leg scores, no content). Rows older than a knowledge base's retention go. The
+-- latency is the statement's so far. Not on a standby, in a read-only transaction, from entry point 'eval',
+-- or when the transaction set pgkb.question_log to 'off' (a call that accompanies a logged one: the page's
+-- search beside its ask). Returns the question's id, also kept in pgkb.question_id for kb.last_question_id().
 create or replace function kb_internal.log_question(
-    question text, also text[], kb_name text, mode text, hits kb.search_result[], answered boolean, cited bigint[]
+    question text, also text[], kb_name text, mode text, hits kb.search_result[], answered boolean, cited bigint[],
+    evidence jsonb default null
 )
 returns bigint
 language plpgsql volatile
@@ -109,11 +112,10 @@ set search_path = pg_catalog, public, pg_temp
 as $$
 declare
     searched integer[];
-    logged_names text[];   -- the searched knowledge bases that keep a question log
     logged record;
-    kb_hits kb.search_result[];
-    evidence jsonb;
-    score double precision;
+    logged_ids integer[];
+    logged_names text[];   -- the searched knowledge bases that keep a question log
+    kept kb.search_result[];
     question_id bigint;
     latency constant double precision := extract(epoch from clock_timestamp() - statement_timestamp()) * 1000;
 begin
@@ -123,50 +125,44 @@ begin
         return null;    -- a standby, a read-only transaction, a replay (pgkb eval, pgkb sweep), or a companion call
     end if;
     searched := case when kb_name is null then kb.visible_kb_ids() else array[kb.resolve_kb(kb_name)] end;
-    logged_names := array(
-        select k.name from kb.knowledge_bases as k where k.id = any(searched) and k.question_log_days is not null
-    );
-    if cardinality(logged_names) = 0 then
+    select coalesce(array_agg(k.id order by k.id), '{}'), coalesce(array_agg(k.name order by k.id), '{}')
+    into logged_ids, logged_names
+    from kb.knowledge_bases as k where k.id = any(searched) and k.question_log_days is not null;
+    if cardinality(logged_ids) = 0 then
         return null;
     end if;
-    -- nothing of a knowledge base with the log off: its hits and documents are left out
-    hits := array(select h from unnest(hits) as h where h.kb = any(logged_names));
-    cited := case when cited is not null then array(
-        select c.id from unnest(cited) with ordinality as c (id, n)
-        where exists (
-            select from kb.documents as d join kb.knowledge_bases as k on k.id = d.kb_id
-            where d.id = c.id and k.name = any(logged_names)
-        )
-        order by c.n
-    ) end;
-    if answered and cardinality(cited) = 0 then
-        answered := false;  -- answered from knowledge bases that keep no log
+    -- nothing of a knowledge base with the log off; of the others, what the gate reads: ids and leg scores
+    kept := array(
+        select row(
+            h.chunk_id, h.kb, null, null, null, null, null, null, null, null, h.score, h.vector_rank, h.lexical_rank,
+            h.fuzzy_rank, h.vector_score, h.lexical_score, h.fuzzy_score, h.vector_used, null
+        )::kb.search_result
+        from unnest(hits) with ordinality as h where h.kb = any(logged_names) order by h.ordinality
+    );
+    if mode = 'ask' then
+        cited := array(
+            select c.id from unnest(cited) with ordinality as c (id, n)
+            join kb.documents as d on d.id = c.id and d.kb_id = any(logged_ids)
+            order by c.n
+        );
+        answered := coalesce(answered, false) and cardinality(cited) > 0;  -- else: from unlogged ones alone
     end if;
-    if cardinality(hits) > 0 then
-        evidence := kb.answer_evidence(question, hits, also);
-        score := kb.answer_score(evidence);
-        answered := coalesce(answered, kb.answer_gate(evidence));
-    end if;
-    answered := coalesce(answered, false);
     insert into kb.questions (
-        user_id, question, phrasings, mode, entry_point, found, top_score, latency_ms, documents
+        user_id, question, phrasings, also, mode, entry_point, found, top_score, latency_ms, documents, hits
     ) values (
-        kb.current_user_id(), kb.redact(question), 1 + coalesce(cardinality(also), 0), log_question.mode,
-        kb_internal.entry_point(), answered, score, latency,
-        coalesce(cited, kb_internal.hit_documents(hits))
+        kb.current_user_id(), kb.redact(question), 1 + coalesce(cardinality(also), 0),
+        array(select kb.redact(a) from unnest(also) as a), log_question.mode, kb_internal.entry_point(),
+        case when log_question.mode = 'ask' then answered end,
+        case when log_question.mode = 'ask' and jsonb_typeof(evidence -> 'coverage') = 'number'
+            and cardinality(kept) > 0 then kb.answer_score(evidence) end,
+        latency, coalesce(cited, '{}'), case when log_question.mode <> 'ask' then kept end
     )
     returning id into question_id;
     for logged in
-        select k.id, k.name, k.question_log_days from kb.knowledge_bases as k
-        where k.id = any(searched) and k.question_log_days is not null
+        select k.id, k.name, k.question_log_days from kb.knowledge_bases as k where k.id = any(logged_ids)
     loop
-        kb_hits := array(select h from unnest(hits) as h where h.kb = logged.name);
-        evidence := case when cardinality(kb_hits) > 0 then kb.answer_evidence(question, kb_hits, also) end;
-        insert into kb.question_kbs (kb_id, question_id, asked_at, found, top_score, documents)
-        values (
-            logged.id, question_id, now(), case when evidence is not null then kb.answer_gate(evidence) else false end,
-            case when evidence is not null then kb.answer_score(evidence) end, kb_internal.hit_documents(kb_hits)
-        );
+        insert into kb.question_kbs (kb_id, question_id, asked_at, found, hits)
+        values (logged.id, question_id, now(), null, array(select h from unnest(kept) as h where h.kb = logged.name));
         with gone as (
             delete from kb.question_kbs as q
             where q.kb_id = logged.id and q.asked_at < now() - make_interval(days => logged.question_log_days)
@@ -178,6 +174,80 @@ begin
     end loop;
     perform set_config('pgkb.question_id', question_id::text, false);
     return question_id;
+end
+$$;
+
+-- Judge the logged questions among ids that wait for it (read-write transactions only; rows another
+-- transaction is judging are left to it): a search's found (the answer gate on the hits it kept) and
+-- top_score (kb.answer_score) and its documents. The evidence is read over the knowledge bases that logged it,
+-- as the asker saw them. Called by the asker's reading (kb.my_questions) and by administrators'.
+create or replace function kb_internal.settle_questions(ids bigint[])
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    q record;
+    evidence jsonb;
+begin
+    if current_setting('transaction_read_only') = 'on' then
+        return;
+    end if;
+    for q in
+        select x.id, x.question, x.also, x.hits from kb.questions as x
+        where x.id = any(ids) and x.hits is not null
+        for update skip locked
+    loop
+        evidence := case when cardinality(q.hits) > 0 then kb_internal.hits_evidence(q.question, q.hits, q.also,
+            array(select p.kb_id from kb.question_kbs as p where p.question_id = q.id)) end;
+        update kb.questions as x
+        set found = case when evidence is null then false else kb.answer_gate(evidence) end,
+            top_score = case when evidence is not null then kb.answer_score(evidence) end,
+            documents = kb_internal.hit_documents(q.hits), hits = null
+        where x.id = q.id;
+    end loop;
+end
+$$;
+
+-- Judge the parts of knowledge bases kb_ids asked since `since` that wait for it, the `most` newest: whether that knowledge base's hits pass the answer gate, their score, and its
+-- documents (an ask's: those its answer cites; a search's: those its hits name), read over that knowledge base
+-- alone. Read-write transactions only; parts another transaction is judging are left to it. Called by the
+-- owner's and administrators' reading (kb.question_log, kb.knowledge_gaps, kb.rated_questions).
+create or replace function kb_internal.settle_question_kbs(kb_ids integer[], since interval, most integer)
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    p record;
+    evidence jsonb;
+begin
+    if current_setting('transaction_read_only') = 'on' then
+        return;
+    end if;
+    for p in
+        select x.kb_id, x.question_id, x.hits, q.question, q.also, q.mode, q.documents
+        from kb.question_kbs as x
+        join kb.questions as q on q.id = x.question_id
+        -- (an index condition whatever the plan: "kb IS NULL OR kb_id = kb" in a generic plan is not one, and
+        -- would read every knowledge base's waiting parts)
+        where x.found is null and x.kb_id = any(kb_ids) and x.asked_at >= now() - since
+        order by x.asked_at desc
+        limit most
+        for update of x skip locked
+    loop
+        evidence := case when cardinality(p.hits) > 0
+            then kb_internal.hits_evidence(p.question, p.hits, p.also, array[p.kb_id]) end;
+        update kb.question_kbs as x
+        set found = case when evidence is null then false else kb.answer_gate(evidence) end,
+            top_score = case when evidence is not null then kb.answer_score(evidence) end,
+            documents = case when p.mode = 'ask' then array(
+                    select d.id from unnest(p.documents) with ordinality as u (id, n)
+                    join kb.documents as d on d.id = u.id and d.kb_id = p.kb_id order by u.n
+                ) else kb_internal.hit_documents(p.hits) end,
+            hits = null
+        where x.kb_id = p.kb_id and x.question_id = p.question_id;
+    end loop;
 end
 $$;
 
@@ -208,14 +278,15 @@ $$;
 
 -- The caller's own logged questions of the last `since` (newest first, at most max_rows of 1..1000): the
 -- knowledge bases each searched that logged it and that the caller can still see, the documents found or
--- cited that the caller can still see, and the caller's rating.
+-- cited that the caller can still see, and the caller's rating. Searches not judged yet are judged first
+-- (kb_internal.settle_questions; in a read-only transaction they show found NULL).
 create or replace function kb.my_questions(since interval default '7 days', max_rows integer default 100)
 returns table (
     question_id bigint, asked_at timestamptz, question text, mode text, entry_point text, found boolean,
     top_score double precision, latency_ms double precision, knowledge_bases text[], documents text[],
     helpful boolean, note text
 )
-language plpgsql stable security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off    -- by index: no other user's row is read, not even to be filtered out
 as $$
@@ -227,6 +298,11 @@ begin
         raise exception 'since must be an interval and max_rows between 1 and 1000'
             using errcode = 'invalid_parameter_value';
     end if;
+    perform kb_internal.settle_questions(array(
+        select q.id from kb.questions as q
+        where q.user_id = me and q.asked_at >= now() - since and q.hits is not null
+        order by q.asked_at desc limit max_rows
+    ));
     return query
     select q.id, q.asked_at, q.question, q.mode, q.entry_point, q.found, q.top_score, q.latency_ms,
         array(
@@ -242,7 +318,10 @@ begin
         ),
         r.helpful, r.note
     from kb.questions as q
-    left join kb.answer_ratings as r on r.question_id = q.id
+    -- lateral: each row's rating looked up by its question id, never a scan of everyone's ratings
+    left join lateral (
+        select a.helpful, a.note from kb.answer_ratings as a where a.question_id = q.id
+    ) as r on true
     where q.user_id = me and q.asked_at >= now() - since
     order by q.asked_at desc, q.id desc
     limit max_rows;
@@ -252,20 +331,21 @@ $$;
 -- Knowledge base kb's part of its logged questions of the last `since` (newest first, at most max_rows of
 -- 1..1000): for its owner without who asked; for an administrator with the asker's name (kb NULL: every
 -- knowledge base's). found, top_score and documents are this knowledge base's alone; nothing says which other
--- knowledge bases a question searched. An unknown or invisible kb gives the readers' error.
+-- knowledge bases a question searched. An unknown or invisible kb gives the readers' error. Parts not judged
+-- yet are judged first (kb_internal.settle_question_kbs).
 create or replace function kb.question_log(kb text, since interval default '7 days', max_rows integer default 100)
 returns table (
     question_id bigint, knowledge_base text, asked_at timestamptz, question text, mode text, entry_point text,
     found boolean, top_score double precision, latency_ms double precision, documents text[],
     helpful boolean, note text, asked_by text
 )
-language plpgsql stable security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off    -- by index: no other user's row is read, not even to be filtered out
 as $$
 declare
     admin constant boolean := kb.current_is_admin();
-    target_kb integer;
+    targets integer[];
 begin
     if since is null or max_rows is null or max_rows not between 1 and 1000 then
         raise exception 'since must be an interval and max_rows between 1 and 1000'
@@ -273,9 +353,11 @@ begin
     end if;
     if question_log.kb is null then
         perform kb.require_admin('read every knowledge base''s question log');
+        targets := array(select k.id from kb.knowledge_bases as k);
     else
-        target_kb := kb_internal.managed_kb(question_log.kb, 'read its question log');
+        targets := array[kb_internal.managed_kb(question_log.kb, 'read its question log')];
     end if;
+    perform kb_internal.settle_question_kbs(targets, since, max_rows);
     return query
     select q.id, k.name, x.asked_at, q.question, q.mode, q.entry_point, x.found, x.top_score, q.latency_ms,
         array(
@@ -285,10 +367,16 @@ begin
         r.helpful, r.note,
         case when admin then (select u.name from kb.users as u where u.id = q.user_id) end
     from kb.question_kbs as x
-    join kb.questions as q on q.id = x.question_id
+    -- lateral: each part's question and rating looked up by its question id, never a scan of everyone's
+    cross join lateral (
+        select y.id, y.question, y.mode, y.entry_point, y.latency_ms, y.user_id from kb.questions as y
+        where y.id = x.question_id
+    ) as q
     join kb.knowledge_bases as k on k.id = x.kb_id
-    left join kb.answer_ratings as r on r.question_id = q.id
-    where (target_kb is null or x.kb_id = target_kb) and x.asked_at >= now() - since
+    left join lateral (
+        select a.helpful, a.note from kb.answer_ratings as a where a.question_id = x.question_id
+    ) as r on true
+    where x.kb_id = any(targets) and x.asked_at >= now() - since
     order by x.asked_at desc, q.id desc
     limit max_rows;
 end
@@ -374,10 +462,11 @@ $$;
 -- unknown or invisible kb gives the readers' error), asked in the last `since`, for `pgkb eval --from-log`:
 -- each distinct question (its newest asking) with the mode it was asked in and kb's documents it cited (an
 -- ask) or found (a search), best first, as doc keys of documents that still exist. At most max_rows
--- (1..10000), newest first; questions with no such document are left out.
+-- (1..10000), newest first; questions with no such document are left out. Parts not judged yet are judged
+-- first (kb_internal.settle_question_kbs).
 create or replace function kb.rated_questions(kb text, since interval default '90 days', max_rows integer default 1000)
 returns table (question_id bigint, asked_at timestamptz, question text, mode text, documents text[])
-language plpgsql stable security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off    -- by index: no row of another knowledge base's log is read
 as $$
@@ -388,13 +477,19 @@ begin
         raise exception 'since must be an interval and max_rows between 1 and 10000'
             using errcode = 'invalid_parameter_value';
     end if;
+    perform kb_internal.settle_question_kbs(array[target_kb], since, 10000);
     return query
     select t.id, t.asked_at, t.question, t.mode, t.keys
     from (
         select distinct on (q.question) q.id, x.asked_at, q.question, q.mode, docs.keys
         from kb.question_kbs as x
-        join kb.questions as q on q.id = x.question_id
-        join kb.answer_ratings as r on r.question_id = q.id and r.helpful
+        -- lateral: each part's question and rating looked up by its question id, never a scan of everyone's
+        cross join lateral (
+            select y.id, y.question, y.mode from kb.questions as y where y.id = x.question_id
+        ) as q
+        cross join lateral (
+            select a.helpful from kb.answer_ratings as a where a.question_id = x.question_id and a.helpful
+        ) as r
         cross join lateral (
             select array(
                 select d.doc_key from unnest(x.documents) with ordinality as u (id, n)

@@ -16,17 +16,30 @@ returns jsonb
 language plpgsql stable security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-declare
-    visible integer [] := kb.visible_kb_ids();
-    given integer := coalesce(cardinality(hits), 0);
-    result jsonb;
 begin
     perform kb.check_search_input(question, 1, also);
-    if given > 1000 then
-        raise exception 'hits holds % rows; at most 1000 are accepted', given
+    if coalesce(cardinality(hits), 0) > 1000 then
+        raise exception 'hits holds % rows; at most 1000 are accepted', cardinality(hits)
             using errcode = 'program_limit_exceeded';
     end if;
+    return kb_internal.hits_evidence(question, hits, also, kb.visible_kb_ids());
+end
+$$;
 
+-- Internal: kb.answer_evidence over the chunks of knowledge bases kb_ids (the caller's visible ones; the
+-- question log's settling, kb_internal.settle_questions, passes the knowledge bases a logged question
+-- searched). No input check: callers check or pass what they logged.
+create or replace function kb_internal.hits_evidence(
+    question text, hits kb.search_result[], also text[], kb_ids integer[]
+)
+returns jsonb
+language plpgsql stable
+set search_path = pg_catalog, public, pg_temp
+as $$
+declare
+    given constant integer := coalesce(cardinality(hits), 0);
+    result jsonb;
+begin
     with given_hits as (
         -- first occurrence of each chunk id, in the caller's order
         select distinct on (h.chunk_id) h.chunk_id, h.ordinality as ord, h.vector_score, h.vector_used, h.lexical_score
@@ -43,7 +56,7 @@ begin
         from given_hits as g
         -- looked up among the visible knowledge bases only (chunks_kb_chunk_idx; id + 0: never by primary key,
         -- which would fetch another user's chunk row before dropping it)
-        join kb.chunks as c on c.kb_id = any(visible) and c.id + 0 = g.chunk_id
+        join kb.chunks as c on c.kb_id = any(kb_ids) and c.id + 0 = g.chunk_id
     ),
     kbs as (
         select coalesce(array_agg(distinct s.kb_id), '{}') as ids from seen as s

@@ -2,10 +2,10 @@
 -- (kb.answer_evidence, kb.answer_gate), then answer with numbered citations -- from the chat endpoint
 -- (kb_internal.chat_completion) when one is configured, else extractively -- and verify them (kb.cite).
 
--- Log an ask (kb_internal.log_question, mode 'ask') with its verdict and the documents its citations name;
--- {"question_id": id} for the answer's evidence when it was logged, else {}.
+-- Log an ask (kb_internal.log_question, mode 'ask') with its verdict, the documents its citations name and its
+-- evidence (the score); {"question_id": id} for the answer's evidence when it was logged, else {}.
 create or replace function kb_internal.ask_logged(
-    q text, also text[], kb_name text, hits kb.search_result[], answered boolean, citations jsonb
+    q text, also text[], kb_name text, hits kb.search_result[], answered boolean, citations jsonb, evidence jsonb
 )
 returns jsonb
 language sql volatile
@@ -19,7 +19,7 @@ as $$
             where answered
             group by c.document_id
             order by min(x.n)
-        )
+        ), evidence
     )))
 $$;
 
@@ -126,7 +126,7 @@ begin
         mode := 'not_found';
         generate_ms := 0;
         total_ms := extract(epoch from clock_timestamp() - started) * 1000;
-        evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, false, citations);
+        evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, false, citations, evidence);
         return next;
         return;
     end if;
@@ -183,7 +183,7 @@ begin
     end if;
     generate_ms := extract(epoch from clock_timestamp() - retrieved) * 1000;
     total_ms := extract(epoch from clock_timestamp() - started) * 1000;
-    evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, answered, citations);
+    evidence := evidence || kb_internal.ask_logged(q, also, kb_name, hits, answered, citations, evidence);
     return next;
 end
 $$;

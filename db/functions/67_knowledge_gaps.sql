@@ -40,14 +40,18 @@ begin
     if since is null then
         raise exception 'since must be an interval' using errcode = 'invalid_parameter_value';
     end if;
+    perform kb_internal.settle_question_kbs(array[target_kb], since, most);  -- the parts not judged yet
     select coalesce(array_agg(g.question order by g.at desc), '{}'), array_agg(g.at order by g.at desc),
         array_agg(g.bad order by g.at desc), jsonb_agg(to_jsonb(g.documents) order by g.at desc)
     into texts, asked, rated_unhelpful, documents
     from (
         select q.question, x.asked_at as at, coalesce(not r.helpful, false) as bad, x.documents
         from kb.question_kbs as x
-        join kb.questions as q on q.id = x.question_id
-        left join kb.answer_ratings as r on r.question_id = q.id
+        -- lateral: each part's question and rating looked up by its question id, never a scan of everyone's
+        cross join lateral (select y.question from kb.questions as y where y.id = x.question_id) as q
+        left join lateral (
+            select a.helpful from kb.answer_ratings as a where a.question_id = x.question_id
+        ) as r on true
         where x.kb_id = target_kb and x.asked_at >= now() - since and (not x.found or r.helpful = false)
         union all
         select r.question, r.rated_at, true, '{}'
