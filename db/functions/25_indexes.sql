@@ -66,6 +66,14 @@ as $$
             'create index question_kbs_kb_time_idx on kb.question_kbs (kb_id, asked_at)'
         ),
         (
+            'question_kbs_unjudged_idx',
+            'create index question_kbs_unjudged_idx on kb.question_kbs (kb_id, asked_at) where found is null'
+        ),
+        (
+            'questions_unjudged_idx',
+            'create index questions_unjudged_idx on kb.questions (user_id, asked_at) where hits is not null'
+        ),
+        (
             'answer_ratings_question_idx',
             'create unique index answer_ratings_question_idx on kb.answer_ratings (question_id)'
             || ' where question_id is not null'

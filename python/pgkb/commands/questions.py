@@ -101,7 +101,7 @@ def run(args, settings) -> int:
         print("no logged questions" + (f" of {args.kb}" if args.kb else "") + f" in the last {args.since}")
         return 0
     for r in records:
-        verdict = "found" if r["found"] else "NOT FOUND"
+        verdict = {True: "found", False: "NOT FOUND", None: "not judged yet"}[r["found"]]  # None: read-only
         rating = {True: ", rated helpful", False: ", rated unhelpful", None: ""}[r["helpful"]]
         who = f" by {r['asked_by']}" if r.get("asked_by") else ""
         print(f"{r['question_id']:>6}  {r['asked_at'][:19]}  {verdict}{rating}  ({r['mode']}, {r['entry_point']}{who})")
