@@ -67,7 +67,7 @@ as $$
         ),
         (
             'question_kbs_unjudged_idx',
-            'create index question_kbs_unjudged_idx on kb.question_kbs (kb_id, asked_at) where found is null'
+            'create index question_kbs_unjudged_idx on kb.question_kbs (kb_id, asked_at) where hits is not null'
         ),
         (
             'questions_unjudged_idx',

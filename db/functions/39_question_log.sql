@@ -95,13 +95,15 @@ $$;
 -- caller can see), if any of them has its question log on; otherwise write nothing and return NULL. hits: what
 -- it returned; answered, cited and evidence: an ask's verdict, the documents its answer cites and its
 -- kb.answer_evidence (NULL for a search). Only the logged knowledge bases' hits and documents count (an
--- answer from others alone is logged as not found). Each logged knowledge base gets its own part. What the
--- answer gate says of a search's hits, and of each part's, is judged later, when the log is first read
--- (kb_internal.settle_questions): the search pays for one insert per row, not for the gate; until then the
--- row keeps its hits (ids and leg scores, no content). Rows older than a knowledge base's retention go. The
--- latency is the statement's so far. Not on a standby, in a read-only transaction, from entry point 'eval',
--- or when the transaction set pgkb.question_log to 'off' (a call that accompanies a logged one: the page's
--- search beside its ask). Returns the question's id, also kept in pgkb.question_id for kb.last_question_id().
+-- answer from others alone is logged as not found). Each logged knowledge base gets its own part. The
+-- documents found or cited are stored now; what the answer gate says of a search's hits, and of each part's,
+-- is judged later, when the log is first read (kb_internal.settle_questions, settle_question_kbs): the search
+-- pays for an insert per row, not for the gate, and the row keeps its hits (ids and leg scores, no content)
+-- until then. Rows older than a knowledge base's retention go, but for rows a reader holds (skipped, for a
+-- later call). The latency is the statement's so far. Not on a standby, in a read-only transaction, from
+-- entry point 'eval', or when the transaction set pgkb.question_log to 'off' (a call that accompanies a
+-- logged one: the page's search beside its ask). Returns the question's id, also kept in pgkb.question_id for
+-- kb.last_question_id().
 create or replace function kb_internal.log_question(
     question text, also text[], kb_name text, mode text, hits kb.search_result[], answered boolean, cited bigint[],
     evidence jsonb default null
@@ -111,11 +113,13 @@ language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
+    asked constant boolean := mode = 'ask';
     searched integer[];
     logged record;
     logged_ids integer[];
     logged_names text[];   -- the searched knowledge bases that keep a question log
     kept kb.search_result[];
+    part kb.search_result[];
     question_id bigint;
     latency constant double precision := extract(epoch from clock_timestamp() - statement_timestamp()) * 1000;
 begin
@@ -139,7 +143,7 @@ begin
         )::kb.search_result
         from unnest(hits) with ordinality as h where h.kb = any(logged_names) order by h.ordinality
     );
-    if mode = 'ask' then
+    if asked then
         cited := array(
             select c.id from unnest(cited) with ordinality as c (id, n)
             join kb.documents as d on d.id = c.id and d.kb_id = any(logged_ids)
@@ -152,41 +156,63 @@ begin
     ) values (
         kb.current_user_id(), kb.redact(question), 1 + coalesce(cardinality(also), 0),
         array(select kb.redact(a) from unnest(also) as a), log_question.mode, kb_internal.entry_point(),
-        case when log_question.mode = 'ask' then answered end,
-        case when log_question.mode = 'ask' and jsonb_typeof(evidence -> 'coverage') = 'number'
-            and cardinality(kept) > 0 then kb.answer_score(evidence) end,
-        latency, coalesce(cited, '{}'), case when log_question.mode <> 'ask' then kept end
+        case when asked then answered when cardinality(kept) = 0 then false end,  -- NULL: judged later
+        case when asked and jsonb_typeof(evidence -> 'coverage') = 'number' and cardinality(kept) > 0
+            then kb.answer_score(evidence) end,
+        latency, case when asked then cited else kb_internal.hit_documents(kept) end,
+        case when not asked and cardinality(kept) > 0 then kept end
     )
     returning id into question_id;
     for logged in
         select k.id, k.name, k.question_log_days from kb.knowledge_bases as k where k.id = any(logged_ids)
     loop
-        insert into kb.question_kbs (kb_id, question_id, asked_at, found, hits)
-        values (logged.id, question_id, now(), null, array(select h from unnest(kept) as h where h.kb = logged.name));
-        with gone as (
-            delete from kb.question_kbs as q
+        part := array(select h from unnest(kept) as h where h.kb = logged.name);
+        insert into kb.question_kbs (kb_id, question_id, asked_at, found, documents, hits)
+        values (
+            logged.id, question_id, now(), case when cardinality(part) = 0 then false end,
+            case when asked then array(
+                select c.id from unnest(cited) with ordinality as c (id, n)
+                join kb.documents as d on d.id = c.id and d.kb_id = logged.id order by c.n
+            ) else kb_internal.hit_documents(part) end,
+            nullif(part, '{}')
+        );
+        -- retention: the rows past it that no reader holds (a held one goes with a later search)
+        with old as (
+            select q.question_id from kb.question_kbs as q
             where q.kb_id = logged.id and q.asked_at < now() - make_interval(days => logged.question_log_days)
+            for update skip locked
+        ),
+        gone as (
+            delete from kb.question_kbs as q using old
+            where q.kb_id = logged.id and q.question_id = old.question_id
             returning q.question_id
+        ),
+        orphans as (
+            select q.id from kb.questions as q
+            where q.id in (select g.question_id from gone as g)
+                and not exists (select from kb.question_kbs as o where o.question_id = q.id and o.kb_id <> logged.id)
+            for update skip locked
         )
-        delete from kb.questions as q
-        where q.id in (select g.question_id from gone as g)
-            and not exists (select from kb.question_kbs as o where o.question_id = q.id and o.kb_id <> logged.id);
+        delete from kb.questions as q using orphans where q.id = orphans.id;
     end loop;
     perform set_config('pgkb.question_id', question_id::text, false);
     return question_id;
 end
 $$;
 
--- Judge the logged questions among ids that wait for it (read-write transactions only; rows another
--- transaction is judging are left to it): a search's found (the answer gate on the hits it kept) and
--- top_score (kb.answer_score) and its documents. The evidence is read over the knowledge bases that logged it,
--- as the asker saw them. Called by the asker's reading (kb.my_questions) and by administrators'.
+-- Judge the caller's logged searches among ids that wait for it: found (the answer gate on the hits the
+-- search kept) and top_score (kb.answer_score), read over the knowledge bases that logged it and the caller
+-- can still see, with the question as logged (redacted) and today's statistics. A search none of whose hits
+-- exists any more (their documents were rewritten) cannot be judged: found stays NULL. Read-write
+-- transactions only; rows another transaction holds are left to it. At most 200 a call (about a second):
+-- the rest wait for the next read. Called by the asker's reading (kb.my_questions).
 create or replace function kb_internal.settle_questions(ids bigint[])
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 as $$
 declare
+    visible constant integer[] := kb.visible_kb_ids();
     q record;
     evidence jsonb;
 begin
@@ -196,24 +222,32 @@ begin
     for q in
         select x.id, x.question, x.also, x.hits from kb.questions as x
         where x.id = any(ids) and x.hits is not null
-        for update skip locked
+        order by x.asked_at desc
+        limit 200
+        for no key update skip locked
     loop
-        evidence := case when cardinality(q.hits) > 0 then kb_internal.hits_evidence(q.question, q.hits, q.also,
-            array(select p.kb_id from kb.question_kbs as p where p.question_id = q.id)) end;
+        evidence := kb_internal.hits_evidence(q.question, q.hits, q.also, array(
+            select p.kb_id from kb.question_kbs as p where p.question_id = q.id and p.kb_id = any(visible)
+        ));
         update kb.questions as x
-        set found = case when evidence is null then false else kb.answer_gate(evidence) end,
-            top_score = case when evidence is not null then kb.answer_score(evidence) end,
-            documents = kb_internal.hit_documents(q.hits), hits = null
+        set found = case when (evidence ->> 'visible_hits')::integer > 0 then kb.answer_gate(evidence) end,
+            top_score = case when (evidence ->> 'visible_hits')::integer > 0 then kb.answer_score(evidence) end,
+            hits = null
         where x.id = q.id;
     end loop;
 end
 $$;
 
--- Judge the parts of knowledge bases kb_ids asked since `since` that wait for it, the `most` newest: whether that knowledge base's hits pass the answer gate, their score, and its
--- documents (an ask's: those its answer cites; a search's: those its hits name), read over that knowledge base
--- alone. Read-write transactions only; parts another transaction is judging are left to it. Called by the
--- owner's and administrators' reading (kb.question_log, kb.knowledge_gaps, kb.rated_questions).
-create or replace function kb_internal.settle_question_kbs(kb_ids integer[], since interval, most integer)
+-- Judge the parts of knowledge bases kb_ids asked since `since` that wait for it (only those rated helpful
+-- when rated_only), the `most` newest and at most 200 a call (about a second; the rest wait for the next
+-- read): whether that knowledge base's hits pass the answer gate, and their score, read over that knowledge
+-- base alone, with the question as logged (redacted) and today's statistics. A part none of whose hits exists
+-- any more cannot be judged: found stays NULL. Read-write transactions only; parts another transaction holds
+-- are left to it. Called by the owner's and administrators' reading (kb.question_log, kb.knowledge_gaps,
+-- kb.rated_questions).
+create or replace function kb_internal.settle_question_kbs(
+    kb_ids integer[], since interval, most integer, rated_only boolean default false
+)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
@@ -226,25 +260,24 @@ begin
         return;
     end if;
     for p in
-        select x.kb_id, x.question_id, x.hits, q.question, q.also, q.mode, q.documents
+        select x.kb_id, x.question_id, x.hits, q.question, q.also
         from kb.question_kbs as x
-        join kb.questions as q on q.id = x.question_id
+        -- lateral: each part's question by its id, never a scan of everyone's
+        cross join lateral (select y.question, y.also from kb.questions as y where y.id = x.question_id) as q
         -- (an index condition whatever the plan: "kb IS NULL OR kb_id = kb" in a generic plan is not one, and
         -- would read every knowledge base's waiting parts)
-        where x.found is null and x.kb_id = any(kb_ids) and x.asked_at >= now() - since
+        where x.hits is not null and x.kb_id = any(kb_ids) and x.asked_at >= now() - since
+            and (not rated_only or exists (
+                select from kb.answer_ratings as a where a.question_id = x.question_id and a.helpful
+            ))
         order by x.asked_at desc
-        limit most
-        for update of x skip locked
+        limit least(most, 200)
+        for no key update of x skip locked
     loop
-        evidence := case when cardinality(p.hits) > 0
-            then kb_internal.hits_evidence(p.question, p.hits, p.also, array[p.kb_id]) end;
+        evidence := kb_internal.hits_evidence(p.question, p.hits, p.also, array[p.kb_id]);
         update kb.question_kbs as x
-        set found = case when evidence is null then false else kb.answer_gate(evidence) end,
-            top_score = case when evidence is not null then kb.answer_score(evidence) end,
-            documents = case when p.mode = 'ask' then array(
-                    select d.id from unnest(p.documents) with ordinality as u (id, n)
-                    join kb.documents as d on d.id = u.id and d.kb_id = p.kb_id order by u.n
-                ) else kb_internal.hit_documents(p.hits) end,
+        set found = case when (evidence ->> 'visible_hits')::integer > 0 then kb.answer_gate(evidence) end,
+            top_score = case when (evidence ->> 'visible_hits')::integer > 0 then kb.answer_score(evidence) end,
             hits = null
         where x.kb_id = p.kb_id and x.question_id = p.question_id;
     end loop;
@@ -477,7 +510,7 @@ begin
         raise exception 'since must be an interval and max_rows between 1 and 10000'
             using errcode = 'invalid_parameter_value';
     end if;
-    perform kb_internal.settle_question_kbs(array[target_kb], since, 10000);
+    perform kb_internal.settle_question_kbs(array[target_kb], since, max_rows, rated_only => true);
     return query
     select t.id, t.asked_at, t.question, t.mode, t.keys
     from (

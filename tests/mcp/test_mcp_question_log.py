@@ -76,6 +76,13 @@ def test_an_agent_asks_gets_a_question_id_and_rates_the_answer(world):
                 assert refused.is_error and message in text_of(refused), (arguments, text_of(refused))
 
     anyio.run(main)
+    # the search waits to be judged (its hits kept); the ask was judged as it answered
+    pending = world.execute(
+        "select mode, found, hits is not null from kb.questions"
+        " where user_id = (select id from kb.users where name = 'alice') order by id"
+    ).fetchall()
+    assert pending == [("search", None, True), ("ask", True, False)]
+    world.execute("select kb_internal.settle_questions(array(select id from kb.questions))")  # as a read does
     logged = world.execute(
         "select q.mode, q.entry_point, q.found, r.helpful, r.note from kb.questions q"
         " left join kb.answer_ratings r on r.question_id = q.id"

@@ -335,3 +335,25 @@ def test_the_listing_says_which_knowledge_bases_the_caller_manages(world, connec
     listed = {r[0]: r[1] for r in connect_as("bob").execute("select name, can_manage from kb.list_knowledge_bases()")}
     assert listed == {"handbook": False, "bob-private": True}
     assert all(r[0] for r in world.execute("select can_manage from kb.list_knowledge_bases()"))  # administrator
+
+
+def test_a_search_is_judged_when_read_and_a_rewritten_document_is_no_false_gap(world, connect_as):
+    """A search logs its documents and hits and is judged when the log is first read; when its hits no longer
+    exist by then (the document was written again: new chunk ids), it cannot be judged -- found stays NULL,
+    its documents stay -- and it is no gap."""
+    alice, bob = connect_as("alice"), connect_as("bob")
+    alice.execute("select kb.set_question_log('handbook', 30)")
+    search(bob, "token 过期", "handbook")
+    search(bob, "登录态失效", "handbook")
+    waiting = world.execute("select found, hits is not null from kb.question_kbs order by question_id").fetchall()
+    assert waiting == [(None, True), (None, True)]
+    # judged by the owner's read: the newest search; the other waits for a read of its own
+    assert alice.execute("select found from kb.question_log('handbook', max_rows => 1)").fetchall() == [(True,)]
+    world.execute(
+        "select kb.replace_document('handbook', 'login.md', '登录', %s::jsonb)",
+        [chunks("登录态失效时先检查 token 是否过期，再看网关的会话配置。", "第二段")],
+    )
+    rows = alice.execute("select question, found, documents from kb.question_log('handbook') order by question_id")
+    assert rows.fetchall() == [("token 过期", None, ["login.md"]), ("登录态失效", True, ["login.md"])]
+    assert world.execute("select count(*) from kb.question_kbs where hits is not null").fetchone()[0] == 0
+    assert alice.execute("select count(*) from kb.knowledge_gaps('handbook')").fetchone()[0] == 0

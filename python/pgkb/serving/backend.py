@@ -473,14 +473,15 @@ class Backend:
         return rating
 
     def gaps(self, user: str | None, kb: str, since: str) -> tuple[int | None, list[dict]]:
-        """kb.knowledge_gaps as ``user`` (its owner or an administrator), within a call slot: how many days
+        """kb.knowledge_gaps as ``user`` (its owner or an administrator), on the primary (see _writer), within
+        a call slot: how many days
         ``kb`` keeps its question log (None: off) and the topics of what was asked of it in the last ``since``
         (an interval) and not found. The database's refusals (unknown or invisible kb: NotFound; not its
         owner: Forbidden; a bad interval: BadInput) are passed on."""
         with (
             self.slot(),
             _db_errors(self.config.options.statement_timeout_ms, "knowledge_gaps"),
-            self._pooled() as conn,
+            self._writer() as conn,  # reading judges the rows not judged yet (writes): the primary
             self.acting(conn, user),
         ):
             days = one(conn.execute("select kb.question_log_days(%s)", [kb]))[0]
