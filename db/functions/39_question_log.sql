@@ -74,21 +74,26 @@ begin
 end
 $$;
 
--- The documents (ids, best first, at most 10, no repeats) that hits name.
+-- The documents (ids, best first, at most 10, no repeats) that hits name. (PL/pgSQL: its statement is
+-- planned once per session; a SQL function with SET is planned at every call, on the search path here.)
 create or replace function kb_internal.hit_documents(hits kb.search_result[])
 returns bigint[]
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select coalesce(array_agg(x.id order by x.first), '{}')
-    from (
-        select c.document_id as id, min(n.n) as first
-        from generate_subscripts(hits, 1) as n (n)
-        join kb.chunks as c on c.id = (hits[n.n]).chunk_id
-        group by c.document_id
-        order by min(n.n)
-        limit 10
-    ) as x
+begin
+    return (
+        select coalesce(array_agg(x.id order by x.first), '{}')
+        from (
+            select c.document_id as id, min(h.ordinality) as first
+            from unnest(hits) with ordinality as h
+            join kb.chunks as c on c.id = h.chunk_id
+            group by c.document_id
+            order by min(h.ordinality)
+            limit 10
+        ) as x
+    );
+end
 $$;
 
 -- Log one search or ask of question (and its also phrasings) over knowledge base kb_name (NULL: every one the
@@ -120,6 +125,7 @@ declare
     logged_names text[];   -- the searched knowledge bases that keep a question log
     kept kb.search_result[];
     part kb.search_result[];
+    documents bigint[];    -- found (a search) or cited (an ask), of the logged knowledge bases
     question_id bigint;
     latency constant double precision := extract(epoch from clock_timestamp() - statement_timestamp()) * 1000;
 begin
@@ -151,6 +157,7 @@ begin
         );
         answered := coalesce(answered, false) and cardinality(cited) > 0;  -- else: from unlogged ones alone
     end if;
+    documents := case when asked then cited else kb_internal.hit_documents(kept) end;
     insert into kb.questions (
         user_id, question, phrasings, also, mode, entry_point, found, top_score, latency_ms, documents, hits
     ) values (
@@ -159,8 +166,7 @@ begin
         case when asked then answered when cardinality(kept) = 0 then false end,  -- NULL: judged later
         case when asked and jsonb_typeof(evidence -> 'coverage') = 'number' and cardinality(kept) > 0
             then kb.answer_score(evidence) end,
-        latency, case when asked then cited else kb_internal.hit_documents(kept) end,
-        case when not asked and cardinality(kept) > 0 then kept end
+        latency, documents, case when not asked and cardinality(kept) > 0 then kept end
     )
     returning id into question_id;
     for logged in
@@ -170,13 +176,22 @@ begin
         insert into kb.question_kbs (kb_id, question_id, asked_at, found, documents, hits)
         values (
             logged.id, question_id, now(), case when cardinality(part) = 0 then false end,
-            case when asked then array(
-                select c.id from unnest(cited) with ordinality as c (id, n)
-                join kb.documents as d on d.id = c.id and d.kb_id = logged.id order by c.n
-            ) else kb_internal.hit_documents(part) end,
+            case
+                when cardinality(logged_ids) = 1 then documents  -- the one logged knowledge base: the question's
+                when asked then array(
+                    select c.id from unnest(cited) with ordinality as c (id, n)
+                    join kb.documents as d on d.id = c.id and d.kb_id = logged.id order by c.n
+                )
+                else kb_internal.hit_documents(part)
+            end,
             nullif(part, '{}')
         );
-        -- retention: the rows past it that no reader holds (a held one goes with a later search)
+        -- retention: the rows past it that no reader holds (a held one goes with a later search); an index
+        -- probe first, the delete only when there is something to delete
+        continue when not exists (
+            select from kb.question_kbs as q
+            where q.kb_id = logged.id and q.asked_at < now() - make_interval(days => logged.question_log_days)
+        );
         with old as (
             select q.question_id from kb.question_kbs as q
             where q.kb_id = logged.id and q.asked_at < now() - make_interval(days => logged.question_log_days)
