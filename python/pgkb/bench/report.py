@@ -65,30 +65,24 @@ def check_goals(r: BenchResult) -> list[Goal]:
     s = r.stats
     large = r.chunks >= LARGE
     limit = GOALS["hybrid_ratio_large" if large else "hybrid_ratio"]
-    ratio = s["hybrid"].pct(95) / s["vector_plain"].pct(95)
+
+    def p95_ratio(mode: str, base: str, goal: float, what: str) -> Goal:
+        """Goal ``what`` (its {goal} filled in): mode's p95 at most goal x base's p95, both of this run."""
+        top, bottom = s[mode].pct(95), s[base].pct(95)
+        measured = f"{_fmt(top)} / {_fmt(bottom)} ms = {top / bottom:.2f}"
+        return Goal(what.format(goal=f"{goal:g}"), measured, top <= goal * bottom)
+
     goals = [
-        Goal(
-            f"hybrid p95 <= {limit:g} x vector-only (plain) p95",
-            f"{_fmt(s['hybrid'].pct(95))} / {_fmt(s['vector_plain'].pct(95))} ms = {ratio:.2f}",
-            ratio <= limit,
-        )
-    ]
-    translated, untranslated = s["hybrid"].pct(95), s["hybrid_untranslated"].pct(95)
-    goals.append(
-        Goal(
-            f"hybrid p95 <= {GOALS['translation_ratio']:g} x hybrid without translations p95",
-            f"{_fmt(translated)} / {_fmt(untranslated)} ms = {translated / untranslated:.2f}",
-            translated <= GOALS["translation_ratio"] * untranslated,
-        )
-    )
-    logged, plain_hybrid = s["hybrid_logged"].pct(95), s["hybrid"].pct(95)
-    goals.append(
-        Goal(
-            f"hybrid p95 with the question log on <= {GOALS['question_log_ratio']:g} x hybrid p95",
-            f"{_fmt(logged)} / {_fmt(plain_hybrid)} ms = {logged / plain_hybrid:.2f}",
-            logged <= GOALS["question_log_ratio"] * plain_hybrid,
-        )
-    )
+        p95_ratio("hybrid", "vector_plain", limit, "hybrid p95 <= {goal} x vector-only (plain) p95"),
+        p95_ratio(
+            "hybrid", "hybrid_untranslated", GOALS["translation_ratio"],
+            "hybrid p95 <= {goal} x hybrid without translations p95",
+        ),
+        p95_ratio(
+            "hybrid_logged", "hybrid", GOALS["question_log_ratio"],
+            "hybrid p95 with the question log on <= {goal} x hybrid p95",
+        ),
+    ]  # fmt: skip
     if large:
         lex, vec = s["lexical"].pct(95), s["vector"].pct(95)
         goals.append(
