@@ -11,7 +11,10 @@ Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- pa
 dropped ("(computing) session" -> "session"), a leading "to" / "a" / "an" / "the" dropped, glosses split at
 ";" -- except cross-references and grammar notes ("variant of ...", "see ...", "CL:...", "surname ...",
 "abbr. for ...") and glosses that are a question's form ("for what reason").
-Each (word, gloss) gives a row in both directions with the gloss's place in its entry.
+Each (word, gloss) gives a row in both directions with the gloss's place in its entry. An English gloss is
+looked up as a query writes it (kb_internal.translation_sources reads runs of letters and digits, joined by
+one space): its key drops hyphens and apostrophes, so "read-only" is found as "read only" and "e-mail" as
+"e mail" (or "email", two words joined); the Chinese word's translation keeps the gloss as written.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ _SKIP = re.compile(
 _WORD = re.compile(r"^[a-z][a-z'-]*$")
 _LEADING = ("to ", "a ", "an ", "the ")
 _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
-PARSE_VERSION = 2  # what clean_gloss keeps; a new version reloads the lexicon
+_KEY_WORD = re.compile(r"[a-z0-9]+")
+PARSE_VERSION = 3  # what clean_gloss keeps and english_key makes of it; a new version reloads the lexicon
 
 
 def data_path():
@@ -65,9 +69,15 @@ def clean_gloss(gloss: str) -> list[str]:
     return out
 
 
+def english_key(phrase: str) -> str:
+    """The form an English gloss is looked up under: its runs of letters and digits, as a query's words are
+    read (back-end -> back end, alzheimer's disease -> alzheimer s disease)."""
+    return " ".join(_KEY_WORD.findall(phrase))
+
+
 def parse(lines: Iterator[str]) -> Iterator[tuple[str, str, str, int]]:
-    """(lang, source, target, sense) rows of CC-CEDICT lines: 'zh' word -> gloss and 'en' gloss -> word, once
-    each (the first sense that gives it)."""
+    """(lang, source, target, sense) rows of CC-CEDICT lines: 'zh' word -> gloss and 'en' gloss (its
+    english_key) -> word, once each (the first sense that gives it)."""
     seen: set[tuple[str, str, str]] = set()
     for line in lines:
         if line.startswith("#"):
@@ -84,7 +94,7 @@ def parse(lines: Iterator[str]) -> Iterator[tuple[str, str, str, int]]:
             if cleaned:
                 sense += 1
             for phrase in cleaned:
-                for row in (("zh", simplified, phrase), ("en", phrase, simplified)):
+                for row in (("zh", simplified, phrase), ("en", english_key(phrase), simplified)):
                     if row not in seen:
                         seen.add(row)
                         yield (*row, min(sense, 32767))

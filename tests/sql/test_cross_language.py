@@ -64,6 +64,23 @@ def test_english_words_translate_into_the_vocabulary_and_back(mixed):
     assert ("expires", "过期") in got and ("cache", "缓存") in got
 
 
+def test_a_hyphenated_gloss_is_found_as_a_query_writes_it(db):
+    """CC-CEDICT glosses 只读 as "read-only" and 内置 as "built-in"; a query's words are runs of letters, so the
+    lexicon keys them as "read only" and "built in" (before, 4,235 English glosses could never be found)."""
+    sql = "select source, target from kb_internal.lexicon where lang = 'en' and target in ('只读', '内置')"
+    assert {("read only", "只读"), ("built in", "内置")} <= set(db.execute(sql))
+    assert not db.execute(
+        "select count(*) from kb_internal.lexicon where lang = 'en' and source ~ '[^a-z0-9 ]'"
+    ).fetchone()[0]
+    db.execute("select kb.create_knowledge_base('access', 'public')")
+    put(db, "access", {"db.md": ("数据库权限", "生产数据库的只读权限需要找 DBA 申请，内置账号不能登录。")})
+    got = {
+        (r["source"], r["translation"])
+        for r in translations(db, "read-only access for built-in users", kb_ids(db, "access"))
+    }
+    assert ("read only", "只读") in got and ("built in", "内置") in got
+
+
 def test_a_translation_absent_from_the_vocabulary_is_dropped(mixed):
     """'refund' also means 退还 in CC-CEDICT; the knowledge base never says 退还, so it is not a query term."""
     ids = kb_ids(mixed, "mixed")
