@@ -81,6 +81,29 @@ def test_a_hyphenated_gloss_is_found_as_a_query_writes_it(db):
     assert ("read only", "只读") in got and ("built in", "内置") in got
 
 
+def test_derived_english_words_are_looked_up_under_their_stems_too(db):
+    """A word the lexicon knows is looked up under its stem as well: CC-CEDICT gives "production" only 产制,
+    "produce" gives 生产; forms that are no word find nothing, and no rule makes sever of severity."""
+    variants = dict(
+        db.execute(
+            "select w, kb_internal.english_variants(w) from unnest(%s::text[]) as w",
+            [["production", "connection", "deletion", "permission", "extension", "availability", "visibility",
+              "severity", "validity", "automatically", "easily", "manually"]],
+        ).fetchall()
+    )  # fmt: skip
+    for word, stem in (
+        ("production", "produce"), ("connection", "connect"), ("deletion", "delete"), ("permission", "permit"),
+        ("extension", "extend"), ("availability", "available"), ("visibility", "visible"), ("severity", "severe"),
+        ("validity", "valid"), ("automatically", "automatic"), ("easily", "easy"), ("manually", "manual"),
+    ):  # fmt: skip
+        assert word in variants[word] and stem in variants[word], (word, variants[word])
+    assert "sever" not in variants["severity"]
+    db.execute("select kb.create_knowledge_base('factory', 'public')")
+    put(db, "factory", {"plan.md": ("生产计划", "生产数据库每周二维护，维护期间只读。")})
+    got = {(r["source"], r["translation"]) for r in translations(db, "production database", kb_ids(db, "factory"))}
+    assert ("production", "生产") in got
+
+
 def test_a_translation_absent_from_the_vocabulary_is_dropped(mixed):
     """'refund' also means 退还 in CC-CEDICT; the knowledge base never says 退还, so it is not a query term."""
     ids = kb_ids(mixed, "mixed")
