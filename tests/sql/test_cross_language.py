@@ -51,6 +51,16 @@ def test_the_lexicon_is_loaded_by_migrate(db):
     assert edition.startswith("CC-CEDICT 2023-11") and entries > 120_000
     rows = set(db.execute("select lang, source, target from kb_internal.lexicon where source in ('退款', 'refund')"))
     assert {("zh", "退款", "refund"), ("en", "refund", "退款")} <= rows
+    # each source once, with its terms as kb_internal.content_terms gives them (the lookups read them there)
+    keys = db.execute(
+        "select count(*), count(*) filter (where k.terms = kb_internal.content_terms(k.source))"
+        " from kb_internal.lexicon_keys as k where k.source in ('退款', '数据库', 'refund', 'read only')"
+    ).fetchone()
+    assert keys == (4, 4)
+    assert db.execute(
+        "select (select count(distinct (lang, source)) from kb_internal.lexicon)"
+        " = (select count(*) from kb_internal.lexicon_keys)"
+    ).fetchone()[0]
 
 
 def test_english_words_translate_into_the_vocabulary_and_back(mixed):
