@@ -175,10 +175,10 @@ end
 $$;
 
 -- The forms an English word is looked up under in the lexicon, sorted: the word itself; plurals and third
--- persons (tokens, policies, pushes), past forms (expired, rotated, stopped), -ing forms (rotating, running),
--- derived nouns (payment, rotation, production, connection, deletion, permission, severity, availability)
--- and adverbs (manually, automatically, easily) give their stems too: a word the lexicon knows is looked up
--- under its stem as well (production -> 产制 alone, produce -> 生产). A form that is no word finds nothing.
+-- persons (tokens, policies, pushes), past forms (expired, rotated, stopped), -ing forms (rotating, running)
+-- and derived nouns (payment, rotation, production, deletion, permission, extension, availability) give
+-- their stems too: a word the lexicon knows is looked up under its stem as well (production -> 产制 alone,
+-- produce -> 生产). A form that is no word finds nothing.
 -- Words of digits or of 2 letters or fewer are looked up as they are. String tests, not regular
 -- expressions: it runs for every word of every query.
 create or replace function kb_internal.english_variants(word text)
@@ -230,34 +230,18 @@ begin
         forms := forms || (left(word, -6) || 'ate') || (left(word, -6) || 'e');
     elsif right(word, 6) = 'uction' and n >= 9 then
         forms := forms || (left(word, -6) || 'uce');          -- production -> produce
-    elsif right(word, 5) = 'ction' and n >= 9 then
-        forms := forms || left(word, -3);                     -- connection -> connect
     elsif right(word, 5) = 'etion' and n >= 8 then
         forms := forms || (left(word, -3) || 'e');            -- deletion -> delete
-    elsif right(word, 7) = 'mission' and n >= 9 then
+    elsif right(word, 7) = 'mission' and n >= 9 and word <> 'commission' then
         forms := forms || (left(word, -5) || 't');            -- permission -> permit
     elsif right(word, 5) = 'nsion' and n >= 8 then
         forms := forms || (left(word, -4) || 'd');            -- extension -> extend
     end if;
-    -- -ity nouns: availability -> available, visibility -> visible, severity -> severe; validity -> valid,
-    -- complexity -> complex, electricity -> electric (the bare stem only after d, x, c: never sever, prior)
-    if right(word, 7) = 'ability' and n >= 9 then
+    -- availability -> available, visibility -> visible. No other -ity, -ction or -ly rule: they make real
+    -- words of another sense (community -> commune, gravity -> grave, direction -> direct, affection ->
+    -- affect, closely -> close, generally -> general), and a stem's translations rank with the word's own
+    if right(word, 7) in ('ability', 'ibility') and n >= 9 then
         forms := forms || (left(word, -5) || 'le');
-    elsif right(word, 7) = 'ibility' and n >= 9 then
-        forms := forms || (left(word, -5) || 'le');
-    elsif right(word, 3) = 'ity' and n >= 7 then
-        forms := forms || (left(word, -3) || 'e');
-        if substr(word, n - 3, 1) in ('d', 'x', 'c') then
-            forms := forms || left(word, -3);
-        end if;
-    end if;
-    -- adverbs: automatically -> automatic, easily -> easy, manually -> manual
-    if right(word, 4) = 'ally' and n >= 8 then
-        forms := forms || left(word, -4) || left(word, -2);
-    elsif right(word, 3) = 'ily' and n >= 6 then
-        forms := forms || (left(word, -3) || 'y');
-    elsif right(word, 2) = 'ly' and n >= 6 then
-        forms := forms || left(word, -2);
     end if;
     return array(select distinct f from unnest(forms) as f where length(f) >= 2 or f = word order by f);
 end
@@ -273,6 +257,8 @@ $$;
 -- idf(term), at most 1 (a common term of a phrase, 使用 of 再使用, keeps its own idf): BM25 scores the term
 -- with the one idf of its source's concept, whose df is the sum over its translations of their rarest term's
 -- df, at most N (Pirkola's structured query: ten translations of a common word weigh as one common word).
+-- A source's terms are those translation_sources gives (a Chinese word's, stored at load), else
+-- kb_internal.content_terms of it.
 -- covers: the query terms the source spans; concept_df: that df (kb.answer_evidence reads both).
 create or replace function kb_internal.query_translations(query text, kb_ids integer[])
 returns table (

@@ -10,3 +10,15 @@ create table kb_internal.lexicon_keys (
     terms text[] not null,
     primary key (lang, source)
 );
+
+-- A database that holds a lexicon already gets its keys here, so searches keep their translations until the
+-- loader's reload (a fresh database has neither a lexicon nor, yet, kb_internal.content_terms).
+do $$
+begin
+    if to_regprocedure('kb_internal.content_terms(text)') is not null then
+        insert into kb_internal.lexicon_keys (lang, source, terms)
+        select k.lang, k.source, kb_internal.content_terms(k.source)
+        from (select distinct l.lang, l.source from kb_internal.lexicon as l) as k;
+    end if;
+end
+$$;

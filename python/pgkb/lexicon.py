@@ -39,7 +39,10 @@ _WORD = re.compile(r"^[a-z][a-z'-]*$")
 _LEADING = ("to ", "a ", "an ", "the ")
 _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
 _KEY_WORD = re.compile(r"[a-z0-9]+")
-PARSE_VERSION = 4  # what clean_gloss keeps and english_key makes of it, and what is loaded; a new version reloads
+# What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
+# (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
+# to the term rule (kb.lexical_terms, kb.fold_text) must bump it too.
+PARSE_VERSION = 4
 
 
 def data_path():
@@ -122,11 +125,14 @@ def load_lexicon(conn: psycopg.Connection) -> str:
     name, entries = edition(text)
     label = f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
-        have = conn.execute("select edition from kb_internal.lexicon_edition").fetchone()
+        have = conn.execute(
+            "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
+        ).fetchone()
         if have == (label,):
             return f"lexicon: {label} already loaded"
-        conn.execute("lock table kb_internal.lexicon, kb_internal.lexicon_keys in exclusive mode")
-        conn.execute("truncate kb_internal.lexicon, kb_internal.lexicon_keys")
+        # in the order searches read them (translation_sources, then query_translations): never a deadlock
+        conn.execute("lock table kb_internal.lexicon_keys, kb_internal.lexicon in access exclusive mode")
+        conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
         conn.execute(
             "create temporary table lexicon_load (lang text, source text, target text, sense smallint) on commit drop"
         )
