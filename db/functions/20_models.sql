@@ -37,26 +37,52 @@ as $$
     select 'embeddings_hnsw_model_' || model_id || '_kb_' || kb_id
 $$;
 
+-- How a model's stored embeddings are read, by its storage and dimension: 'column' the typed expression
+-- ((embedding::vector(384)), (half::halfvec(1024))), 'ops' that with its cosine operator class (an HNSW
+-- index's key), 'cast' the type a query vector is cast to (vector(384), halfvec(1024)). The one place that
+-- maps a storage to its column, type and operators: the vector leg, retrieve and the indexes use it.
+create or replace function kb_internal.vector_expression(storage text, dimension integer, part text)
+returns text
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case part
+        when 'column' then format('(%s::%s(%s))', x.col, x.typ, dimension)
+        when 'ops' then format('(%s::%s(%s)) %s_cosine_ops', x.col, x.typ, dimension, x.typ)
+        when 'cast' then format('%s(%s)', x.typ, dimension)
+    end
+    from (
+        select case storage when 'halfvec' then 'half' else 'embedding' end as col,
+            case storage when 'halfvec' then 'halfvec' else 'vector' end as typ
+    ) as x
+$$;
+
 -- The statement that creates one model's partial HNSW expression index (cosine) over one knowledge base's
 -- embeddings, with these parameters: kb_internal.expected_indexes lists it, kb_internal.create_vector_indexes
--- runs it. Only that knowledge base's rows are in it, so a scan of it never reads another's.
+-- runs it. Only that knowledge base's rows are in it, so a scan of it never reads another's. storage: the
+-- model's (kb.embedding_models.storage), which column it indexes (embedding: vector; half: halfvec).
 create or replace function kb_internal.hnsw_index_definition(
-    model_id integer, kb_id integer, dimension integer, m integer, ef_construction integer
+    model_id integer, kb_id integer, dimension integer, storage text, m integer, ef_construction integer
 )
 returns text
 language sql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     select format(
-        'create index if not exists %I on kb.embeddings using hnsw ((embedding::vector(%s)) vector_cosine_ops)'
+        'create index if not exists %I on kb.embeddings using hnsw (%s)'
         ' with (m = %s, ef_construction = %s) where model_id = %s and kb_id = %s',
-        kb.hnsw_index_name(model_id, kb_id), dimension, m, ef_construction, model_id, kb_id
+        kb.hnsw_index_name(model_id, kb_id), kb_internal.vector_expression(storage, dimension, 'ops'),
+        m, ef_construction, model_id, kb_id
     )
 $$;
 
 -- Admin: register an embedding model (idempotent for identical settings). Creates its partial HNSW
 -- expression index in every knowledge base (cosine; m / ef_construction from the arguments, kept with the
--- model for later knowledge bases, or kb.settings) and queues every existing chunk for backfill. make_default switches at once; otherwise call kb.use_embedding_model later.
+-- model for later knowledge bases, or kb.settings) and queues every existing chunk for backfill. make_default
+-- switches at once; otherwise call kb.use_embedding_model later. storage: 'vector' (4 bytes a dimension, up to
+-- 2,000) or 'halfvec' (2 bytes, up to 4,000); NULL chooses halfvec above 512 dimensions (BGE-M3's 1024: the
+-- HNSW index at about half the size, recall within a point), vector otherwise. A registered model keeps its
+-- storage: asking for another raises.
 create or replace function kb.register_embedding_model(
     name text,
     dimension integer,
@@ -64,7 +90,8 @@ create or replace function kb.register_embedding_model(
     passage_prefix text default '',
     make_default boolean default false,
     hnsw_m integer default null,
-    hnsw_ef_construction integer default null
+    hnsw_ef_construction integer default null,
+    storage text default null
 )
 returns integer
 language plpgsql volatile security definer
@@ -75,13 +102,18 @@ declare
     mid integer;
     m integer := coalesce(hnsw_m, kb_internal.setting_int('hnsw_m'));
     efc integer := coalesce(hnsw_ef_construction, kb_internal.setting_int('hnsw_ef_construction'));
+    chosen constant text := coalesce(storage, case when dimension > 512 then 'halfvec' else 'vector' end);
 begin
     perform kb.require_admin('register embedding models');
     if name is null or btrim(name) = '' or length(name) > 200 then
         raise exception 'invalid model name' using errcode = 'invalid_parameter_value';
     end if;
-    if dimension is null or dimension not between 1 and 2000 then
-        raise exception 'invalid dimension %: HNSW indexes support 1..2000', dimension
+    if chosen not in ('vector', 'halfvec') then
+        raise exception 'invalid storage "%": vector or halfvec', left(chosen, 50)
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if dimension is null or dimension not between 1 and (case chosen when 'halfvec' then 4000 else 2000 end) then
+        raise exception 'invalid dimension %: HNSW indexes support 1..2000 (vector), 1..4000 (halfvec)', dimension
             using errcode = 'invalid_parameter_value';
     end if;
     if m not between 2 and 100 or efc not between 4 and 1000 or efc < 2 * m then
@@ -94,6 +126,10 @@ begin
             raise exception 'model "%" is registered with dimension %, not %', name, existing.dimension, dimension
                 using errcode = 'invalid_parameter_value';
         end if;
+        if storage is not null and existing.storage <> storage then
+            raise exception 'model "%" is stored as %, not %', name, existing.storage, storage
+                using errcode = 'invalid_parameter_value';
+        end if;
         update kb.embedding_models as e
         set query_prefix = coalesce(register_embedding_model.query_prefix, ''),
             passage_prefix = coalesce(register_embedding_model.passage_prefix, '')
@@ -101,11 +137,11 @@ begin
         mid := existing.id;
     else
         insert into kb.embedding_models as e (
-            name, dimension, query_prefix, passage_prefix, hnsw_m, hnsw_ef_construction
+            name, dimension, query_prefix, passage_prefix, hnsw_m, hnsw_ef_construction, storage
         )
         values (
             name, dimension, coalesce(query_prefix, ''), coalesce(passage_prefix, ''),
-            register_embedding_model.hnsw_m, register_embedding_model.hnsw_ef_construction
+            register_embedding_model.hnsw_m, register_embedding_model.hnsw_ef_construction, chosen
         )
         returning e.id into mid;
         perform kb_internal.create_vector_indexes(model_id => mid);
@@ -157,4 +193,20 @@ language sql immutable strict parallel safe
 set search_path = pg_catalog, public, pg_temp
 as $$
     select vector_norm(embedding) between 1e-15 and 1e15
+$$;
+
+-- True when an embedding can be stored in a model of this storage and searched: kb_internal.usable_embedding,
+-- and for halfvec every component within its range (±65504) and a norm that does not vanish once rounded to
+-- half precision (components below about 6e-8 become 0).
+create or replace function kb_internal.storable_embedding(embedding vector, storage text)
+returns boolean
+language sql immutable strict parallel safe
+set search_path = pg_catalog, public, pg_temp
+as $$
+    select kb_internal.usable_embedding(embedding) and case
+        when storage <> 'halfvec' then true
+        -- the cast raises beyond the range, so the range is tested first (CASE keeps the order)
+        when (select max(abs(x)) from unnest(embedding::real[]) as x) > 65504 then false
+        else l2_norm(embedding::halfvec) > 0
+    end
 $$;

@@ -15,7 +15,7 @@ as $$
     select
         kb.hnsw_index_name(m.id, k.id),
         kb_internal.hnsw_index_definition(
-            m.id, k.id, m.dimension,
+            m.id, k.id, m.dimension, m.storage,
             coalesce(m.hnsw_m, kb_internal.setting_int('hnsw_m')),
             coalesce(m.hnsw_ef_construction, kb_internal.setting_int('hnsw_ef_construction'))
         ),

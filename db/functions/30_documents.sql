@@ -164,7 +164,7 @@ $$;
 -- malformed chunk (by position) or one whose content exceeds 100000 characters (the chunker's are at most
 -- max_chars, 800 by default), a duplicate ordinal, an empty or oversized array, and embeddings that
 -- do not fit model (NULL: no chunk may carry one): wrong dimension, non-numbers, values beyond float4,
--- zero or degenerate norm (kb_internal.usable_embedding). Linear: one scan of the array, then a hash aggregate
+-- zero or degenerate norm (kb_internal.storable_embedding). Linear: one scan of the array, then a hash aggregate
 -- over the ordinals. Returns the number of chunks.
 create or replace function kb_internal.check_chunks(chunks jsonb, model kb.embedding_models)
 returns integer
@@ -223,9 +223,9 @@ begin
                 '22000', format('chunk %s: embedding dimension does not match model "%s" (%s dimensions, got %s)',
                     e.i, model.name, model.dimension, jsonb_array_length(e.item -> 'embedding'))]
             when jsonb_path_exists(e.item -> 'embedding', '$[*] ? (@ > 3.4e38 || @ < -3.4e38)')
-                or not kb_internal.usable_embedding((e.item -> 'embedding')::text::vector) then array[
-                '22000', format('chunk %s: "embedding" has a zero or degenerate norm (or values beyond float4); '
-                    'cosine distance to it is undefined', e.i)]
+                or not kb_internal.storable_embedding((e.item -> 'embedding')::text::vector, model.storage) then array[
+                '22000', format('chunk %s: "embedding" has a zero or degenerate norm (or values beyond float4, or '
+                    'beyond half precision for a halfvec model); cosine distance to it is undefined', e.i)]
         end as problem
         from jsonb_array_elements(chunks) with ordinality as x (item, pos),
             lateral (select x.item, (x.pos - 1)::integer as i) as e
@@ -379,8 +379,10 @@ begin
         returning c.id, c.ordinal
     ),
     embedded as (
-        insert into kb.embeddings (chunk_id, model_id, kb_id, embedding)
-        select i.id, target_model.id, target_kb, p.embedding::text::vector
+        insert into kb.embeddings (chunk_id, model_id, kb_id, embedding, half)
+        select i.id, target_model.id, target_kb,
+            case when target_model.storage = 'vector' then p.embedding::text::vector end,
+            case when target_model.storage = 'halfvec' then p.embedding::text::halfvec end
         from inserted as i
         inner join parsed as p on i.ordinal = p.ordinal
         where p.embedding is not null
@@ -441,7 +443,7 @@ end
 $$;
 
 -- Store embeddings computed outside the database (ingestion, worker) for one model: checks the
--- dimension and norm (kb_internal.usable_embedding) of every vector, removes the chunks' queue entries and marks
+-- dimension and norm (kb_internal.storable_embedding) of every vector, removes the chunks' queue entries and marks
 -- documents ready once none of their entries is left. Chunk ids that do not exist (any more) or that the
 -- caller may not write are skipped alike, so the answer tells nothing about other users' chunks.
 -- Writers of one document serialise on its row (locked in id order, before anything else), so the last
@@ -481,10 +483,11 @@ begin
             target.name, target.dimension, bad using errcode = 'data_exception';
     end if;
     select x.n into bad from unnest(embeddings) with ordinality as x (e, n)
-    where not kb_internal.usable_embedding(x.e)
+    where not kb_internal.storable_embedding(x.e, target.storage)
     order by x.n limit 1;
     if bad is not null then
-        raise exception 'embeddings[%] has a zero or degenerate norm; cosine distance to it is undefined', bad
+        raise exception 'embeddings[%] has a zero or degenerate norm (or values beyond half precision for a halfvec '
+            'model); cosine distance to it is undefined', bad
             using errcode = 'data_exception';
     end if;
 
@@ -518,12 +521,14 @@ begin
     ) as c
     where c.document_id = any(doc_ids);
 
-    insert into kb.embeddings as e (chunk_id, model_id, kb_id, embedding)
-    select c.id, target.id, c.kb_id, x.embedding
+    insert into kb.embeddings as e (chunk_id, model_id, kb_id, embedding, half)
+    select c.id, target.id, c.kb_id, case when target.storage = 'vector' then x.embedding end,
+        case when target.storage = 'halfvec' then x.embedding::halfvec end
     from unnest(chunk_ids, embeddings) as x (chunk_id, embedding)
     inner join kb.chunks as c on x.chunk_id = c.id
     where c.id = any(writable)
-    on conflict (chunk_id, model_id) do update set embedding = excluded.embedding, created_at = now();
+    on conflict (chunk_id, model_id) do update
+    set embedding = excluded.embedding, half = excluded.half, created_at = now();
     get diagnostics stored = row_count;
     delete from kb.embedding_queue as q
     where q.model_id = target.id and q.chunk_id in (

@@ -51,7 +51,7 @@ begin
     embeddings := array(
         select array(select unnest(result[i:i][:]))::vector from generate_subscripts(result, 1) as i order by i
     );
-    if exists (select from unnest(embeddings) as e where not kb_internal.usable_embedding(e)) then
+    if exists (select from unnest(embeddings) as e where not kb_internal.storable_embedding(e, model.storage)) then
         embeddings := null;
         failure := 'the embedding service returned a zero or degenerate vector';
     end if;

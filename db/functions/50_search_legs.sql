@@ -50,9 +50,11 @@ set effective_cache_size = '4GB'
 as $$
 declare
     -- the candidates of one knowledge base (%2$s: its id) or of them all (%2$s: 'any($2)'); %3$s is empty
-    -- for the HNSW scan, ' + 0, e.chunk_id' orders by an expression no index serves (exact, ties by id)
+    -- for the HNSW scan, ' + 0, e.chunk_id' orders by an expression no index serves (exact, ties by id); %1$s
+    -- the model's stored column as its index reads it, %5$s the type the query is cast to
+    -- (kb_internal.vector_expression: vector(384), or halfvec(1024) for a model stored in half precision)
     candidates_sql constant text := $sql$
-        select e.chunk_id, (e.embedding::vector(%1$s) <=> $1::vector(%1$s))::double precision as distance
+        select e.chunk_id, (%1$s <=> $1::%5$s)::double precision as distance
         from kb.embeddings as e
         where e.model_id = %4$s and e.kb_id = %2$s
             and ($4::jsonb is null or exists (
@@ -60,7 +62,7 @@ declare
                 where c.id = e.chunk_id and d.kb_id = any($2)
                     and kb_internal.visible_document_matches(d.kb_id, $2, d.metadata, $4)
             ))
-        order by (e.embedding::vector(%1$s) <=> $1::vector(%1$s))%3$s
+        order by (%1$s <=> $1::%5$s)%3$s
         limit $3
     $sql$;
     -- the nearest of them all; distance + 0: sorted here, never merged as if each scan's order were exact (a
@@ -73,6 +75,8 @@ declare
     fetch_n constant integer := greatest(n, 40);
     exact_below constant integer := kb_internal.setting_int('vector_exact_chunks');
     callers_ef_search constant text := current_setting('hnsw.ef_search', true);
+    stored constant text := kb_internal.vector_expression(model.storage, model.dimension, 'column');
+    query_type constant text := kb_internal.vector_expression(model.storage, model.dimension, 'cast');
     per_kb text;
     ids bigint [];
     distances double precision [];
@@ -82,13 +86,13 @@ begin
     end if;
     select string_agg(k.scan, ' union all ') into per_kb
     from (
-        select format('(' || candidates_sql || ')', model.dimension, k.id, '', model.id) as scan
+        select format('(' || candidates_sql || ')', stored, k.id, '', model.id, query_type) as scan
         from kb.knowledge_bases as k
         where k.id = any(kb_ids) and k.chunk_count >= exact_below
         union all
         select format(
-            '(' || candidates_sql || ')', model.dimension, format('any(%L::integer[])', array_agg(k.id)),
-            ' + 0, e.chunk_id', model.id
+            '(' || candidates_sql || ')', stored, format('any(%L::integer[])', array_agg(k.id)),
+            ' + 0, e.chunk_id', model.id, query_type
         )
         from kb.knowledge_bases as k
         where k.id = any(kb_ids) and k.chunk_count < exact_below
@@ -100,7 +104,7 @@ begin
     perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
     execute format(nearest_sql, per_kb) into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     if cardinality(ids) < fetch_n then
-        execute format(nearest_sql, format(candidates_sql, model.dimension, 'any($2)', ' + 0, e.chunk_id', model.id))
+        execute format(nearest_sql, format(candidates_sql, stored, 'any($2)', ' + 0, e.chunk_id', model.id, query_type))
         into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
     perform set_config('hnsw.ef_search', callers_ef_search, true);

@@ -143,8 +143,12 @@ begin
                 where e is not null and vector_dims(e) <> target.dimension limit 1
             ), target.name, target.dimension using errcode = 'data_exception';
         end if;
-        if exists (select from unnest(embeddings) as e where e is not null and not kb_internal.usable_embedding(e)) then
-            raise exception 'query_embedding has a zero or degenerate norm; cosine distance to it is undefined'
+        if exists (
+            select from unnest(embeddings) as e
+            where e is not null and not kb_internal.storable_embedding(e, target.storage)
+        ) then
+            raise exception 'query_embedding has a zero or degenerate norm (or values beyond half precision for a '
+                'halfvec model); cosine distance to it is undefined'
                 using errcode = 'data_exception';
         end if;
         -- the phrasings without an embedding, embedded in one request; a question embedded here without

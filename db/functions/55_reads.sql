@@ -159,11 +159,12 @@ as $$
 $$;
 
 -- Embedding progress per registered model over the knowledge bases the caller may read (admins: all):
--- chunks embedded, waiting, parked, and seconds until the next backed-off entry is due (NULL: none).
+-- chunks embedded, waiting, parked, and seconds until the next backed-off entry is due (NULL: none); storage:
+-- how its embeddings are stored and indexed (vector or halfvec, kb.register_embedding_model).
 create or replace function kb.embedding_status(model text default null)
 returns table (
     model text, dimension integer, is_default boolean, query_prefix text, passage_prefix text,
-    embedded bigint, queued bigint, parked bigint, next_due_in double precision
+    embedded bigint, queued bigint, parked bigint, next_due_in double precision, storage text
 )
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
@@ -178,7 +179,8 @@ as $$
         (select extract(epoch from min(q.next_attempt_at) - clock_timestamp())::float8
             from kb.embedding_queue as q, scope
             where q.model_id = m.id and q.kb_id = any(scope.ids) and not q.parked
-                and q.next_attempt_at > clock_timestamp())
+                and q.next_attempt_at > clock_timestamp()),
+        m.storage
     from kb.embedding_models as m
     where embedding_status.model is null or m.id = (kb.resolve_model(embedding_status.model)).id
     order by m.id

@@ -78,7 +78,8 @@ begin
                     from jsonb_array_elements(phrasing_terms) as p (terms) where jsonb_array_length(p.terms) > 0
                 ), 0),
                 least(1, greatest(0, (coalesce(greatest(
-                    (select 1 - (e.embedding <=> query_embedding) from kb.embeddings as e
+                    (select 1 - coalesce(e.embedding <=> query_embedding, e.half <=> query_embedding::halfvec)
+                        from kb.embeddings as e
                         where e.chunk_id = hits.chunk_id and e.model_id = target.id and query_embedding is not null),
                     hits.vector_score
                 ), 0) - cos_floor) / (1 - cos_floor)))

@@ -456,3 +456,32 @@ def test_bench_cli_refuses_bad_numbers(args, capsys):
 def test_bench_cli_refuses_bad_memory_setting(capsys):
     assert main(["bench", "--maintenance-work-mem", "4G"]) == 2
     assert "maintenance-work-mem must look like 4GB" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_precision_bench_compares_full_and_half_precision_and_leaves_nothing_behind(db, datasets, embedder, tmp_path):
+    """`pgkb bench --dimension`: both storages measured on the same chunks; recall is exact where ef_search
+    covers every vector, the halfvec index and vectors are smaller, and the run's models are gone after."""
+    from pgkb.bench.precision import run_precision_bench
+
+    prepare_kb(db, dsn(db), "bench", 90, load_pools(datasets), default_model(db), "bulk")
+    before = db.execute("select name from kb.embedding_models order by id").fetchall()
+    out = tmp_path / "precision.md"
+    report = run_precision_bench(
+        600, datasets=str(datasets), queries=4, recall_queries=5, anchors=6, out=str(out), url=dsn(db),
+        embedder=embedder,
+    )  # fmt: skip
+    assert out.read_text().strip() == report.strip()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]] for line in report.splitlines()
+            if line.startswith("| ") and not line.startswith("| |")}  # fmt: skip
+    assert rows["recall@10, plain query at ef_search 300"][:2] == ["1.000", "1.000"]
+    assert rows["recall@10, kb.vector_search"][:2] == ["1.000", "1.000"]
+    assert 0.45 < float(rows["stored vectors (sum of pg_column_size)"][2]) < 0.55
+    assert float(rows["HNSW index size"][2]) < 1
+    for mode in ("plain", "hybrid"):
+        assert float(rows[f"{mode} p95 ms"][0]) > 0 and float(rows[f"{mode} p95 ms"][1]) > 0
+    assert db.execute("select name from kb.embedding_models order by id").fetchall() == before
+    assert db.execute("select count(*) from pg_indexes where indexname like 'embeddings_hnsw_model_%'").fetchone()[
+        0
+    ] == len(before)
+    assert db.execute("select count(*) from kb.embeddings where half is not null").fetchone()[0] == 0

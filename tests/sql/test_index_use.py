@@ -202,7 +202,7 @@ def plan_of(notices: list[str], marker: str) -> str:
 
 
 def vector_plan(notices):
-    return plan_of(notices, "e.embedding::vector(")
+    return plan_of(notices, "<=> $1::vector(")
 
 
 def lexical_plan(notices):

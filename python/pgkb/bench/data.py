@@ -316,15 +316,38 @@ def sample_queries(pools: Pools, n: int, seed: int = SEED + 1) -> list[str]:
 
 @dataclass
 class Model:
-    """The embedding model the benchmark writes and searches."""
+    """The embedding model the benchmark writes and searches; storage: how kb.embeddings holds its vectors
+    (``vector`` in column embedding, ``halfvec`` in column half: kb.register_embedding_model)."""
 
     id: int
     name: str
     dimension: int
+    storage: str = "vector"
+
+    @property
+    def column(self) -> str:
+        """Its stored column as its HNSW index reads it (kb_internal.vector_expression(..., 'column'))."""
+        column = "half" if self.storage == "halfvec" else "embedding"
+        return f"{column}::{self.cast}"
+
+    @property
+    def cast(self) -> str:
+        """The type a query vector is cast to for it (kb_internal.vector_expression(..., 'cast'))."""
+        return f"{'halfvec' if self.storage == 'halfvec' else 'vector'}({self.dimension})"
+
+
+def model_named(conn: psycopg.Connection, name: str | None = None) -> Model:
+    """The registered model of that name (None: the default)."""
+    row = conn.execute(
+        "select id, name, dimension, storage from kb.embedding_models"
+        " where name = %s or (%s::text is null and is_default)",
+        [name, name],
+    ).fetchone()
+    if row is None:
+        missing = f"no embedding model {name!r} registered" if name else "no default embedding model registered"
+        raise RuntimeError(missing + " (run `pgkb db migrate`)")
+    return Model(*row)
 
 
 def default_model(conn: psycopg.Connection) -> Model:
-    row = conn.execute("select id, name, dimension from kb.embedding_models where is_default").fetchone()
-    if row is None:
-        raise RuntimeError("no default embedding model registered (run `pgkb db migrate`)")
-    return Model(*row)
+    return model_named(conn)

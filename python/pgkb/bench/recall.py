@@ -43,18 +43,16 @@ class RecallResult:
 
 def plain_vector_sql(model: Model, kb_id: int) -> str:
     """The plain pgvector top-10 query on the model's partial HNSW index (parameter %(e)s)."""
-    dim = model.dimension
     return (
         f"select chunk_id from kb.embeddings where model_id = {model.id} and kb_id = {kb_id} "
-        f"order by embedding::vector({dim}) <=> %(e)s::vector({dim}) limit {TOP_K}"
+        f"order by {model.column} <=> %(e)s::{model.cast} limit {TOP_K}"
     )
 
 
 def exact_vector_sql(model: Model, kb_id: int) -> str:
     """The plain query's top 10 by computing every distance (no index can serve it)."""
-    dim = model.dimension
     return (
-        f"select chunk_id from (select chunk_id, embedding::vector({dim}) <=> %(e)s::vector({dim}) as distance"
+        f"select chunk_id from (select chunk_id, {model.column} <=> %(e)s::{model.cast} as distance"
         f" from kb.embeddings where model_id = {model.id} and kb_id = {kb_id} offset 0) as every_chunk"
         f" order by distance limit {TOP_K}"
     )
@@ -74,7 +72,7 @@ def measure_recall(
     plain, exact_sql = plain_vector_sql(model, kb_id), exact_vector_sql(model, kb_id)
     search = (  # the query text is not used by the vector leg
         f"select chunk_id from kb.vector_search('recall', {TOP_K}, kb => %(kb)s::text,"
-        " query_embedding => %(e)s::vector)"
+        f" query_embedding => %(e)s::vector, model => '{model.name}')"
     )
     if vectors is None:
         vectors = query_vectors(7, queries, model.dimension)

@@ -83,6 +83,12 @@ def register(sub) -> None:
         "embedding indexes until the load ends; refused by default)",
     )
     parser.add_argument("--ingest", metavar="DIR", help="instead: ingestion throughput vs raw encode on DIR")
+    parser.add_argument(
+        "--dimension",
+        type=positive_int,
+        help="instead: a model of this many dimensions stored as vector against halfvec, on the chunks of the "
+        "bench knowledge base already loaded (index size and build, recall@10, plain and hybrid p95)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -91,6 +97,21 @@ def run(args, settings) -> int:
         from pgkb.bench.ingest import run_ingest_bench
 
         run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
+        return 0
+    if args.dimension:
+        from pgkb.bench.precision import run_precision_bench
+
+        run_precision_bench(
+            args.dimension,
+            kb_name=args.kb,
+            datasets=args.datasets,
+            queries=args.queries,
+            recall_queries=args.recall_queries,
+            maintenance_work_mem=args.maintenance_work_mem,
+            anchors=args.anchors,
+            out=args.out,
+            settings=settings,
+        )
         return 0
     from pgkb.bench.load import SharedDatabase
     from pgkb.bench.run import BenchOptions, run_search_bench

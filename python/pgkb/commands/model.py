@@ -12,6 +12,11 @@ def register(sub) -> None:
     parser.add_argument("--dimension", type=int)
     parser.add_argument("--query-prefix", default="")
     parser.add_argument("--passage-prefix", default="")
+    parser.add_argument(
+        "--storage",
+        choices=["vector", "halfvec"],
+        help="how embeddings are stored and indexed (default: halfvec above 512 dimensions, vector otherwise)",
+    )
     parser.add_argument("--force", action="store_true", help="use even if chunks still lack embeddings")
     parser.set_defaults(func=run)
 
@@ -28,11 +33,15 @@ def run(args, settings) -> int:
                 print("pgkb: model add needs NAME and --dimension", file=sys.stderr)
                 return 2
             conn.execute(
-                "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false)",
-                [args.name, args.dimension, args.query_prefix, args.passage_prefix],
+                "select kb.register_embedding_model(%s, %s, %s, %s, make_default => false, storage => %s)",
+                [args.name, args.dimension, args.query_prefix, args.passage_prefix, args.storage],
             )
-            queued = one(conn.execute("select queued from kb.embedding_status(%s)", [args.name]))[0]
-            print(f"pgkb: registered {args.name} ({args.dimension}-d); {queued} chunks queued for backfill")
+            queued, storage = one(conn.execute("select queued, storage from kb.embedding_status(%s)", [args.name]))
+            why = "" if args.storage else (" (above 512 dimensions)" if storage == "halfvec" else " (512 or fewer)")
+            print(
+                f"pgkb: registered {args.name} ({args.dimension}-d), stored and indexed as {storage}{why};"
+                f" {queued} chunks queued for backfill"
+            )
             print(
                 f"pgkb: run `PGKB_EMBED_PROVIDER=<sentence-transformers or http> PGKB_EMBED_MODEL={args.name}"
                 f" pgkb worker --once` (docs/ingest.md, Embedding models), then `pgkb model use {args.name}`"
@@ -48,13 +57,16 @@ def run(args, settings) -> int:
             )
         else:
             rows = conn.execute(
-                "select model, dimension, is_default, query_prefix, passage_prefix, embedded, queued, parked"
-                " from kb.embedding_status()"
+                "select model, dimension, storage, is_default, query_prefix, passage_prefix, embedded, queued,"
+                " parked from kb.embedding_status()"
             ).fetchall()
-            print(f"{'model':<32} {'dim':>5} {'default':>7} {'embedded':>9} {'queued':>7} {'parked':>7}  prefixes")
-            for name, dim, default, qp, pp, done, queued, parked in rows:
+            print(
+                f"{'model':<32} {'dim':>5} {'storage':>7} {'default':>7} {'embedded':>9} {'queued':>7} {'parked':>7}"
+                "  prefixes"
+            )
+            for name, dim, storage, default, qp, pp, done, queued, parked in rows:
                 print(
-                    f"{name:<32} {dim:>5} {'yes' if default else '':>7} {done:>9} {queued:>7} {parked:>7}"
-                    f"  {qp!r} / {pp!r}"
+                    f"{name:<32} {dim:>5} {storage:>7} {'yes' if default else '':>7} {done:>9} {queued:>7}"
+                    f" {parked:>7}  {qp!r} / {pp!r}"
                 )
     return 0
