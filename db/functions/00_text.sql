@@ -193,7 +193,8 @@ begin
 end
 $$;
 
--- {term: frequency} for a chunk: what the GIN index and BM25 scoring read.
+-- {term: frequency} for a chunk (kb.chunks.term_freqs, its one copy of its terms): what BM25 scoring, the
+-- posting build, the statistics' undo on delete and kb.retrieve's term coverage read.
 create or replace function kb.term_freqs(terms text[])
 returns jsonb
 language sql immutable strict parallel safe
@@ -201,16 +202,6 @@ set search_path = pg_catalog, pg_temp
 as $$
     select coalesce(jsonb_object_agg(term, n), '{}')
     from (select term, count(*) as n from unnest(terms) as term group by term) as counted
-$$;
-
--- The keys of a {term: frequency} object, i.e. a chunk's distinct lexical terms (kb.chunks.terms, a
--- generated column under the term GIN index, computes it; migration 009 made it). Immutable.
-create or replace function kb_internal.term_keys(term_freqs jsonb)
-returns text[]
-language sql immutable strict parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    select coalesce(array_agg(k.key order by k.key), '{}') from jsonb_object_keys(term_freqs) as k (key)
 $$;
 
 -- The text a chunk is indexed under: document title, heading path and content.

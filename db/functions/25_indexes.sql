@@ -37,7 +37,6 @@ as $$
     from (values
         ('memberships_user_idx', 'create index memberships_user_idx on kb.memberships (user_id)'),
         ('chunks_kb_chunk_idx', 'create index chunks_kb_chunk_idx on kb.chunks (kb_id, (id + 0))'),
-        ('chunks_terms_idx', 'create index chunks_terms_idx on kb.chunks using gin (terms)'),
         (
             'term_stats_bigram_end_idx',
             'create index term_stats_bigram_end_idx on kb.term_stats (kb_id, right(term, 1))'

@@ -389,11 +389,11 @@ $$;
 
 -- Lexical leg, scan method (kb.settings.lexical_leg = 'scan', and the reference the tests compare the
 -- posting-block leg with): Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible
--- knowledge bases' statistics. Candidates come from the GIN index on chunks.terms (&&, answered by the index alone),
--- probing the rarest query terms until their postings would exceed probe_budget (the rarest term is
--- always probed; common terms still count in the score of every candidate). Candidates stream through
--- a top-n sort; each one's term_freqs is decompressed once. Exact BM25 when probe_budget >= the sum of
--- the query terms' document frequencies.
+-- knowledge bases' statistics, by reading every chunk of kb_ids (chunks_kb_chunk_idx; no term index: the
+-- posting blocks are the index). Candidates are the chunks holding one of the rarest query terms, taken
+-- until their postings would exceed probe_budget (the rarest term is always probed; common terms still
+-- count in the score of every candidate). Candidates stream through a top-n sort; each one's term_freqs is
+-- decompressed once. Exact BM25 when probe_budget >= the sum of the query terms' document frequencies.
 create or replace function kb_internal.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer, expansions jsonb default null
@@ -444,7 +444,7 @@ begin
             -- from re-reading the column for every term; candidates stream, nothing is materialised
             select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
             from kb.chunks as c
-            where c.kb_id = any(kb_ids) and c.terms && probe
+            where c.kb_id = any(kb_ids) and c.term_freqs ?| probe
                 and (doc_filter is null or exists (
                     select from kb.documents as d
                     where d.id = c.document_id and d.kb_id = any(kb_ids)

@@ -73,7 +73,7 @@ begin
                 -- the best phrasing's coverage
                 coalesce((
                     select max((
-                        select count(*) from jsonb_array_elements_text(p.terms) as q (term) where q.term = any(c.terms)
+                        select count(*) from jsonb_array_elements_text(p.terms) as q (term) where c.term_freqs ? q.term
                     )::double precision / jsonb_array_length(p.terms))
                     from jsonb_array_elements(phrasing_terms) as p (terms) where jsonb_array_length(p.terms) > 0
                 ), 0),

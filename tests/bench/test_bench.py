@@ -143,11 +143,10 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     assert len([g for g in r.goals if g.name.startswith("slowest ")]) == 4
     assert any(g.name.startswith("MCP SQL p50") for g in r.goals)
 
-    assert len(r.sizes) == 9 and all(size for _, size in r.sizes.values())
+    assert len(r.sizes) == 8 and all(size for _, size in r.sizes.values())
     assert r.load.method == "bulk" and not r.load.reused
     bench_kb = db.execute("select id from kb.knowledge_bases where name = 'bench'").fetchone()[0]
     assert set(r.load.index_builds) == {
-        "chunks_terms_idx",
         f"embeddings_hnsw_model_1_kb_{bench_kb}",
         "kb.postings",
     }
@@ -257,12 +256,12 @@ def test_bulk_load_matches_replace_document(db, datasets):
     assert {r[0] for r in db.execute(exact_vector_sql(model, kb_id), {"e": e}).fetchall()} == expected
     # the dropped indexes are back, defined as before
     indexes = {r[0] for r in db.execute("select indexname from pg_indexes where schemaname = 'kb'").fetchall()}
-    assert {"chunks_terms_idx", f"embeddings_hnsw_model_{model.id}_kb_{kb_id}"} <= indexes
+    assert {f"embeddings_hnsw_model_{model.id}_kb_{kb_id}"} <= indexes
 
 
 def bench_indexes(db, kb: str = "bench") -> set[str]:
-    """Which of the indexes a bulk load of knowledge base kb drops exist (and are valid): the term GIN index and
-    kb's HNSW index of the default model."""
+    """Which of the indexes a bulk load of knowledge base kb drops exist (and are valid): kb's HNSW index of the
+    default model."""
     hnsw = db.execute(
         "select kb.hnsw_index_name(m.id, k.id) from kb.embedding_models as m, kb.knowledge_bases as k"
         " where m.is_default and k.name = %s",
@@ -273,13 +272,13 @@ def bench_indexes(db, kb: str = "bench") -> set[str]:
         for r in db.execute(
             "select c.relname from pg_class c join pg_index i on i.indexrelid = c.oid"
             " where c.relnamespace = 'kb'::regnamespace and c.relname = any(%s) and i.indisvalid",
-            [["chunks_terms_idx", *(h[0] for h in hnsw)]],
+            [[h[0] for h in hnsw]],
         ).fetchall()
     }
 
 
 def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, monkeypatch, capsys):
-    """The bulk load drops indexes every knowledge base searches with: next to another knowledge base it
+    """The bulk load writes as the superuser around kb.replace_document: next to another knowledge base it
     refuses (SharedDatabase), changing nothing, unless told (--allow-shared-database); --load replace drops
     nothing."""
     db.execute("select kb.create_knowledge_base('team-docs', 'public')")
@@ -287,23 +286,23 @@ def test_bulk_load_refuses_a_database_with_other_knowledge_bases(db, datasets, m
     pools, model = load_pools(datasets), default_model(db)
     with pytest.raises(RuntimeError, match=r"other knowledge bases \(team-docs\).*--allow-shared-database"):
         prepare_kb(db, dsn(db), "bench", 40, pools, model, "bulk")
-    assert bench_indexes(db, "team-docs") == before and len(before) == 2
+    assert bench_indexes(db, "team-docs") == before and len(before) == 1
     assert db.execute("select count(*) from kb.knowledge_bases where name = 'bench'").fetchone()[0] == 0
     monkeypatch.setenv("PGKB_DATABASE_URL", dsn(db))
     assert main(["bench", "--chunks", "40", "--datasets", str(datasets), "--mcp-calls", "0"]) == 2
     assert "--allow-shared-database" in capsys.readouterr().err
     prepare_kb(db, dsn(db), "replaced", 40, pools, model, "replace")
     prepare_kb(db, dsn(db), "bench", 40, pools, model, "bulk", allow_shared=True)
-    assert bench_indexes(db, "team-docs") == before and len(bench_indexes(db)) == 2
+    assert bench_indexes(db, "team-docs") == before and len(bench_indexes(db)) == 1
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
 def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_path, signum, exit_code):
     """`pgkb bench` in a subprocess, sent SIGTERM (or SIGINT) once the bulk load has dropped the indexes and
-    committed some chunks: it stops its loading threads, rebuilds the term GIN and HNSW
-    indexes, and exits non-zero; nothing pgkb expects is missing afterwards."""
-    assert bench_indexes(db) == {"chunks_terms_idx"}  # no knowledge base "bench" yet
+    committed some chunks: it stops its loading threads, rebuilds the HNSW index, and exits non-zero; nothing
+    pgkb expects is missing afterwards."""
+    assert bench_indexes(db) == set()  # no knowledge base "bench" yet
     env = {**os.environ, "PGKB_DATABASE_URL": dsn(db), "PYTHONPATH": str(PYTHON_DIR)}
     cli = [sys.executable, "-m", "pgkb.cli", "bench", "--chunks", "200000", "--datasets", str(datasets)]
     log = tmp_path / "bench.log"
@@ -329,7 +328,7 @@ def test_a_signal_during_a_bulk_load_puts_the_indexes_back(db, datasets, tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert len(bench_indexes(db)) == 2, log.read_text()
+    assert len(bench_indexes(db)) == 1, log.read_text()
     assert code == exit_code, log.read_text()
     assert db.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
     assert db.execute("select to_regclass('public.pgkb_bench_df')").fetchone()[0] is None

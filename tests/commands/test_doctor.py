@@ -124,22 +124,22 @@ def test_dropped_and_invalid_indexes_are_named_and_migrate_heals_them(healthy, c
     db.execute("select kb.register_embedding_model('tiny-8d', 8)")
     hnsw = [r[0] for r in db.execute("select kb.hnsw_index_name(id, %s) from kb.embedding_models order by id", [kb_id])]
     assert len(hnsw) == 2
-    for name in ("chunks_terms_idx", "term_stats_bigram_end_idx", *hnsw):
+    for name in ("chunks_kb_chunk_idx", "term_stats_bigram_end_idx", *hnsw):
         db.execute(f"drop index kb.{name}")
     for name in ("embeddings_model_kb_idx", "chunks_pkey"):
         db.execute(f"update pg_index set indisvalid = false where indexrelid = 'kb.{name}'::regclass")
     capsys.readouterr()
     assert main(["db", "doctor"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    at = lines.index("PROBLEM  indexes: kb.chunks_terms_idx is missing: searches that need it scan sequentially")
+    at = lines.index("PROBLEM  indexes: kb.chunks_kb_chunk_idx is missing: searches that need it scan sequentially")
     assert lines[at + 1] == "         fix: pgkb db migrate" and lines[-1] == "pgkb: 6 problems found"
     code, report = doctor(capsys)
     assert code == 1 and not report["healthy"]
     found = {c["detail"].split(" ")[0]: c for c in problems(report, "indexes")}
-    expected = {"chunks_terms_idx", "term_stats_bigram_end_idx", "embeddings_model_kb_idx", *hnsw}
+    expected = {"chunks_kb_chunk_idx", "term_stats_bigram_end_idx", "embeddings_model_kb_idx", *hnsw}
     assert set(found) == {f"kb.{name}" for name in (*expected, "chunks_pkey")}
     assert "is invalid" in found["kb.embeddings_model_kb_idx"]["detail"]
-    assert "is missing: searches that need it scan sequentially" in found["kb.chunks_terms_idx"]["detail"]
+    assert "is missing: searches that need it scan sequentially" in found["kb.chunks_kb_chunk_idx"]["detail"]
     assert {found[f"kb.{name}"]["fix"] for name in expected} == {"pgkb db migrate"}
     assert found["kb.chunks_pkey"]["fix"].startswith("reindex index kb.chunks_pkey (or drop it")
     assert main(["db", "migrate"]) == 0

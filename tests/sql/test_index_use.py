@@ -388,11 +388,11 @@ def test_direct_select_by_non_owner_is_filtered_by_rls(admin, connect):
         alice.execute("select count(*) from kb.chunks")
     admin.execute("grant select on kb.chunks to alice, bob")
     try:
-        assert alice.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3
-        assert bob.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 60
+        assert alice.execute("select count(*) from kb.chunks where term_freqs ? %s", [NEEDLE]).fetchone()[0] == 3
+        assert bob.execute("select count(*) from kb.chunks where term_freqs ? %s", [NEEDLE]).fetchone()[0] == 60
     finally:
         admin.execute("revoke select on kb.chunks from alice, bob")
-    assert admin.execute("select count(*) from kb.chunks where terms && array[%s]", [NEEDLE]).fetchone()[0] == 3 * N_KBS
+    assert admin.execute("select count(*) from kb.chunks where term_freqs ? %s", [NEEDLE]).fetchone()[0] == 3 * N_KBS
 
 
 @pytest.mark.parametrize("engine", ["numpy", "blocks"])

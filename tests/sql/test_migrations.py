@@ -95,9 +95,9 @@ def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason
 
 @pytest.mark.slow
 def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
-    """009 on a database the first release (001-007) made and filled: every chunk gets its terms array (the
-    keys of term_freqs), term_freqs is recompressed with lz4, and lexical search finds the chunk through the
-    new GIN index."""
+    """009 on a database the first release (001-007) made and filled: term_freqs is recompressed with lz4 (009
+    also added a terms array with a GIN index, which 042 dropped again: term_freqs is the one copy), and
+    lexical search finds the chunks."""
     write = "select kb.replace_document('upgrade', %s, %s, jsonb_build_array(jsonb_build_object('content', %s::text)))"
     compression = (
         "select pg_column_compression(c.term_freqs) from kb.chunks as c where c.ordinal = 0 and c.char_count > 1000"
@@ -109,12 +109,12 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
         assert conn.execute(compression).fetchone()[0] == "pglz"
 
         report = migrate(conn, Settings.from_env().db_dir)
-        assert "009_term_array.sql" in report.applied
-        rows = conn.execute(
-            "select terms = array(select k from jsonb_object_keys(term_freqs) as k order by k), cardinality(terms)"
-            " from kb.chunks"
-        ).fetchall()
-        assert len(rows) == 2 and all(same and n > 0 for same, n in rows)
+        assert {"009_term_array.sql", "042_one_copy_of_chunk_terms.sql"} <= set(report.applied)
+        columns = {
+            r[0] for r in conn.execute("select attname from pg_attribute where attrelid = 'kb.chunks'::regclass")
+        }
+        assert "term_freqs" in columns and "terms" not in columns
+        assert conn.execute("select to_regclass('kb.chunks_terms_idx')").fetchone()[0] is None
         assert conn.execute(compression).fetchone()[0] == "lz4"
         assert conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall() == [("a.md",)]
         assert conn.execute("select doc_key from kb.lexical_search('word0599', 5, 'upgrade')").fetchall() == [("b.md",)]
@@ -207,7 +207,7 @@ def test_the_hnsw_index_of_a_knowledge_base_that_is_gone_is_dropped_by_migrate(d
 
 
 def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_them(db, monkeypatch, capsys):
-    """The indexes a bulk load drops (term GIN, the model's HNSW) and the vocabulary's bigram index gone and
+    """The index a bulk load drops (the model's HNSW) and the vocabulary's bigram index gone and
     one left invalid: `pgkb db status` names each and exits 4; `pgkb db migrate` re-creates or rebuilds
     them (issue 20)."""
     from pgkb.cli import main
@@ -218,7 +218,7 @@ def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_the
         "select kb.hnsw_index_name(id, %s) from kb.embedding_models where is_default", [kb_id]
     ).fetchone()[0]
     before = kb_indexes(db)
-    for name in ("chunks_terms_idx", "term_stats_bigram_end_idx", hnsw):
+    for name in ("chunks_kb_chunk_idx", "term_stats_bigram_end_idx", hnsw):
         db.execute(f"drop index kb.{name}")
     db.execute(
         "update pg_index set indisvalid = false where indexrelid = 'kb.embeddings_model_kb_idx'::regclass"
@@ -229,7 +229,7 @@ def test_db_status_reports_missing_and_invalid_indexes_and_migrate_recreates_the
     assert main(["db", "status"]) == 4
     out = capsys.readouterr().out
     for name, problem in (
-        ("chunks_terms_idx", "missing"),
+        ("chunks_kb_chunk_idx", "missing"),
         ("term_stats_bigram_end_idx", "missing"),
         ("embeddings_model_kb_idx", "invalid"),
         (hnsw, "missing"),

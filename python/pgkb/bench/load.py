@@ -10,15 +10,14 @@
   the loaded chunks at the end (per-batch document frequencies summed in an unlogged staging table), the
   postings (``kb.postings`` blocks and the recent postings in ``kb.term_stats``, the BM25 leg's lists) by
   ``kb_internal.build_postings``, timed. The
-  GIN term index and the model's HNSW index are dropped before the load and
-  recreated afterwards from their own ``pg_get_indexdef`` definitions with a large
-  ``maintenance_work_mem``; each build is timed. Those indexes cover the whole ``kb.chunks`` /
-  ``kb.embeddings`` tables: while they are down every knowledge base's searches scan sequentially. So the
-  bulk path (and the embeddings rewrite below) refuses a database that holds other knowledge bases than the
-  bench's own (SharedDatabase) unless ``allow_shared``; and whatever ends it -- an error, Ctrl-C, SIGTERM or
-  SIGHUP (turned into SystemExit meanwhile; psycopg cancels the statement in flight) -- the loading threads
-  are stopped and the dropped indexes rebuilt before the process exits. Only SIGKILL leaves them dropped:
-  ``pgkb db status`` says so and ``pgkb db migrate`` re-creates them.
+  knowledge base's HNSW index of the model is dropped before the load and recreated afterwards from its own
+  definition with a large ``maintenance_work_mem``; the build is timed. The bulk path writes as the
+  superuser around ``kb.replace_document``, so it (and the embeddings rewrite below) refuses a database that
+  holds other knowledge bases than the bench's own (SharedDatabase) unless ``allow_shared``: benchmarks load
+  into a cluster of their own. Whatever ends it -- an error, Ctrl-C, SIGTERM or SIGHUP (turned into
+  SystemExit meanwhile; psycopg cancels the statement in flight) -- the loading threads are stopped and the
+  dropped index rebuilt before the process exits. Only SIGKILL leaves it dropped: ``pgkb db status`` says
+  so and ``pgkb db migrate`` re-creates it.
 
 Both paths run on LOAD_THREADS connections and leave a knowledge base that ``kb.replace_document`` would
 have produced from the same documents, except ``content_hash`` (a hash of the bulk rows) -- a test
@@ -41,6 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import psycopg
+from pgvector import HalfVector
 
 from pgkb.bench.data import (
     Document,
@@ -61,7 +61,6 @@ __all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb"]
 LOAD_METHODS = ("bulk", "replace")
 LOAD_THREADS = 2  # loading connections
 BATCH_DOCUMENTS = 20  # documents per bulk transaction
-GIN_INDEXES = ("chunks_terms_idx",)
 STAGING_TABLE = "public.pgkb_bench_df"
 REWRITE_DOCUMENTS = 1000  # documents per COPY when embeddings are rewritten
 
@@ -87,7 +86,7 @@ class LoadReport:
         rate = self.chunks / self.seconds if self.seconds else 0.0
         if self.method == "replace":
             how = (
-                f"through `kb.replace_document` from {LOAD_THREADS} connections (HNSW, GIN indexes and BM25 "
+                f"through `kb.replace_document` from {LOAD_THREADS} connections (HNSW index and BM25 "
                 "statistics maintained per document)"
             )
         else:
@@ -125,10 +124,10 @@ def _refuse_shared(conn: psycopg.Connection, kb_name: str) -> None:
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise SharedDatabase(
-            f"the database holds other knowledge bases ({shown}); the bulk load drops the GIN and HNSW indexes "
-            "their searches use until it ends. Run the bench on a database of its own (PGKB_DATA_DIR and "
-            "PGKB_PORT for another embedded cluster, or PGKB_DATABASE_URL), use --load replace, or pass "
-            "--allow-shared-database"
+            f"the database holds other knowledge bases ({shown}); the bulk load writes as the superuser around "
+            "kb.replace_document and drops and rebuilds indexes. Run the bench on a database of its own "
+            "(PGKB_DATA_DIR and PGKB_PORT for another embedded cluster, or PGKB_DATABASE_URL), use --load replace, "
+            "or pass --allow-shared-database"
         )
 
 
@@ -225,21 +224,10 @@ def _load_replace(url: str, kb_name: str, chunks: int, pools: Pools, model: Mode
 
 
 def _index_definitions(conn: psycopg.Connection, model: Model, kb_id: int, chunks: int) -> dict[str, str]:
-    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds: the term GIN index
-    and, when pgkb expects one (the knowledge base holds at least kb.settings.vector_exact_chunks of its
-    `chunks` once loaded), knowledge base kb_id's HNSW index of the model."""
-    defs = {}
-    for name in GIN_INDEXES:
-        row = conn.execute(
-            "select pg_get_indexdef(c.oid) from pg_class c join pg_namespace n on n.oid = c.relnamespace"
-            " where n.nspname = 'kb' and c.relname = %s",
-            [name],
-        ).fetchone()
-        if row is None:
-            raise RuntimeError(f"index kb.{name} is missing; recreate it (pgkb db migrate)")
-        defs[name] = row[0]
-    defs.update(_hnsw_definition(conn, model, kb_id, chunks))
-    return defs
+    """{index name: CREATE INDEX statement} of the indexes the bulk load drops and rebuilds: knowledge base
+    kb_id's HNSW index of the model, when pgkb expects one (the knowledge base holds at least
+    kb.settings.vector_exact_chunks of its `chunks` once loaded)."""
+    return _hnsw_definition(conn, model, kb_id, chunks)
 
 
 def _hnsw_definition(conn: psycopg.Connection, model: Model, kb_id: int, chunks: int | None = None) -> dict[str, str]:
@@ -296,12 +284,15 @@ def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[D
             {"kb": kb_id},
         ).fetchall()
         by_doc = {did: d for d in docs for did in [doc_ids[d.doc_key]]}
+        half = model.storage == "halfvec"  # the model's column (kb.register_embedding_model)
+        column = "half" if half else "embedding"
         with conn.cursor().copy(
-            "copy kb.embeddings (chunk_id, model_id, kb_id, embedding) from stdin (format binary)"
+            f"copy kb.embeddings (chunk_id, model_id, kb_id, {column}) from stdin (format binary)"
         ) as cp:
-            cp.set_types(["int8", "int4", "int4", "vector"])
+            cp.set_types(["int8", "int4", "int4", "halfvec" if half else "vector"])
             for chunk_id, document_id, ordinal, _ in inserted:
-                cp.write_row((chunk_id, model.id, kb_id, by_doc[document_id].embeddings[ordinal]))
+                v = by_doc[document_id].embeddings[ordinal]
+                cp.write_row((chunk_id, model.id, kb_id, HalfVector(v) if half else v))
         conn.execute("truncate pg_temp.bench_stage")
     return sum(r[3] for r in inserted)
 
@@ -358,10 +349,12 @@ def _rewrite_vectors(
                     cp.write_row((chunk_id, v))
         log(f"vectors: {min(b + REWRITE_DOCUMENTS, len(sizes))}/{len(sizes)} documents staged")
     conn.execute("analyze pg_temp.bench_vectors")
+    # the model's column (kb.register_embedding_model: halfvec above 512 dimensions)
+    column_set = "half = v.embedding::halfvec" if model.storage == "halfvec" else "embedding = v.embedding"
     with conn.transaction():
         conn.execute(f"drop index if exists kb.{hnsw}")
         written = conn.execute(
-            "update kb.embeddings as e set embedding = v.embedding from pg_temp.bench_vectors as v"
+            f"update kb.embeddings as e set {column_set} from pg_temp.bench_vectors as v"
             " where e.chunk_id = v.chunk_id and e.model_id = %s",
             [model.id],
         ).rowcount

@@ -93,7 +93,6 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
         "kb.embeddings (heap + TOAST)": ("kb.embeddings", "pg_table_size('kb.embeddings')"),
         # none below kb.settings.vector_exact_chunks (that knowledge base is searched exactly): 0 bytes
         f"HNSW index {index}": (index, f"coalesce(pg_relation_size(to_regclass('kb.{index}')), 0)"),
-        "GIN term index chunks_terms_idx": ("chunks_terms_idx", "pg_relation_size('kb.chunks_terms_idx')"),
         "fuzzy leg's bigram index term_stats_bigram_end_idx": (
             "term_stats_bigram_end_idx",
             "pg_relation_size('kb.term_stats_bigram_end_idx')",
@@ -106,9 +105,9 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
             "kb.postings",
             "pg_total_relation_size('kb.postings')",
         ),
-        "chunks.term_freqs + chunks.terms (sum of pg_column_size)": (
+        "chunks.term_freqs (sum of pg_column_size)": (
             "term_freqs",
-            "(select sum(pg_column_size(term_freqs) + pg_column_size(terms)) from kb.chunks)",
+            "(select sum(pg_column_size(term_freqs)) from kb.chunks)",
         ),
         "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }
