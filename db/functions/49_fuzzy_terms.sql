@@ -15,10 +15,11 @@
 -- question word ends a run.) At most
 -- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
--- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded.
+-- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded. When the
+-- vocabulary holds every such term of the query there is nothing to correct: NULL, after one lookup per term.
 create or replace function kb_internal.fuzzy_expansions(query text, kb_ids integer[])
 returns jsonb
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 -- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table, would read
 -- every knowledge base's vocabulary
@@ -26,9 +27,15 @@ set enable_seqscan = off
 -- the edits' row estimates (generate_series x letters) pass JIT's threshold: compiling costs ~130 ms, the
 -- statement a few
 set jit = off
+-- planned for the query's own terms, as a SQL function was
+set plan_cache_mode = force_custom_plan
 as $$
-    with query_terms as (
-        select t.term, t.k, s.known is not null as known
+declare
+    -- the terms a correction is looked for (words of 4 to 32 characters with a letter, Chinese bigrams), in
+    -- query order, and whether the vocabulary of kb_ids holds each
+    checked constant jsonb := (
+        select coalesce(jsonb_agg(jsonb_build_object('term', t.term, 'k', t.k, 'known', s.known is not null)
+            order by t.k), '[]')
         from (
             select t.term, min(t.k) as k
             from unnest(kb.lexical_terms(query)) with ordinality as t (term, k)
@@ -39,6 +46,16 @@ as $$
         left join lateral (
             select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
         ) as s on true
+    );
+begin
+    -- every term known: nothing to correct, and no lookup of the vocabulary's neighbours
+    if not jsonb_path_exists(checked, '$[*] ? (@.known == false)') then
+        return null;
+    end if;
+    return (
+    with query_terms as (
+        select q.term, q.k, q.known
+        from jsonb_to_recordset(checked) as q (term text, k bigint, known boolean)
     ),
     -- Chinese bigrams in query order with their neighbours in the same run (NULL at a run's end). A
     -- question word (哪边, 何时, 什么, 多少) ends a run: documents rarely hold it, so the bigrams touching it
@@ -163,4 +180,6 @@ as $$
         where r.pos <= kb_internal.setting_int('fuzzy_term_expansions')
         group by t.term
     ) as x
+    );
+end
 $$;

@@ -112,3 +112,15 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
         "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }
     return {label: (rel, one(conn.execute(f"select pg_size_pretty({expr})"))[0]) for label, (rel, expr) in rels.items()}
+
+
+def lexical_storage(conn: psycopg.Connection) -> tuple[int, int]:
+    """(bytes, bytes): every lexical structure of the database -- kb.term_stats and kb.postings with their
+    TOAST and indexes, and each chunk's term_freqs -- and the chunk text (octet_length of content)."""
+    return one(
+        conn.execute(
+            "select pg_total_relation_size('kb.term_stats') + pg_total_relation_size('kb.postings')"
+            " + (select coalesce(sum(pg_column_size(term_freqs)), 0) from kb.chunks),"
+            " (select coalesce(sum(octet_length(content)), 0) from kb.chunks)"
+        )
+    )

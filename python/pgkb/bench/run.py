@@ -65,7 +65,7 @@ from pgkb.bench.latency import (
     time_modes,
 )
 from pgkb.bench.load import LOAD_METHODS, prepare_kb
-from pgkb.bench.machine import machine_info, relation_sizes, server_settings
+from pgkb.bench.machine import lexical_storage, machine_info, relation_sizes, server_settings
 from pgkb.bench.mcp import measure_mcp_overhead
 from pgkb.bench.question_sets import load_question_sets, time_question_sets
 from pgkb.bench.recall import measure_recall
@@ -205,6 +205,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             machine=machine_info(conn),
             settings=server_settings(conn),
             sizes=relation_sizes(conn, model, kb_id),
+            lexical_bytes=lexical_storage(conn),
             explain=explain,
             uses_hnsw=uses_hnsw,
             stats=stats,
