@@ -43,18 +43,21 @@ $$;
 -- maps a storage to its column, type and operators: the vector leg, retrieve and the indexes use it.
 create or replace function kb_internal.vector_expression(storage text, dimension integer, part text)
 returns text
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select case part
-        when 'column' then format('(%s::%s(%s))', x.col, x.typ, dimension)
-        when 'ops' then format('(%s::%s(%s)) %s_cosine_ops', x.col, x.typ, dimension, x.typ)
-        when 'cast' then format('%s(%s)', x.typ, dimension)
-    end
-    from (
-        select case storage when 'halfvec' then 'half' else 'embedding' end as col,
-            case storage when 'halfvec' then 'halfvec' else 'vector' end as typ
-    ) as x
+declare
+    -- PL/pgSQL: a SQL function with a search_path is planned again at every call (the vector leg calls this
+    -- twice a search)
+    col constant text := case storage when 'halfvec' then 'half' else 'embedding' end;
+    typ constant text := case storage when 'halfvec' then 'halfvec' else 'vector' end;
+begin
+    return case part
+        when 'column' then format('(%s::%s(%s))', col, typ, dimension)
+        when 'ops' then format('(%s::%s(%s)) %s_cosine_ops', col, typ, dimension, typ)
+        when 'cast' then format('%s(%s)', typ, dimension)
+    end;
+end
 $$;
 
 -- The statement that creates one model's partial HNSW expression index (cosine) over one knowledge base's
@@ -200,13 +203,20 @@ $$;
 -- half precision (components below about 6e-8 become 0).
 create or replace function kb_internal.storable_embedding(embedding vector, storage text)
 returns boolean
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select kb_internal.usable_embedding(embedding) and case
-        when storage <> 'halfvec' then true
-        -- the cast raises beyond the range, so the range is tested first (CASE keeps the order)
-        when (select max(abs(x)) from unnest(embedding::real[]) as x) > 65504 then false
-        else l2_norm(embedding::halfvec) > 0
-    end
+begin
+    -- (PL/pgSQL: every search checks its query vectors, and a SQL function is planned at every call)
+    if not kb_internal.usable_embedding(embedding) then
+        return false;
+    elsif storage <> 'halfvec' then
+        return true;
+    end if;
+    -- the cast raises beyond the range, so the range is tested first
+    if (select max(abs(x)) from unnest(embedding::real[]) as x) > 65504 then
+        return false;
+    end if;
+    return l2_norm(embedding::halfvec) > 0;
+end
 $$;
