@@ -51,7 +51,10 @@ begin
         select jsonb_agg(to_jsonb(array(select distinct t.term from unnest(kb_internal.query_terms(p.q)) as t (term))))
         from unnest(array[query] || coalesce(also, '{}')) as p (q)
     );
-    if query_embedding is not null then
+    -- the cosine of (b) only where the search used (and so checked) the embedding: with vector_weight 0 it is
+    -- neither checked nor part of the ranking
+    if query_embedding is not null
+        and coalesce(retrieve.vector_weight, kb_internal.setting_number('search_vector_weight')) > 0 then
         target := kb.resolve_model(model);
     end if;
     found_hits := array(
@@ -80,7 +83,7 @@ begin
                 least(1, greatest(0, (coalesce(greatest(
                     (select 1 - coalesce(e.embedding <=> query_embedding, e.half <=> query_embedding::halfvec)
                         from kb.embeddings as e
-                        where e.chunk_id = hits.chunk_id and e.model_id = target.id and query_embedding is not null),
+                        where e.chunk_id = hits.chunk_id and e.model_id = target.id and target.id is not null),
                     hits.vector_score
                 ), 0) - cos_floor) / (1 - cos_floor)))
             ) as rel

@@ -272,3 +272,19 @@ def test_a_refusal_filed_as_an_operational_error_is_not_a_lost_connection(db, pg
     code, _, err = pgkb("model", "use", "other-model")
     assert code == 1 and "cannot reach the database" not in err
     assert "have no" in err and "pgkb model use --force" in err
+
+
+def test_model_add_and_list_say_how_a_model_is_stored(db, pgkb):
+    """`pgkb model add` prints the storage it chose and why; `pgkb model list` shows it per model."""
+    code, out, _ = pgkb("model", "add", "big-1024", "--dimension", "1024")
+    assert code == 0 and "stored and indexed as halfvec (above 512 dimensions)" in out, out
+    code, out, _ = pgkb("model", "add", "small-256", "--dimension", "256")
+    assert code == 0 and "stored and indexed as vector (512 dimensions or fewer)" in out, out
+    code, out, _ = pgkb("model", "add", "full-1024", "--dimension", "1024", "--storage", "vector")
+    assert code == 0 and "stored and indexed as vector;" in out, out
+    code, out, _ = pgkb("model", "list")
+    storage = {line.split()[0]: line.split()[2] for line in out.splitlines()[1:]}
+    assert storage == {"multilingual-e5-small": "vector", "big-1024": "halfvec", "small-256": "vector",
+                       "full-1024": "vector"}  # fmt: skip
+    code, _, err = pgkb("model", "add", "big-1024", "--dimension", "1024", "--storage", "vector")
+    assert code != 0 and "stored as halfvec, not vector" in err, err

@@ -132,6 +132,11 @@ def test_vectors_half_precision_cannot_hold_are_refused_and_change_nothing(big):
     # nor is such a query vector searched (every score would be NaN)
     with pytest.raises(psycopg.errors.DataException, match="beyond half precision"):
         db.execute("select * from kb.vector_search('x', 1, query_embedding => %s)", [Vector(tiny)])
+    # kb.retrieve with vector_weight 0 neither checks nor scores the embedding: no NaN relevance passes a threshold
+    rows = db.execute(
+        "select score from kb.retrieve('第一段', 1, query_embedding => %s, vector_weight => 0)", [Vector(tiny)]
+    ).fetchall()
+    assert rows and all(0 <= r[0] <= 1 for r in rows)
     # the same vectors are fine for a model of full precision: the rule is the storage's
     db.execute("select kb.register_embedding_model('big-full', %s, storage => 'vector')", [DIM])
     replace(db, "c.md", [{"content": "第三段", "embedding": tiny.tolist()}], model="big-full")

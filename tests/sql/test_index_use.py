@@ -292,6 +292,9 @@ def test_single_leg_functions_use_their_index(explained, fn):
         assert_lexical_plan_uses_postings_index(lexical_plan(notices))
     else:
         assert_fuzzy_plan_reads_the_vocabulary_by_index(fuzzy_plan(notices))
+        # the needle is misspelt: the corrections' own lookups ran, each read by an index keyed by kb_ids
+        corrections = plan_of(notices, "with query_terms as")
+        assert "Index" in corrections and "Seq Scan" not in corrections, corrections
         assert_lexical_plan_uses_postings_index(lexical_plan(notices))
 
 

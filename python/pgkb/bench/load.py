@@ -56,7 +56,7 @@ from pgkb.bench.data import (
 from pgkb.db import connect
 from pgkb.rows import one
 
-__all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb"]
+__all__ = ["LOAD_METHODS", "LoadReport", "SharedDatabase", "prepare_kb", "refuse_shared"]
 
 LOAD_METHODS = ("bulk", "replace")
 LOAD_THREADS = 2  # loading connections
@@ -117,7 +117,7 @@ def _kb_state(conn: psycopg.Connection, kb_name: str, model: Model) -> tuple[int
     return kb_id, n_chunks, n_emb, description
 
 
-def _refuse_shared(conn: psycopg.Connection, kb_name: str) -> None:
+def refuse_shared(conn: psycopg.Connection, kb_name: str) -> None:
     """SharedDatabase when the database holds knowledge bases other than ``kb_name``."""
     rows = conn.execute("select name from kb.knowledge_bases where name <> %s order by name", [kb_name]).fetchall()
     others = [r[0] for r in rows]
@@ -519,7 +519,7 @@ def prepare_kb(
         # the same chunks (document i is a function of i) with other embeddings: rewrite only those
         log(f"knowledge base {kb_name!r}: embeddings {stored_vectors}, wanted {vectors.describe()}; rewriting them")
         if not allow_shared:
-            _refuse_shared(conn, kb_name)
+            refuse_shared(conn, kb_name)
         with _signals_exit():
             _rewrite_vectors(conn, kb_id, stored_report, model, maintenance_work_mem, vectors)
         stored_vectors = stored_report.vectors
@@ -529,7 +529,7 @@ def prepare_kb(
         report.reused = True
         return kb_id, report
     if method == "bulk" and not allow_shared:
-        _refuse_shared(conn, kb_name)
+        refuse_shared(conn, kb_name)
     if kb_id is not None:
         log(f"dropping knowledge base {kb_name!r} ({n_chunks} chunks, {n_emb} embeddings)")
         conn.execute("delete from kb.knowledge_bases where id = %s", [kb_id])

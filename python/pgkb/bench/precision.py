@@ -39,6 +39,7 @@ from pgkb.bench.data import (
     sample_queries,
 )
 from pgkb.bench.latency import shipped_ef_search
+from pgkb.bench.load import refuse_shared
 from pgkb.bench.machine import machine_info
 from pgkb.bench.recall import measure_recall, plain_vector_sql
 from pgkb.db import connect, database_url
@@ -187,6 +188,8 @@ def run_precision_bench(
         if row is None or not row[1]:
             raise RuntimeError(f"no bench knowledge base {kb_name!r} with chunks: run `pgkb bench` first")
         kb_id, chunks = row
+        # registering the run's models queues every chunk of every knowledge base and writes their indexes
+        refuse_shared(conn, kb_name)
         base = default_model(conn)
         spec = model_spec(conn, base.name)
         embedder = embedder or load_embedder(settings or Settings.from_env(), spec)

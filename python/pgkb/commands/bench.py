@@ -98,22 +98,27 @@ def run(args, settings) -> int:
 
         run_ingest_bench(args.ingest, kb_name=args.kb, out=args.out)
         return 0
+    from pgkb.bench.load import SharedDatabase
+
     if args.dimension:
         from pgkb.bench.precision import run_precision_bench
 
-        run_precision_bench(
-            args.dimension,
-            kb_name=args.kb,
-            datasets=args.datasets,
-            queries=args.queries,
-            recall_queries=args.recall_queries,
-            maintenance_work_mem=args.maintenance_work_mem,
-            anchors=args.anchors,
-            out=args.out,
-            settings=settings,
-        )
+        try:
+            run_precision_bench(
+                args.dimension,
+                kb_name=args.kb,
+                datasets=args.datasets,
+                queries=args.queries,
+                recall_queries=args.recall_queries,
+                maintenance_work_mem=args.maintenance_work_mem,
+                anchors=args.anchors,
+                out=args.out,
+                settings=settings,
+            )
+        except (SharedDatabase, RuntimeError) as e:
+            print(f"pgkb bench: error: {e}", file=sys.stderr)
+            return 2
         return 0
-    from pgkb.bench.load import SharedDatabase
     from pgkb.bench.run import BenchOptions, run_search_bench
 
     options = BenchOptions(

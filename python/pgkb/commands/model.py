@@ -37,7 +37,12 @@ def run(args, settings) -> int:
                 [args.name, args.dimension, args.query_prefix, args.passage_prefix, args.storage],
             )
             queued, storage = one(conn.execute("select queued, storage from kb.embedding_status(%s)", [args.name]))
-            why = "" if args.storage else (" (above 512 dimensions)" if storage == "halfvec" else " (512 or fewer)")
+            if args.storage:
+                why = ""
+            elif storage == "halfvec":
+                why = " (above 512 dimensions)"
+            else:
+                why = " (512 dimensions or fewer)" if args.dimension <= 512 else " (registered before: kept as it was)"
             print(
                 f"pgkb: registered {args.name} ({args.dimension}-d), stored and indexed as {storage}{why};"
                 f" {queued} chunks queued for backfill"

@@ -97,7 +97,8 @@ hidden as (
 ),
 judged as materialized (
     -- the judged documents' chunk embeddings by the run's model, read once per question
-    select e.embedding, e.model_id from kb.embeddings as e
+    -- (a model above 512 dimensions keeps its vectors in half: kb.register_embedding_model)
+    select coalesce(e.embedding, e.half::vector) as embedding, e.model_id from kb.embeddings as e
     join kb.embedding_models as m on m.id = e.model_id and m.name = %(model)s
     join kb.chunks as c on c.id = e.chunk_id
     join kb.documents as d on d.id = c.document_id
@@ -113,7 +114,7 @@ strict_hidden as (
             and not exists (
                 select from judged as j
                 join kb.embeddings as mine on mine.chunk_id = (h).chunk_id and mine.model_id = j.model_id
-                where (mine.embedding <=> j.embedding) <= 1 - %(near)s
+                where (coalesce(mine.embedding, mine.half::vector) <=> j.embedding) <= 1 - %(near)s
             )
         order by n limit %(top_k)s
     ) as x
