@@ -84,7 +84,7 @@ $$;
 -- model for later knowledge bases, or kb.settings) and queues every existing chunk for backfill. make_default
 -- switches at once; otherwise call kb.use_embedding_model later. storage: 'vector' (4 bytes a dimension, up to
 -- 2,000) or 'halfvec' (2 bytes, up to 4,000); NULL chooses halfvec above 512 dimensions (BGE-M3's 1024: the
--- HNSW index at about half the size, recall within a point), vector otherwise. A registered model keeps its
+-- HNSW index a third of the size, the same recall: docs/benchmarks.md), vector otherwise. A registered model keeps its
 -- storage: asking for another raises.
 create or replace function kb.register_embedding_model(
     name text,
