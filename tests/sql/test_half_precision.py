@@ -152,3 +152,31 @@ def test_a_model_registered_before_keeps_full_precision(db):
     )
     with pytest.raises(psycopg.errors.CheckViolation):
         db.execute("update kb.embeddings set half = embedding::halfvec")
+
+
+@pytest.mark.slow
+def test_a_large_model_registered_before_041_keeps_full_precision_through_the_upgrade(db, tmp_path):
+    """A database of the release before (issue 32, part) with a 1024-d model already registered and used:
+    `pgkb db migrate` leaves it 'vector' (no row or index rewritten), and it searches as before."""
+    from pgkb.config import Settings
+    from pgkb.migrate import migrate
+    from releases import release_database
+
+    vec = unit(7)
+    with release_database(db, "issue-32-part", tmp_path) as old:
+        old.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
+        old.execute("select kb.register_embedding_model('old-1024', 1024)")
+        replace(old, "a.md", [{"content": "第一段", "embedding": vec.tolist()}], model="old-1024")
+        migrate(old, Settings.from_env().db_dir)
+        assert old.execute("select storage from kb.embedding_models where name = 'old-1024'").fetchone() == ("vector",)
+        stored = old.execute(
+            "select count(*) filter (where e.embedding is not null), count(*) filter (where e.half is not null)"
+            " from kb.embeddings as e join kb.embedding_models as m on m.id = e.model_id where m.name = 'old-1024'"
+        ).fetchone()
+        assert stored == (1, 0)
+        assert old.execute("select count(*) from kb_admin.index_problems()").fetchone()[0] == 0
+        rows = old.execute(
+            "select content, vector_rank from kb.vector_search('x', 1, query_embedding => %s, model => 'old-1024')",
+            [Vector(vec)],
+        ).fetchall()
+        assert rows == [("第一段", 1)]
