@@ -316,30 +316,24 @@ def sample_queries(pools: Pools, n: int, seed: int = SEED + 1) -> list[str]:
 
 @dataclass
 class Model:
-    """The embedding model the benchmark writes and searches; storage: how kb.embeddings holds its vectors
-    (``vector`` in column embedding, ``halfvec`` in column half: kb.register_embedding_model)."""
+    """The embedding model the benchmark writes and searches: storage is how kb.embeddings holds its vectors
+    (``vector`` in column embedding, ``halfvec`` in column half: kb.register_embedding_model); column and cast
+    are its stored column as its HNSW index reads it and the type a query is cast to, as
+    kb_internal.vector_expression gives them."""
 
     id: int
     name: str
     dimension: int
     storage: str = "vector"
-
-    @property
-    def column(self) -> str:
-        """Its stored column as its HNSW index reads it (kb_internal.vector_expression(..., 'column'))."""
-        column = "half" if self.storage == "halfvec" else "embedding"
-        return f"{column}::{self.cast}"
-
-    @property
-    def cast(self) -> str:
-        """The type a query vector is cast to for it (kb_internal.vector_expression(..., 'cast'))."""
-        return f"{'halfvec' if self.storage == 'halfvec' else 'vector'}({self.dimension})"
+    column: str = ""
+    cast: str = ""
 
 
 def model_named(conn: psycopg.Connection, name: str | None = None) -> Model:
     """The registered model of that name (None: the default)."""
     row = conn.execute(
-        "select id, name, dimension, storage from kb.embedding_models"
+        "select id, name, dimension, storage, kb_internal.vector_expression(storage, dimension, 'column'),"
+        " kb_internal.vector_expression(storage, dimension, 'cast') from kb.embedding_models"
         " where name = %s or (%s::text is null and is_default)",
         [name, name],
     ).fetchone()

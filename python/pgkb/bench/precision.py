@@ -73,22 +73,25 @@ def _register(conn: psycopg.Connection, dimension: int, storage: str) -> Model:
     _remove(conn, name)
     conn.execute("select kb.register_embedding_model(%s, %s, storage => %s)", [name, dimension, storage])
     model = model_named(conn, name)
-    for (index,) in conn.execute(
-        "select index_name from kb_internal.vector_index_definitions(model_id => %s)", [model.id]
-    ).fetchall():
-        conn.execute(f"drop index if exists kb.{index}")
+    _drop_indexes(conn, model.id)
     conn.execute("delete from kb.embedding_queue where model_id = %s", [model.id])
     return model
 
 
+def _drop_indexes(conn: psycopg.Connection, model_id: int) -> None:
+    """The model's HNSW indexes, in every knowledge base."""
+    for (index,) in conn.execute(
+        "select index_name from kb_internal.vector_index_definitions(model_id => %s)", [model_id]
+    ).fetchall():
+        conn.execute(f"drop index if exists kb.{index}")
+
+
 def _remove(conn: psycopg.Connection, name: str) -> None:
+    """The run's model of that name, with its indexes, rows and queue entries (ON DELETE CASCADE)."""
     row = conn.execute("select id from kb.embedding_models where name = %s", [name]).fetchone()
     if row is None:
         return
-    for (index,) in conn.execute(
-        "select index_name from kb_internal.vector_index_definitions(model_id => %s)", [row[0]]
-    ).fetchall():
-        conn.execute(f"drop index if exists kb.{index}")
+    _drop_indexes(conn, row[0])
     conn.execute("delete from kb.embedding_models where id = %s", [row[0]])
 
 
