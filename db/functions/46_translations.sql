@@ -11,8 +11,8 @@
 -- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
 -- payment; two words also as one: time out), function words not on their own. Each source as {source, lang,
 -- keys (the lexicon's forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), and
--- for a Chinese word its terms (as kb_internal.content_terms gives them, stored at load)}. Bounded: at most
--- 64 words and 200 Chinese characters are looked up.
+-- its terms as kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's
+-- its words)}. Bounded: at most 64 words and 200 Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -45,6 +45,9 @@ declare
     pos integer;
     len integer;
     english jsonb;      -- "position:length" -> the lexicon's forms of that English phrase
+    window_start integer;
+    window_end integer;
+    phrase text;
     entry record;
 begin
     if max_sources < 1 or not (use_lexicon or use_glossary) then
@@ -115,58 +118,73 @@ begin
             end loop;
         end loop;
 
-        -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once: the
-        -- lexicon's form of each (position, length) that it knows, the plainest form first; then longest match
-        english := (
-            with forms as materialized (  -- each word's forms once
-                select p.i, v.form from generate_subscripts(words, 1) as p (i)
-                cross join lateral unnest(kb_internal.english_variants(words[p.i])) as v (form)
-            ),
-            -- the phrase of n.len words that ends at word f.i, its last word in form f.form
-            keys as (
-                select f.i - n.len + 1 as i, n.len, k.key
-                from forms as f
-                cross join generate_series(1, 3) as n (len)
-                cross join lateral (
-                    select array_to_string(words[f.i - n.len + 1:f.i - 1], ' ')
-                        || case when n.len > 1 then ' ' else '' end || f.form as key
-                    union all
-                    -- two words written as one: time out -> timeout, log in -> login
-                    select words[f.i - 1] || f.form where n.len = 2
-                ) as k
-                where f.i - n.len + 1 >= 1
-                    and (n.len > 1 or not (words[f.i] = any(function_words) or length(words[f.i]) < 2))
-            ),
-            -- one index scan for every key
-            known as (
-                select array(
-                    select l.source::text from kb_internal.lexicon_keys as l
-                    where l.lang = 'en' and l.source = any(array(select distinct k.key from keys as k))
-                ) as sources
-            )
-            select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
-                select k.i || ':' || k.len as at, jsonb_agg(distinct k.key) as keys
-                from keys as k cross join known
-                where k.key = any(known.sources)
-                group by k.i, k.len
-            ) as m
-        );
-        pos := 1;
-        while pos <= cardinality(words) loop
-            len := least(3, cardinality(words) - pos + 1);
-            while len >= 1 and not english ? (pos || ':' || len) loop
-                len := len - 1;
-            end loop;
-            if len >= 1 then
-                if not array_to_string(words[pos:pos + len - 1], ' ') = any(taken) then
-                    sources := sources || jsonb_build_object('source', array_to_string(words[pos:pos + len - 1], ' '),
-                        'lang', 'en', 'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb);
-                    taken := taken || array_to_string(words[pos:pos + len - 1], ' ');
+        -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once for the
+        -- start positions of a window of words: the lexicon's form of each (position, length) that it knows, the
+        -- plainest form first; then longest match. Windows of 16 words until max_sources are found: a long
+        -- query's later words cannot be sources (only the first max_sources are kept)
+        window_start := 1;
+        while window_start <= cardinality(words) and jsonb_array_length(sources) < max_sources loop
+            window_end := least(window_start + 15, cardinality(words));
+            english := (
+                with forms as materialized (  -- each word's forms once (a phrase started in the window may end 2 beyond)
+                    select p.i, v.form from generate_series(window_start, least(window_end + 2, cardinality(words))) as p (i)
+                    cross join lateral unnest(kb_internal.english_variants(words[p.i])) as v (form)
+                ),
+                -- the phrase of n.len words that ends at word f.i, its last word in form f.form
+                keys as (
+                    select f.i - n.len + 1 as i, n.len, k.key
+                    from forms as f
+                    cross join generate_series(1, 3) as n (len)
+                    cross join lateral (
+                        select array_to_string(words[f.i - n.len + 1:f.i - 1], ' ')
+                            || case when n.len > 1 then ' ' else '' end || f.form as key
+                        union all
+                        -- two words written as one: time out -> timeout, log in -> login
+                        select words[f.i - 1] || f.form where n.len = 2
+                    ) as k
+                    where f.i - n.len + 1 between window_start and window_end
+                        and (n.len > 1 or not (words[f.i] = any(function_words) or length(words[f.i]) < 2))
+                ),
+                -- one index scan for every key
+                known as (
+                    select array(
+                        select l.source::text from kb_internal.lexicon_keys as l
+                        where l.lang = 'en' and l.source = any(array(select distinct k.key from keys as k))
+                    ) as sources
+                )
+                select coalesce(jsonb_object_agg(m.at, m.keys), '{}') from (
+                    select k.i || ':' || k.len as at, jsonb_agg(distinct k.key) as keys
+                    from keys as k cross join known
+                    where k.key = any(known.sources)
+                    group by k.i, k.len
+                ) as m
+            );
+            pos := window_start;
+            while pos <= window_end loop
+                len := least(3, cardinality(words) - pos + 1);
+                while len >= 1 and not english ? (pos || ':' || len) loop
+                    len := len - 1;
+                end loop;
+                if len >= 1 then
+                    phrase := array_to_string(words[pos:pos + len - 1], ' ');
+                    if not phrase = any(taken) then
+                        -- its terms as kb_internal.content_terms gives them: the lexicon has no English key
+                        -- with a digit, so its words are letters only, each its own term (no parts), less
+                        -- function words and single letters
+                        sources := sources || jsonb_build_object('source', phrase, 'lang', 'en',
+                            'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb,
+                            'terms', to_jsonb(array(
+                                select distinct left(w, 64) from unnest(words[pos:pos + len - 1]) as w
+                                where length(w) > 1 and w <> all(function_words) order by 1
+                            )));
+                        taken := taken || phrase;
+                    end if;
+                    pos := pos + len;
+                else
+                    pos := pos + 1;
                 end if;
-                pos := pos + len;
-            else
-                pos := pos + 1;
-            end if;
+            end loop;
+            window_start := pos;
         end loop;
     end if;
     return (select coalesce(jsonb_agg(s.v order by s.n), '[]') from jsonb_array_elements(sources)
@@ -275,6 +293,8 @@ declare
     sources constant jsonb := kb_internal.translation_sources(query, kb_ids);
     max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
     query_terms constant text[] := kb_internal.query_terms(query);
+    glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
+    lexicon_weight constant double precision := kb_internal.setting_number('lexicon_weight');
     n_chunks double precision;
 begin
     if jsonb_array_length(sources) = 0 or max_translations < 1 then
@@ -293,6 +313,7 @@ begin
         from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
     candidates as materialized (
+        select row_number() over () as id, c.* from (
         select src.n, src.source, src.kind, t.target, t.sense::integer as sense,
             kb_internal.content_terms(t.target) as terms
         from src cross join lateral jsonb_array_elements_text(src.targets) with ordinality as t (target, sense)
@@ -307,6 +328,7 @@ begin
             order by l.sense, length(l.target), l.target limit 8 * max_translations
         ) as l
         where src.kind = 'lexicon'
+        ) as c
     ),
     -- the df of every candidate's terms in the vocabulary of kb_ids, read at once
     term_df as materialized (
@@ -315,14 +337,16 @@ begin
             and st.df > 0
         group by st.term
     ),
+    -- the candidates all of whose terms are known, with their terms' df (one join for all of them)
     counted as (
-        select t.*, d.dfs, d.least_df
-        from candidates as t
-        cross join lateral (
-            select array_agg(s.df order by s.term) as dfs, min(s.df) as least_df, count(*) as n_known
-            from unnest(t.terms) as x (term) join term_df as s on s.term = x.term
-        ) as d
-        where cardinality(t.terms) > 0 and d.n_known = cardinality(t.terms) and not t.terms <@ query_terms
+        select c.n, c.source, c.kind, c.target, c.sense, c.terms,
+            array_agg(s.df order by x.term) as dfs, min(s.df) as least_df
+        from candidates as c
+        cross join lateral unnest(c.terms) as x (term)
+        join term_df as s on s.term = x.term
+        where not c.terms <@ query_terms
+        group by c.id, c.n, c.source, c.kind, c.target, c.sense, c.terms
+        having count(*) = cardinality(c.terms)
     ),
     kept as (
         select c.*, row_number() over (
@@ -347,8 +371,8 @@ begin
         from concepts as c join src on src.n = c.n
     )
     select k.source, c.covers, k.target, x.term, x.df, c.df,
-        case when k.kind = 'glossary' then kb_internal.setting_number('glossary_weight')
-            else kb_internal.setting_number('lexicon_weight') * (c.df / (c.df + c.source_df)) ^ 2
+        case when k.kind = 'glossary' then glossary_weight
+            else lexicon_weight * (c.df / (c.df + c.source_df)) ^ 2
         end / cardinality(k.terms)
         * ln(1 + (n_chunks - greatest(c.df, x.df) + 0.5) / (greatest(c.df, x.df) + 0.5))
         / ln(1 + (n_chunks - x.df + 0.5) / (x.df + 0.5)),

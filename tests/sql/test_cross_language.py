@@ -122,6 +122,50 @@ def test_chinese_words_are_split_by_longest_match_with_their_stored_terms(db):
         assert source["terms"] == expected and source["lang"] == "zh", source
 
 
+def test_english_sources_carry_their_terms_and_long_queries_stop_at_max_sources(db):
+    """An English phrase's terms are what kb_internal.content_terms gives (its words, less function words and
+    single letters: the lexicon has no English key with a digit, whose parts content_terms would add). Words
+    are looked up in windows of 16 until lexicon_max_sources are found: a source after the first window is
+    still found when fewer came before, and a long query's sources are its first max_sources ones."""
+    assert (
+        db.execute("select count(*) from kb_internal.lexicon_keys where lang = 'en' and source ~ '[0-9]'").fetchone()[0]
+        == 0
+    )
+    max_sources = db.execute("select kb_internal.setting_int('lexicon_max_sources')").fetchone()[0]
+    sources = db.execute(
+        "select kb_internal.translation_sources(%s, array[]::integer[])",
+        [" ".join(["the"] * 20) + " database h264 time out a read-only"],
+    ).fetchone()[0]
+    assert [s["source"] for s in sources] == ["database", "time out", "read only"]
+    for source in sources:
+        expected = db.execute("select kb_internal.content_terms(%s)", [source["source"]]).fetchone()[0]
+        assert source["terms"] == expected, source
+    words = [
+        "database",
+        "payment",
+        "certificate",
+        "rotate",
+        "refund",
+        "deploy",
+        "cache",
+        "session",
+        "token",
+        "server",
+        "network",
+        "memory",
+        "library",
+        "window",
+        "garden",
+        "river",
+        "mountain",
+        "teacher",
+    ]
+    sources = db.execute(
+        "select kb_internal.translation_sources(%s, array[]::integer[])", [" ".join(words)]
+    ).fetchone()[0]
+    assert [s["source"] for s in sources] == words[:max_sources]
+
+
 def test_the_lexicon_is_reloaded_when_its_keys_are_missing(db):
     """An edition whose keys are gone (a reload that failed, a database before migration 040's fill) is loaded
     again by the next migrate, not taken as loaded."""
