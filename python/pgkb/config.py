@@ -4,7 +4,7 @@ PGKB_DATABASE_URL   an existing PostgreSQL (else pgkb runs its embedded cluster,
                     primary: ingest, worker, migrations and every other write go here
 PGKB_READ_DATABASE_URL  where reads go (search, MCP): a hot standby, or a libpq multi-host URL with
                     target_session_attrs=prefer-standby (default: the same database as the writers)
-PGKB_DATA_DIR, PGKB_PORT, PGKB_PG_BINDIR   the embedded cluster (see pgkb.cluster)
+PGKB_DATA_DIR, PGKB_PORT, PGKB_PG_BINDIR, PGKB_SHARED_BUFFERS   the embedded cluster (see pgkb.cluster)
 PGKB_DB_DIR         where db/migrations and db/functions live (default: the SQL shipped with the package,
                     pgkb/sql, which is the repository's db/ in a checkout: see packaged_db_dir)
 PGKB_EMBED_PROVIDER offline (default) | sentence-transformers | http

@@ -242,3 +242,35 @@ def test_root_rejects_data_dir_postgres_cannot_reach(make_cluster: Callable[[], 
     with pytest.raises(ClusterError, match="cannot reach"):
         hidden.start()
     assert not hidden.status().running
+
+
+def test_shared_buffers_sized_to_the_machine(
+    make_cluster: Callable[[], EmbeddedCluster], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server gets an eighth of the memory (128 MB .. 4 GB) unless PGKB_SHARED_BUFFERS says otherwise; a
+    malformed or out-of-range value is refused before anything starts, naming the variable."""
+    from pgkb.cluster.bootstrap import _memory_mb, shared_buffers
+
+    memory = _memory_mb()
+    expected = 128 if memory is None else min(max(memory // 8, 128), 4096)
+    monkeypatch.delenv("PGKB_SHARED_BUFFERS", raising=False)
+    assert shared_buffers() == f"{expected}MB"
+    cluster = make_cluster()
+    url = cluster.ensure_running().url
+    assert _query(url, "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'") == expected
+    cluster.stop()
+    monkeypatch.setenv("PGKB_SHARED_BUFFERS", "256MB")
+    assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == "256MB"
+    cluster.stop()
+    for bad in ("64MB", "lots", "2TB", "-1GB", "NaN", "1e3MB", f"{(memory or 10**6) * 2}MB"):
+        monkeypatch.setenv("PGKB_SHARED_BUFFERS", bad)
+        with pytest.raises(ClusterError, match="PGKB_SHARED_BUFFERS"):
+            cluster.start()
+        assert not cluster.status().running
+    # ALTER SYSTEM still wins over the managed file
+    monkeypatch.delenv("PGKB_SHARED_BUFFERS")
+    url = cluster.ensure_running().url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET shared_buffers = '192MB'")
+    cluster.stop()
+    assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == "192MB"

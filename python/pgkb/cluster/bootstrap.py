@@ -1,6 +1,7 @@
 """Making a cluster from nothing: the data and socket directories (owned by the server's OS user),
 ``initdb`` (UTF8, locale C.UTF-8, trust on the socket, TCP rejected), the major-version check of an
-existing data directory, the managed ``pgkb.conf``, and the database pgkb uses."""
+existing data directory, the managed ``pgkb.conf`` (port, socket, and ``shared_buffers`` sized to the
+machine), and the database pgkb uses."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ __all__ = [
     "is_initialized",
     "prepare_directories",
     "prepare_socket_dir",
+    "shared_buffers",
     "write_config",
 ]
 
@@ -34,6 +36,12 @@ log = logging.getLogger(__name__)
 _CONF_FILE = "pgkb.conf"
 _CONF_INCLUDE_LINE = f"include_if_exists = '{_CONF_FILE}'"
 _MAX_SOCKET_PATH = 107  # sizeof(sun_path) - 1 on Linux
+# shared_buffers: an eighth of the memory the server may use, within these bounds (MB). PostgreSQL's 128 MB
+# default holds neither the HNSW graph nor the posting blocks of 100k chunks (195 + 150 MB), and the legs of
+# one search then evict each other's pages (docs/benchmarks.md, "Shared buffers")
+_SHARED_BUFFERS_MIN_MB = 128
+_SHARED_BUFFERS_MAX_MB = 4096
+_SHARED_BUFFERS_ENV = "PGKB_SHARED_BUFFERS"
 
 
 def _conf_quote(value: str) -> str:
@@ -132,8 +140,50 @@ def check_version(commands: ServerCommands, data_dir: Path) -> None:
         )
 
 
+def _memory_mb() -> int | None:
+    """The memory this machine lets the server use, in MB: MemTotal, or a lower cgroup v2 / v1 limit (a
+    container's); None when /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            total = next(int(line.split()[1]) // 1024 for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            limit = Path(limit_file).read_text().strip()
+            if limit.isdigit():
+                total = min(total, int(limit) // (1024 * 1024))
+    return total
+
+
+def shared_buffers(env: dict[str, str] | None = None) -> str:
+    """The embedded cluster's shared_buffers: PGKB_SHARED_BUFFERS (a whole number of MB or GB, e.g. 512MB,
+    2GB), else an eighth of the memory the server may use (:func:`_memory_mb`) between 128 MB and 4 GB.
+
+    Raises:
+        ClusterError: PGKB_SHARED_BUFFERS is not such a size, is below 128MB or above the memory.
+    """
+    value = (os.environ if env is None else env).get(_SHARED_BUFFERS_ENV, "").strip()
+    memory = _memory_mb()
+    if value:
+        match = re.fullmatch(r"([1-9][0-9]{0,6})\s*(MB|GB)", value, flags=re.IGNORECASE)
+        mb = int(match.group(1)) * (1024 if match.group(2).upper() == "GB" else 1) if match else 0
+        if mb < _SHARED_BUFFERS_MIN_MB:
+            raise ClusterError(
+                f"{_SHARED_BUFFERS_ENV} must be a size of at least {_SHARED_BUFFERS_MIN_MB}MB written as "
+                f"<n>MB or <n>GB (e.g. 512MB, 2GB), got {value!r}"
+            )
+        if memory is not None and mb > memory:
+            raise ClusterError(f"{_SHARED_BUFFERS_ENV} is {value}: more than the {memory}MB of memory here")
+        return f"{mb}MB"
+    mb = _SHARED_BUFFERS_MIN_MB if memory is None else memory // 8
+    return f"{min(max(mb, _SHARED_BUFFERS_MIN_MB), _SHARED_BUFFERS_MAX_MB)}MB"
+
+
 def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path) -> None:
-    """(Re)write pgkb.conf with the current port and socket directory; include it from postgresql.conf."""
+    """(Re)write pgkb.conf with the current port, socket directory and :func:`shared_buffers`; include it
+    from postgresql.conf (ALTER SYSTEM still overrides it: postgresql.auto.conf is read last)."""
+    buffers = shared_buffers()
     conf = data_dir / "postgresql.conf"
     text = conf.read_text()
     if _CONF_INCLUDE_LINE not in text.splitlines():
@@ -146,6 +196,7 @@ def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path) -
         "listen_addresses = ''\n"
         f"port = {port}\n"
         f"unix_socket_directories = {_conf_quote(str(socket_dir))}\n"
+        f"shared_buffers = {_conf_quote(buffers)}\n"
     )
     if srv.switch:
         os.chown(tmp, srv.uid, srv.gid)
