@@ -188,6 +188,9 @@ set max_parallel_workers_per_gather = 0
 -- every read is an index lookup keyed by kb_ids: a sequential scan, cheaper on a small table, would read
 -- every knowledge base's blocks and statistics
 set enable_seqscan = off
+-- its reads planned for their arrays of terms and sublists (PostgreSQL's default choice), also when
+-- kb_internal.search forces generic plans: a generic plan reads the posting blocks by bitmap
+set plan_cache_mode = auto
 as $$
 declare
     n_chunks double precision;

@@ -64,6 +64,10 @@ create or replace function kb_internal.search(
 returns setof kb.search_result
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
+-- one plan per statement for the session, here and in every function it calls that does not choose its own
+-- (the vector leg and the fuzzy leg's lookup plan per call): planning the fusion statement at every call
+-- cost about 2 ms of a 10 ms kb.vector_search (docs/benchmarks.md, "Generic plans")
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     kb_ids integer [];
