@@ -99,12 +99,15 @@ begin
             coalesce(cardinality(also), 0), cardinality(also_embeddings) using errcode = 'invalid_parameter_value';
     end if;
     -- a question, not a keyword or an identifier (which a text in another script may well contain): the
-    -- scripts of the phrasings of three terms or more
-    query_scripts := array(
-        select distinct x.script from unnest(phrasings) as p (q)
-        cross join lateral unnest(kb_internal.text_scripts(p.q)) as x (script)
-        where cardinality(kb_internal.query_terms(p.q)) >= 3
-    );
+    -- scripts of the phrasings of three terms or more; read only when the vector leg and a term leg both run
+    -- (the cross-script rule compares them)
+    if vector_weight > 0 and (lexical_weight > 0 or fuzzy_weight > 0) then
+        query_scripts := array(
+            select distinct x.script from unnest(phrasings) as p (q)
+            cross join lateral unnest(kb_internal.text_scripts(p.q)) as x (script)
+            where cardinality(kb_internal.query_terms(p.q)) >= 3
+        );
+    end if;
     if candidates is null or candidates not between 1 and kb_internal.api_limit('candidates') then
         raise exception 'candidates must be between 1 and %, got %', kb_internal.api_limit('candidates'),
             coalesce(candidates::text, 'NULL') using errcode = 'invalid_parameter_value';
