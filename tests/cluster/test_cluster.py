@@ -262,11 +262,14 @@ def test_shared_buffers_sized_to_the_machine(
     monkeypatch.setenv("PGKB_SHARED_BUFFERS", "256MB")
     assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == "256MB"
     cluster.stop()
+    fresh = make_cluster()
     for bad in ("64MB", "lots", "2TB", "-1GB", "NaN", "1e3MB", f"{(memory or 10**6) * 2}MB"):
         monkeypatch.setenv("PGKB_SHARED_BUFFERS", bad)
-        with pytest.raises(ClusterError, match="PGKB_SHARED_BUFFERS"):
-            cluster.start()
-        assert not cluster.status().running
+        for target in (cluster, fresh):
+            with pytest.raises(ClusterError, match="PGKB_SHARED_BUFFERS"):
+                target.start()
+            assert not target.status().running
+        assert not fresh.status().initialized  # refused before initdb: nothing was made
     # ALTER SYSTEM still wins over the managed file
     monkeypatch.delenv("PGKB_SHARED_BUFFERS")
     url = cluster.ensure_running().url

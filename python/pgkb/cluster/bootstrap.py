@@ -180,10 +180,9 @@ def shared_buffers(env: dict[str, str] | None = None) -> str:
     return f"{min(max(mb, _SHARED_BUFFERS_MIN_MB), _SHARED_BUFFERS_MAX_MB)}MB"
 
 
-def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path) -> None:
-    """(Re)write pgkb.conf with the current port, socket directory and :func:`shared_buffers`; include it
-    from postgresql.conf (ALTER SYSTEM still overrides it: postgresql.auto.conf is read last)."""
-    buffers = shared_buffers()
+def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path, buffers: str) -> None:
+    """(Re)write pgkb.conf with the current port, socket directory and shared_buffers (:func:`shared_buffers`);
+    include it from postgresql.conf (ALTER SYSTEM still overrides it: postgresql.auto.conf is read last)."""
     conf = data_dir / "postgresql.conf"
     text = conf.read_text()
     if _CONF_INCLUDE_LINE not in text.splitlines():
