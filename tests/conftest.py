@@ -41,6 +41,10 @@ def pytest_configure(config: pytest.Config) -> None:
     Path(_tmpdir).chmod(0o755)
     _cluster = EmbeddedCluster(data_dir=Path(_tmpdir) / "data", port=_free_port(), dbname="postgres")
     _cluster.start()
+    # the session's cluster has the default shared_buffers (an eighth of the memory); the clusters tests
+    # start beside it (replicas, `pgkb up`, cluster tests) take PostgreSQL's 128 MB, so that several at once
+    # fit a machine that does not overcommit memory
+    os.environ.setdefault("PGKB_SHARED_BUFFERS", "128MB")
     config.option.postgresql_host = str(_cluster.socket_dir)
     config.option.postgresql_port = _cluster.port
     config.option.postgresql_user = _cluster.server_user

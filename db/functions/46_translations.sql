@@ -168,15 +168,16 @@ begin
                 if len >= 1 then
                     phrase := array_to_string(words[pos:pos + len - 1], ' ');
                     if not phrase = any(taken) then
-                        -- its terms as kb_internal.content_terms gives them: the lexicon has no English key
-                        -- with a digit, so its words are letters only, each its own term (no parts), less
-                        -- function words and single letters
+                        -- its terms as kb_internal.content_terms gives them: words of letters only are each
+                        -- their own term (no parts), less function words and single letters (the lexicon has
+                        -- no English key with a digit today; such a phrase would take content_terms' parts)
                         sources := sources || jsonb_build_object('source', phrase, 'lang', 'en',
                             'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb,
-                            'terms', to_jsonb(array(
-                                select distinct left(w, 64) from unnest(words[pos:pos + len - 1]) as w
-                                where length(w) > 1 and w <> all(function_words) order by 1
-                            )));
+                            'terms', to_jsonb(case when phrase ~ '[0-9]' then kb_internal.content_terms(phrase)
+                                else array(
+                                    select distinct left(w, 64) from unnest(words[pos:pos + len - 1]) as w
+                                    where length(w) > 1 and w <> all(function_words) order by 1
+                                ) end));
                         taken := taken || phrase;
                     end if;
                     pos := pos + len;

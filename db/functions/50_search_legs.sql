@@ -404,6 +404,9 @@ create or replace function kb_internal.lexical_leg_scan(
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- its reads planned for their arrays of terms (PostgreSQL's default choice), also when kb_internal.search
+-- forces generic plans
+set plan_cache_mode = auto
 as $$
 declare
     n_chunks double precision;

@@ -247,8 +247,9 @@ def test_root_rejects_data_dir_postgres_cannot_reach(make_cluster: Callable[[], 
 def test_shared_buffers_sized_to_the_machine(
     make_cluster: Callable[[], EmbeddedCluster], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The server gets an eighth of the memory (128 MB .. 4 GB) unless PGKB_SHARED_BUFFERS says otherwise; a
-    malformed or out-of-range value is refused before anything starts, naming the variable."""
+    """The server gets an eighth of the memory (128 MB .. 4 GB) unless PGKB_SHARED_BUFFERS says otherwise or
+    an operator raised it in postgresql.conf; a malformed or out-of-range value is refused before anything
+    starts, naming the variable; ALTER SYSTEM wins over all of them."""
     from pgkb.cluster.bootstrap import _memory_mb, shared_buffers
 
     memory = _memory_mb()
@@ -256,23 +257,31 @@ def test_shared_buffers_sized_to_the_machine(
     monkeypatch.delenv("PGKB_SHARED_BUFFERS", raising=False)
     assert shared_buffers() == f"{expected}MB"
     cluster = make_cluster()
-    url = cluster.ensure_running().url
-    assert _query(url, "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'") == expected
+    assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == f"{expected}MB"
     cluster.stop()
     monkeypatch.setenv("PGKB_SHARED_BUFFERS", "256MB")
     assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == "256MB"
     cluster.stop()
+
     fresh = make_cluster()
-    for bad in ("64MB", "lots", "2TB", "-1GB", "NaN", "1e3MB", f"{(memory or 10**6) * 2}MB"):
+    too_much = f"{memory // 2 + 1}MB" if memory else "9999999GB"
+    for bad in ("64MB", "lots", "2TB", "-1GB", "NaN", "1e3MB", "1\u00a0GB", too_much):
         monkeypatch.setenv("PGKB_SHARED_BUFFERS", bad)
         for target in (cluster, fresh):
             with pytest.raises(ClusterError, match="PGKB_SHARED_BUFFERS"):
                 target.start()
             assert not target.status().running
         assert not fresh.status().initialized  # refused before initdb: nothing was made
-    # ALTER SYSTEM still wins over the managed file
+
+    # an operator's larger value in postgresql.conf is kept; the variable still wins over it
     monkeypatch.delenv("PGKB_SHARED_BUFFERS")
+    conf = cluster.data_dir / "postgresql.conf"
+    conf.write_text(conf.read_text().replace("\nshared_buffers = ", "\nshared_buffers = 384MB # tuned, was "))
+    assert _query(cluster.ensure_running().url, "SHOW shared_buffers") == "384MB"
+    cluster.stop()
+    monkeypatch.setenv("PGKB_SHARED_BUFFERS", "256MB")
     url = cluster.ensure_running().url
+    assert _query(url, "SHOW shared_buffers") == "256MB"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET shared_buffers = '192MB'")
     cluster.stop()

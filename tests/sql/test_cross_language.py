@@ -137,6 +137,12 @@ def test_english_sources_carry_their_terms_and_long_queries_stop_at_max_sources(
         [" ".join(["the"] * 20) + " database h264 time out a read-only"],
     ).fetchone()[0]
     assert [s["source"] for s in sources] == ["database", "time out", "read only"]
+    # a phrase across a window's end (words 16 and 17) is found whole
+    across = db.execute(
+        "select kb_internal.translation_sources(%s, array[]::integer[])", [" ".join(["the"] * 15) + " time out refund"]
+    ).fetchone()[0]
+    assert [s["source"] for s in across] == ["time out", "refund"]
+    sources += across
     for source in sources:
         expected = db.execute("select kb_internal.content_terms(%s)", [source["source"]]).fetchone()[0]
         assert source["terms"] == expected, source

@@ -140,51 +140,94 @@ def check_version(commands: ServerCommands, data_dir: Path) -> None:
         )
 
 
+def _cgroup_limits_mb() -> list[int]:
+    """The memory limits, in MB, of this process's cgroup and its ancestors (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), read where /proc/self/cgroup says the process is; none when unlimited or
+    unreadable."""
+    limits = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                root, name = Path("/sys/fs/cgroup"), "memory.max"  # v2, the unified hierarchy
+            elif "memory" in controllers.split(","):
+                root, name = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"  # v1
+            else:
+                continue
+            group = root / path.lstrip("/")
+            for directory in (group, *group.parents):
+                if not directory.is_relative_to(root):
+                    break
+                with contextlib.suppress(OSError, ValueError):
+                    limit = (directory / name).read_text().strip()
+                    if limit.isdigit():
+                        limits.append(int(limit) // (1024 * 1024))
+    return limits
+
+
 def _memory_mb() -> int | None:
-    """The memory this machine lets the server use, in MB: MemTotal, or a lower cgroup v2 / v1 limit (a
-    container's); None when /proc/meminfo cannot be read."""
+    """The memory this machine lets the server use, in MB: MemTotal, or the lowest memory limit of this
+    process's cgroups (a container's, a systemd unit's) when lower; None when /proc/meminfo cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             total = next(int(line.split()[1]) // 1024 for line in fh if line.startswith("MemTotal:"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        with contextlib.suppress(OSError, ValueError):
-            limit = Path(limit_file).read_text().strip()
-            if limit.isdigit():
-                total = min(total, int(limit) // (1024 * 1024))
-    return total
+    return min([total, *_cgroup_limits_mb()])
 
 
-def shared_buffers(env: dict[str, str] | None = None) -> str:
+def _configured_shared_buffers_mb(conf_text: str) -> int | None:
+    """The shared_buffers an operator set in postgresql.conf (its last active line, before pgkb's include),
+    in MB, or None when there is none or it cannot be read as a size."""
+    found = None
+    for line in conf_text.split(_CONF_INCLUDE_LINE)[0].splitlines():
+        match = re.fullmatch(r"\s*shared_buffers\s*=?\s*'?([0-9]+)\s*(kB|MB|GB)?'?\s*(#.*)?", line)
+        if match:
+            n, unit = int(match.group(1)), match.group(2)
+            found = {"kB": n // 1024, "MB": n, "GB": n * 1024}[unit] if unit else n * 8 // 1024
+    return found
+
+
+def shared_buffers(env: dict[str, str] | None = None, conf_text: str = "") -> str | None:
     """The embedded cluster's shared_buffers: PGKB_SHARED_BUFFERS (a whole number of MB or GB, e.g. 512MB,
-    2GB), else an eighth of the memory the server may use (:func:`_memory_mb`) between 128 MB and 4 GB.
+    2GB, at most half the memory the server may use); else None when ``conf_text`` (postgresql.conf) sets
+    more than PostgreSQL's 128 MB (an operator's choice, kept); else an eighth of that memory
+    (:func:`_memory_mb`) between 128 MB and 4 GB.
 
     Raises:
-        ClusterError: PGKB_SHARED_BUFFERS is not such a size, is below 128MB or above the memory.
+        ClusterError: PGKB_SHARED_BUFFERS is not such a size, is below 128MB or above half the memory.
     """
     value = (os.environ if env is None else env).get(_SHARED_BUFFERS_ENV, "").strip()
     memory = _memory_mb()
+    # PGKB_SHARED_BUFFERS wins over postgresql.conf
     if value:
-        match = re.fullmatch(r"([1-9][0-9]{0,6})\s*(MB|GB)", value, flags=re.IGNORECASE)
+        match = re.fullmatch(r"([1-9][0-9]{0,6}) ?(MB|GB)", value, flags=re.IGNORECASE | re.ASCII)
         mb = int(match.group(1)) * (1024 if match.group(2).upper() == "GB" else 1) if match else 0
         if mb < _SHARED_BUFFERS_MIN_MB:
             raise ClusterError(
                 f"{_SHARED_BUFFERS_ENV} must be a size of at least {_SHARED_BUFFERS_MIN_MB}MB written as "
                 f"<n>MB or <n>GB (e.g. 512MB, 2GB), got {value!r}"
             )
-        if memory is not None and mb > memory:
-            raise ClusterError(f"{_SHARED_BUFFERS_ENV} is {value}: more than the {memory}MB of memory here")
+        if memory is not None and mb > memory // 2:
+            raise ClusterError(
+                f"{_SHARED_BUFFERS_ENV} is {value}: more than half of the {memory}MB of memory here "
+                "(the server would not start, or be killed when its buffers fill)"
+            )
         return f"{mb}MB"
+    configured = _configured_shared_buffers_mb(conf_text)
+    if configured is not None and configured > _SHARED_BUFFERS_MIN_MB:
+        return None
     mb = _SHARED_BUFFERS_MIN_MB if memory is None else memory // 8
     return f"{min(max(mb, _SHARED_BUFFERS_MIN_MB), _SHARED_BUFFERS_MAX_MB)}MB"
 
 
-def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path, buffers: str) -> None:
-    """(Re)write pgkb.conf with the current port, socket directory and shared_buffers (:func:`shared_buffers`);
-    include it from postgresql.conf (ALTER SYSTEM still overrides it: postgresql.auto.conf is read last)."""
+def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path) -> None:
+    """(Re)write pgkb.conf with the current port, socket directory and :func:`shared_buffers` (none when an
+    operator set more than 128 MB in postgresql.conf); include it from postgresql.conf (ALTER SYSTEM still
+    overrides it: postgresql.auto.conf is read last)."""
     conf = data_dir / "postgresql.conf"
     text = conf.read_text()
+    buffers = shared_buffers(conf_text=text)
     if _CONF_INCLUDE_LINE not in text.splitlines():
         with conf.open("a") as fh:
             fh.write(f"\n# Settings managed by pgkb (rewritten at every start).\n{_CONF_INCLUDE_LINE}\n")
@@ -195,7 +238,7 @@ def write_config(srv: ServerUser, data_dir: Path, port: int, socket_dir: Path, b
         "listen_addresses = ''\n"
         f"port = {port}\n"
         f"unix_socket_directories = {_conf_quote(str(socket_dir))}\n"
-        f"shared_buffers = {_conf_quote(buffers)}\n"
+        + (f"shared_buffers = {_conf_quote(buffers)}\n" if buffers else "")
     )
     if srv.switch:
         os.chown(tmp, srv.uid, srv.gid)

@@ -194,14 +194,14 @@ class EmbeddedCluster:
         """
         with self._lock():
             if not wait_until_ready_or_down(self.data_dir, self.log_file):
-                buffers = shared_buffers()  # a bad PGKB_SHARED_BUFFERS is refused before anything is made
+                shared_buffers()  # a bad PGKB_SHARED_BUFFERS is refused before anything is made
                 prepare_directories(self._commands, self.data_dir, self.socket_dir, self.port)
                 if self._initialized():
                     check_version(self._commands, self.data_dir)
                 else:
                     log.info("initialising PostgreSQL cluster in %s", self.data_dir)
                     initdb(self._commands, self.data_dir)
-                write_config(self._srv, self.data_dir, self.port, self.socket_dir, buffers)
+                write_config(self._srv, self.data_dir, self.port, self.socket_dir)
                 log.info("starting PostgreSQL cluster in %s (socket %s)", self.data_dir, self.socket_dir)
                 pg_ctl_start(self._commands, self.data_dir, self.log_file)
             st = self.status()
