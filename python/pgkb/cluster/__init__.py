@@ -16,8 +16,9 @@ Layout and defaults (each overridable through the environment):
 * cluster locale ``C.UTF-8``, encoding UTF8 (``pg_trgm`` needs a UTF-8 ``LC_CTYPE`` to build
   trigrams of non-ASCII text such as Chinese); local connections use ``trust`` authentication and TCP
   connections are rejected;
-* ``shared_buffers`` -- ``PGKB_SHARED_BUFFERS``; default an eighth of the memory (a container's limit
-  when lower), between 128 MB and 4 GB;
+* ``shared_buffers`` -- ``PGKB_SHARED_BUFFERS`` (at most half the memory); default an eighth of the
+  memory (the process's cgroup limit when lower), between 128 MB and 4 GB, unless ``postgresql.conf`` sets
+  more;
 * the server log is ``<data dir>/server.log``; the settings pgkb manages live in
   ``<data dir>/pgkb.conf``, included from ``postgresql.conf`` and rewritten at every start.
 
