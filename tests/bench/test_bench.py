@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pgkb.bench.breakdown import PARTS
 from pgkb.bench.data import (
     ANCHOR_COSINE,
     CHUNKS_PER_CENTRE,
@@ -162,8 +163,21 @@ def test_bench_reports_everything(db, datasets, tmp_path):
         assert r.mcp.client_ms[k] > timed[k]["total"] >= timed[k]["embed"] + timed[k]["search"] - 0.02
         assert r.mcp.search_ms[k] > 0 and 0 < r.mcp.outside_search_ms[k] <= r.mcp.overhead_ms[k] + 0.02
 
+    # the breakdown: every query once, its legs and fusion timed by the server's function timers, which run
+    # inside the call (so the parts fit in its wall time) and name kb_internal.search's legs
+    b = r.breakdown
+    assert b is not None and len(b.wall) == 6 and set(b.parts) == set(PARTS)
+    for k in range(6):
+        assert b.parts["vector leg"][k] > 0 and b.parts["BM25 legs"][k] > 0
+        assert b.parts["fusion and materialisation"][k] > 0 and b.parts["the rest"][k] >= 0
+        assert sum(b.parts[p][k] for p in PARTS) == pytest.approx(b.wall[k])
+    assert any(g.name.startswith("fusion and materialisation p95") for g in r.goals)
+
     report = out.read_text()
-    headings = ("p99 ms", "recall@10", "| QPS |", "MCP `search_knowledge`", "build s", "| goal |", "slowest question")
+    headings = (
+        "p99 ms", "Where hybrid's time goes", "recall@10", "| QPS |", "MCP `search_knowledge`", "build s", "| goal |",
+        "slowest question",
+    )  # fmt: skip
     for heading in headings:
         assert heading in report
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pgkb.bench.breakdown import PARTS, Breakdown
 from pgkb.bench.concurrency import ConcurrencyRow
 from pgkb.bench.latency import MODES, ModeStats
 from pgkb.bench.load import LoadReport
@@ -28,6 +29,7 @@ GOALS = {
     "worst_question_ratio": 3.0,  # slowest question of a shared set (lexical leg) / vector leg p95
     "translation_ratio": 1.1,  # hybrid p95 / hybrid p95 without the lexicon and glossaries (issue 31)
     "question_log_ratio": 1.05,  # hybrid p95 with the question log on / hybrid p95 (issue 34)
+    "fusion_ms": 1.0,  # p95 of kb_internal.search's fusion and materialisation (pgkb.bench.breakdown; issue 33)
 }
 
 
@@ -62,6 +64,7 @@ class BenchResult:
     mcp: McpResult | None
     # bytes of every lexical structure (machine.lexical_storage) and of the chunk text
     lexical_bytes: tuple[int, int] | None = None
+    breakdown: Breakdown | None = None  # None: not measured (no superuser)
     goals: list[Goal] = field(default_factory=list)
 
 
@@ -88,6 +91,15 @@ def check_goals(r: BenchResult) -> list[Goal]:
             "hybrid p95 with the question log on <= {goal} x hybrid p95",
         ),
     ]  # fmt: skip
+    if r.breakdown is not None:
+        fusion = r.breakdown.pct("fusion and materialisation", 95)
+        goals.append(
+            Goal(
+                f"fusion and materialisation p95 <= {GOALS['fusion_ms']:g} ms (from the breakdown)",
+                f"{_fmt(fusion)} ms",
+                fusion <= GOALS["fusion_ms"],
+            )
+        )
     if r.lexical_bytes is not None:
         lexical, text = r.lexical_bytes
         goals.append(
@@ -142,6 +154,25 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
+def _breakdown_lines(b: Breakdown, plain95: float) -> list[str]:
+    lines = [
+        f"### Where hybrid's time goes ({len(b.wall)} searches, function timers; pgkb.bench.breakdown)",
+        "",
+        "| part | p50 ms | p95 ms | mean ms |",
+        "|---|---:|---:|---:|",
+    ]
+    rows = [(p, b.parts[p]) for p in PARTS] + [("the legs one after another (the floor)", b.floor)]
+    rows.append(("the call, with the timers on", b.wall))
+    lines += [
+        f"| {label} | {_fmt(float(np.percentile(v, 50)))} | {_fmt(float(np.percentile(v, 95)))} "
+        f"| {_fmt(float(np.mean(v)))} |"
+        for label, v in rows
+    ]
+    floor95 = float(np.percentile(b.floor, 95))
+    lines += ["", f"- the floor's p95 / vector_plain p95 = {floor95 / plain95:.2f}", ""]
+    return lines
+
+
 def render_report(r: BenchResult) -> str:
     s = r.stats
     when = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -178,6 +209,8 @@ def render_report(r: BenchResult) -> str:
         f"- plain vector query uses the HNSW index: **{'yes' if r.uses_hnsw else 'NO'}**",
         "",
     ]
+    if r.breakdown is not None:
+        lines += _breakdown_lines(r.breakdown, s["vector_plain"].pct(95))
     if r.question_sets:
         lines += [
             "### Shared question sets through `kb.lexical_search` (top 10, one connection)",

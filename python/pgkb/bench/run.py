@@ -19,7 +19,9 @@ one to read recall from; see pgkb.bench.data), written in bulk or through ``kb.r
    * ``vector`` / ``lexical`` / ``fuzzy`` -- ``kb.vector_search`` / ``kb.lexical_search`` /
      ``kb.fuzzy_search`` with ``top_k = 10`` (vector-only, lexical-only, fuzzy-only);
 
-   then the shared question sets' own questions through ``kb.lexical_search`` (pgkb.bench.question_sets);
+   then where a hybrid search's time goes, per query: each leg, fusion and materialisation, the rest
+   (pgkb.bench.breakdown); then the shared question sets' own questions through ``kb.lexical_search``
+   (pgkb.bench.question_sets);
 2. HNSW recall@10 against exact search (pgkb.bench.recall);
 3. relation sizes, and the index build times of a bulk load (pgkb.bench.load);
 4. a concurrency sweep of ``hybrid`` and ``vector_plain`` (pgkb.bench.concurrency);
@@ -42,6 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgkb.bench.breakdown import hybrid_breakdown
 from pgkb.bench.concurrency import sweep
 from pgkb.bench.data import (
     ANCHORS,
@@ -175,6 +178,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
         sql = mode_sql(model, kb_id)
         params = query_params(options.kb_name, query_texts, model.dimension, source)
         stats = time_modes(conn, sql, params, ef_search)
+        breakdown = hybrid_breakdown(conn, sql["hybrid"], params)
         question_sets = []
         if options.set_queries:
             sets = load_question_sets(Path(options.datasets))
@@ -209,6 +213,7 @@ def run_search_bench(options: BenchOptions, embedder=None, settings=None) -> Ben
             explain=explain,
             uses_hnsw=uses_hnsw,
             stats=stats,
+            breakdown=breakdown,
             question_sets=question_sets,
             recall=recall,
             concurrency=concurrency,
