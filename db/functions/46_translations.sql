@@ -1,18 +1,54 @@
 -- Offline translation of a query's words for the term legs and the answer gate: a knowledge base's glossary
 -- (kb.glossary, 44_glossary.sql) and the Chinese–English lexicon (kb_internal.lexicon: CC-CEDICT, CC BY-SA 4.0,
--- loaded by `pgkb db migrate`, pgkb.lexicon). kb_internal.lexical_query_terms (50_search_legs.sql) adds the
--- translations to the query's terms, weighted below them; kb.answer_evidence counts a query term as covered
+-- both ways, and ECDICT, MIT, English to Chinese; loaded by `pgkb db migrate`, pgkb.lexicon).
+-- kb_internal.lexical_query_terms (50_search_legs.sql) adds the translations to the query's terms, weighted below them; kb.answer_evidence counts a query term as covered
 -- by a chunk that holds one of its translations. Every read is keyed by the searched kb_ids.
+
+-- The terms of an English phrase of words of letters (a lexicon key, a query's words joined by one space), as
+-- kb_internal.content_terms gives them, cheaply: each word longer than one letter and not a function word is
+-- its own term (no parts, no stems). The lexicon's loader and kb_internal.translation_sources read it.
+create or replace function kb_internal.english_phrase_terms(phrase text)
+returns text[]
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    return array(
+        select distinct left(w, 64) from unnest(string_to_array(phrase, ' ')) as w
+        where length(w) > 1 and w <> all(kb_internal.english_function_words()) order by 1
+    );
+end
+$$;
+
+-- An English source of kb_internal.translation_sources: the phrase of words (of a query), the lexicon's forms
+-- of it (keys), and its terms as kb_internal.content_terms gives them (words of letters: each its own term, less
+-- function words and single letters; the lexicon has no English key with a digit today, and such a phrase
+-- takes content_terms' parts).
+create or replace function kb_internal.english_source(words text[], keys jsonb)
+returns jsonb
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    phrase constant text := array_to_string(words, ' ');
+begin
+    return jsonb_build_object('source', phrase, 'lang', 'en', 'keys', keys, 'kind', 'lexicon',
+        'targets', '[]'::jsonb, 'terms', to_jsonb(case when phrase ~ '[0-9]' then kb_internal.content_terms(phrase)
+            else kb_internal.english_phrase_terms(phrase) end));
+end
+$$;
 
 -- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
 -- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
 -- by longest match (words of 2 to 8 characters, the first 200 characters of the query), the English words by
 -- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
--- payment; two words also as one: time out), function words not on their own. Each source as {source, lang,
--- keys (the lexicon's forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), and
--- its terms as kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's
--- its words)}. Bounded: at most 64 words and 200 Chinese characters are looked up.
+-- payment; two words also as one: time out), none starting with a function word or a letter (not the time,
+-- as is, for a, do i). Each source as {source, lang, keys (the lexicon's
+-- forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), its terms as
+-- kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's its words), and
+-- for an English phrase its parts (the sources of the words it is made of, by longest match)}. Bounded: at
+-- most 64 words and 200 Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -45,6 +81,9 @@ declare
     pos integer;
     len integer;
     english jsonb;      -- "position:length" -> the lexicon's forms of that English phrase
+    parts jsonb;        -- the sources a phrase is made of
+    part_pos integer;
+    part_len integer;
     window_start integer;
     window_end integer;
     phrase text;
@@ -143,7 +182,9 @@ begin
                         select words[f.i - 1] || f.form where n.len = 2
                     ) as k
                     where f.i - n.len + 1 between window_start and window_end
-                        and (n.len > 1 or not (words[f.i] = any(function_words) or length(words[f.i]) < 2))
+                        -- a word, or a phrase, that starts with a word of its own: not a function word or a
+                        -- letter (the time, as is; for a -> fora, do i -> doi)
+                        and length(words[f.i - n.len + 1]) > 1 and not words[f.i - n.len + 1] = any(function_words)
                 ),
                 -- one index scan for every key
                 known as (
@@ -168,16 +209,32 @@ begin
                 if len >= 1 then
                     phrase := array_to_string(words[pos:pos + len - 1], ' ');
                     if not phrase = any(taken) then
-                        -- its terms as kb_internal.content_terms gives them: words of letters only are each
-                        -- their own term (no parts), less function words and single letters (the lexicon has
-                        -- no English key with a digit today; such a phrase would take content_terms' parts)
-                        sources := sources || jsonb_build_object('source', phrase, 'lang', 'en',
-                            'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb,
-                            'terms', to_jsonb(case when phrase ~ '[0-9]' then kb_internal.content_terms(phrase)
-                                else array(
-                                    select distinct left(w, 64) from unnest(words[pos:pos + len - 1]) as w
-                                    where length(w) > 1 and w <> all(function_words) order by 1
-                                ) end));
+                        -- a phrase's parts: the shorter words and phrases it is made of (longest match inside
+                        -- it), which kb_internal.query_translations reads when the phrase has no translation
+                        -- the knowledge holds (read-only access -> 只读访问; else read only -> 只读)
+                        parts := '[]';
+                        part_pos := pos;
+                        while len > 1 and part_pos < pos + len loop
+                            part_len := pos + len - part_pos;
+                            if part_pos = pos then
+                                part_len := len - 1;
+                            end if;
+                            while part_len >= 1 and not english ? (part_pos || ':' || part_len) loop
+                                part_len := part_len - 1;
+                            end loop;
+                            if part_len >= 1 then
+                                parts := parts || kb_internal.english_source(
+                                    words[part_pos:part_pos + part_len - 1], english -> (part_pos || ':' || part_len)
+                                );
+                                part_pos := part_pos + part_len;
+                            else
+                                part_pos := part_pos + 1;
+                            end if;
+                        end loop;
+                        sources := sources || (
+                            kb_internal.english_source(words[pos:pos + len - 1], english -> (pos || ':' || len))
+                            || jsonb_build_object('parts', parts)
+                        );
                         taken := taken || phrase;
                     end if;
                     pos := pos + len;
@@ -269,7 +326,10 @@ $$;
 -- The translations of query's words that the term legs score and the answer gate reads: for each source of
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
--- lexicon_max_translations (aliases first, then by sense, then the commonest). One row per translation term:
+-- lexicon_max_translations (aliases first, then by sense -- for an English word, those both dictionaries give
+-- first: kb_internal.lexicon.sense -- then the commonest); an English phrase with none is translated by its
+-- parts instead (read-only access: 只读访问 where the knowledge holds it, else read only: 只读). One row per
+-- translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /
@@ -297,21 +357,34 @@ declare
     glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
     lexicon_weight constant double precision := kb_internal.setting_number('lexicon_weight');
     n_chunks double precision;
+    flat jsonb;         -- the sources (n: ten times their place), each followed by its parts (parent: its n)
 begin
     if jsonb_array_length(sources) = 0 or max_translations < 1 then
         return;
     end if;
+    -- a phrase's parts stand in for it when it has no translation kept (one array: the statement below plans
+    -- for as many rows as the sources, not for every source times its parts)
+    flat := (
+        select jsonb_agg(x.v order by x.n) from (
+            select s.v - 'parts' || jsonb_build_object('n', 10 * s.n) as v, 10 * s.n as n
+            from jsonb_array_elements(sources) with ordinality as s (v, n)
+            union all
+            select p.v || jsonb_build_object('n', 10 * s.n + p.m, 'parent', 10 * s.n), 10 * s.n + p.m
+            from jsonb_array_elements(sources) with ordinality as s (v, n)
+            cross join lateral jsonb_array_elements(coalesce(s.v -> 'parts', '[]')) with ordinality as p (v, m)
+        ) as x
+    );
     select greatest(coalesce(sum(k.chunk_count), 0), 1) into n_chunks
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     return query
     with src as materialized (
-        select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang,
-            array(select jsonb_array_elements_text(s.v -> 'keys')) as keys, s.v ->> 'kind' as kind,
-            s.v -> 'targets' as targets, case when s.v ? 'terms'
+        select (s.v ->> 'n')::integer as n, (s.v ->> 'parent')::integer as parent, s.v ->> 'source' as source,
+            s.v ->> 'lang' as lang, array(select jsonb_array_elements_text(s.v -> 'keys')) as keys,
+            s.v ->> 'kind' as kind, s.v -> 'targets' as targets, case when s.v ? 'terms'
                 then array(select jsonb_array_elements_text(s.v -> 'terms'))
                 else kb_internal.content_terms(s.v ->> 'source')
             end as terms
-        from jsonb_array_elements(sources) with ordinality as s (v, n)
+        from jsonb_array_elements(flat) as s (v)
     ),
     candidates as materialized (
         select row_number() over () as id, c.* from (
@@ -322,9 +395,13 @@ begin
         union all
         select src.n, src.source, src.kind, l.target, l.sense::integer, l.terms
         from src cross join lateral (
-            select distinct on (l.sense, length(l.target), l.target) l.target, l.sense, l.terms
-            from kb_internal.lexicon as l
-            where l.lang = src.lang and l.source = any(src.keys)
+            select l.target, l.sense, l.terms from (
+                -- each translation once, at its best sense over the source's forms (naming, name: 命名)
+                select distinct on (l.target) l.target, l.sense, l.terms
+                from kb_internal.lexicon as l
+                where l.lang = src.lang and l.source = any(src.keys)
+                order by l.target, l.sense
+            ) as l
             -- the first senses, the shortest (commonest) words first: a common English word has up to ~150
             order by l.sense, length(l.target), l.target limit 8 * max_translations
         ) as l
@@ -349,15 +426,21 @@ begin
         group by c.id, c.n, c.source, c.kind, c.target, c.sense, c.terms
         having count(*) = cardinality(c.terms)
     ),
-    kept as (
+    ranked as (
         select c.*, row_number() over (
                 partition by c.n order by c.kind = 'glossary' desc, c.sense, c.least_df desc, c.target
             ) as place
         from counted as c
     ),
+    -- the first max_translations of each source; a phrase's parts only when the phrase has none
+    kept as (
+        select r.* from ranked as r join src on src.n = r.n
+        where r.place <= max_translations
+            and (src.parent is null or not exists (select from ranked as p where p.n = src.parent))
+    ),
     concepts as (
         select k.n, least(sum(k.least_df), n_chunks) as df
-        from kept as k where k.place <= max_translations group by k.n
+        from kept as k group by k.n
     ),
     -- the source's own df (its rarest term's; 0 when one is absent): a word the knowledge already uses as
     -- often as its translations needs them little
@@ -381,7 +464,6 @@ begin
     from kept as k
     join own as c on c.n = k.n
     cross join lateral unnest(k.terms, k.dfs) as x (term, df)
-    where k.place <= max_translations
     order by k.n, k.place, x.term;
 end
 $$;
@@ -389,8 +471,8 @@ $$;
 -- The question as the lexicon and the glossaries write it in the other language, for the vector leg: when
 -- the caller passed no phrasing of its own (also empty or NULL), the question is Chinese or English, and the
 -- knowledge of kb_ids is mostly in the other language or mixed (the main language of their language profile,
--- kb.language_profile). Then: per source, the translation into the other language that the knowledge uses
--- most, in the order of the sources, then the question's own Latin terms that no source covers and the
+-- kb.language_profile). Then: per source, the translation into the other language that
+-- kb_internal.query_translations ranks first, in the order of the sources, then the question's own Latin terms that no source covers and the
 -- knowledge holds (identifiers: tls, user_id, 401). NULL otherwise, or when the translations and identifiers
 -- carry less than half of the question's dictionary words and identifiers.
 create or replace function kb_internal.translated_question(query text, kb_ids integer[], also text[] default null)
@@ -420,17 +502,18 @@ begin
     select jsonb_agg(jsonb_build_object('translation', t.translation, 'covers', to_jsonb(t.covers)) order by t.place)
     into chosen
     from (
-        -- per source, the translation the knowledge uses most (the df of its rarest term)
+        -- per source, the translation the term legs rank first (glossary aliases, then the best-attested
+        -- sense, then the commonest in the knowledge: kb_internal.query_translations)
         select distinct on (q.source) q.source, q.translation, q.covers, q.place
         from (
-            select r.source, r.translation, min(r.covers) as covers, min(r.df) as df, min(r.place) as place
+            select r.source, r.translation, min(r.covers) as covers, min(r.place) as place
             from kb_internal.query_translations(query, kb_ids) with ordinality as r (
                 source, covers, translation, term, df, concept_df, weight, kind, place
             )
             where kb_internal.text_language(r.translation) = target
             group by r.source, r.translation
         ) as q
-        order by q.source, q.df desc, q.place
+        order by q.source, q.place
     ) as t;
     if chosen is null then
         return null;

