@@ -46,9 +46,8 @@ $$;
 -- payment; two words also as one: time out), none starting with a function word or a letter (not the time,
 -- as is, for a, do i). Each source as {source, lang, keys (the lexicon's
 -- forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), its terms as
--- kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's its words), and
--- for an English phrase its parts (the sources of the words it is made of, by longest match)}. Bounded: at
--- most 64 words and 200 Chinese characters are looked up.
+-- kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's its words)}.
+-- Bounded: at most 64 words and 200 Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -81,9 +80,6 @@ declare
     pos integer;
     len integer;
     english jsonb;      -- "position:length" -> the lexicon's forms of that English phrase
-    parts jsonb;        -- the sources a phrase is made of
-    part_pos integer;
-    part_len integer;
     window_start integer;
     window_end integer;
     phrase text;
@@ -209,32 +205,8 @@ begin
                 if len >= 1 then
                     phrase := array_to_string(words[pos:pos + len - 1], ' ');
                     if not phrase = any(taken) then
-                        -- a phrase's parts: the shorter words and phrases it is made of (longest match inside
-                        -- it), which kb_internal.query_translations reads when the phrase has no translation
-                        -- the knowledge holds (read-only access -> 只读访问; else read only -> 只读)
-                        parts := '[]';
-                        part_pos := pos;
-                        while len > 1 and part_pos < pos + len loop
-                            part_len := pos + len - part_pos;
-                            if part_pos = pos then
-                                part_len := len - 1;
-                            end if;
-                            while part_len >= 1 and not english ? (part_pos || ':' || part_len) loop
-                                part_len := part_len - 1;
-                            end loop;
-                            if part_len >= 1 then
-                                parts := parts || kb_internal.english_source(
-                                    words[part_pos:part_pos + part_len - 1], english -> (part_pos || ':' || part_len)
-                                );
-                                part_pos := part_pos + part_len;
-                            else
-                                part_pos := part_pos + 1;
-                            end if;
-                        end loop;
-                        sources := sources || (
-                            kb_internal.english_source(words[pos:pos + len - 1], english -> (pos || ':' || len))
-                            || jsonb_build_object('parts', parts)
-                        );
+                        sources := sources
+                            || kb_internal.english_source(words[pos:pos + len - 1], english -> (pos || ':' || len));
                         taken := taken || phrase;
                     end if;
                     pos := pos + len;
@@ -327,9 +299,7 @@ $$;
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (aliases first, then by sense -- for an English word, those both dictionaries give
--- first: kb_internal.lexicon.sense -- then the commonest); an English phrase with none is translated by its
--- parts instead (read-only access: 只读访问 where the knowledge holds it, else read only: 只读). One row per
--- translation term:
+-- first: kb_internal.lexicon.sense -- then the commonest). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /
@@ -357,34 +327,21 @@ declare
     glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
     lexicon_weight constant double precision := kb_internal.setting_number('lexicon_weight');
     n_chunks double precision;
-    flat jsonb;         -- the sources (n: ten times their place), each followed by its parts (parent: its n)
 begin
     if jsonb_array_length(sources) = 0 or max_translations < 1 then
         return;
     end if;
-    -- a phrase's parts stand in for it when it has no translation kept (one array: the statement below plans
-    -- for as many rows as the sources, not for every source times its parts)
-    flat := (
-        select jsonb_agg(x.v order by x.n) from (
-            select s.v - 'parts' || jsonb_build_object('n', 10 * s.n) as v, 10 * s.n as n
-            from jsonb_array_elements(sources) with ordinality as s (v, n)
-            union all
-            select p.v || jsonb_build_object('n', 10 * s.n + p.m, 'parent', 10 * s.n), 10 * s.n + p.m
-            from jsonb_array_elements(sources) with ordinality as s (v, n)
-            cross join lateral jsonb_array_elements(coalesce(s.v -> 'parts', '[]')) with ordinality as p (v, m)
-        ) as x
-    );
     select greatest(coalesce(sum(k.chunk_count), 0), 1) into n_chunks
     from kb.knowledge_bases as k where k.id = any(kb_ids);
     return query
     with src as materialized (
-        select (s.v ->> 'n')::integer as n, (s.v ->> 'parent')::integer as parent, s.v ->> 'source' as source,
-            s.v ->> 'lang' as lang, array(select jsonb_array_elements_text(s.v -> 'keys')) as keys,
-            s.v ->> 'kind' as kind, s.v -> 'targets' as targets, case when s.v ? 'terms'
+        select s.n, s.v ->> 'source' as source, s.v ->> 'lang' as lang,
+            array(select jsonb_array_elements_text(s.v -> 'keys')) as keys, s.v ->> 'kind' as kind,
+            s.v -> 'targets' as targets, case when s.v ? 'terms'
                 then array(select jsonb_array_elements_text(s.v -> 'terms'))
                 else kb_internal.content_terms(s.v ->> 'source')
             end as terms
-        from jsonb_array_elements(flat) as s (v)
+        from jsonb_array_elements(sources) with ordinality as s (v, n)
     ),
     candidates as materialized (
         select row_number() over () as id, c.* from (
@@ -426,17 +383,15 @@ begin
         group by c.id, c.n, c.source, c.kind, c.target, c.sense, c.terms
         having count(*) = cardinality(c.terms)
     ),
-    ranked as (
-        select c.*, row_number() over (
-                partition by c.n order by c.kind = 'glossary' desc, c.sense, c.least_df desc, c.target
-            ) as place
-        from counted as c
-    ),
-    -- the first max_translations of each source; a phrase's parts only when the phrase has none
+    -- the first max_translations of each source
     kept as (
-        select r.* from ranked as r join src on src.n = r.n
+        select r.* from (
+            select c.*, row_number() over (
+                    partition by c.n order by c.kind = 'glossary' desc, c.sense, c.least_df desc, c.target
+                ) as place
+            from counted as c
+        ) as r
         where r.place <= max_translations
-            and (src.parent is null or not exists (select from ranked as p where p.n = src.parent))
     ),
     concepts as (
         select k.n, least(sum(k.least_df), n_chunks) as df

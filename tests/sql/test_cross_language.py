@@ -65,24 +65,25 @@ def test_the_lexicon_is_loaded_by_migrate(db):
 
 def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db):
     """ECDICT (English to Chinese) is loaded beside CC-CEDICT: an English word's translation both give ranks
-    before any that one alone gives (component: 组件, 成分 before CC-CEDICT's reverse-index senses 机件, 配件;
-    page: 页面 before ECDICT's 记录, 事件); ECDICT's abbreviation expansions and web-gathered lines are left
-    out; English keys' stored terms are kb_internal.content_terms' (computed by english_phrase_terms)."""
+    before any that one alone gives (component: 组件, 成分 before CC-CEDICT's reverse-index senses 机件, 配件);
+    of a word CC-CEDICT knows, ECDICT's other senses are left out (page: not 事件), of a word it does not know,
+    ECDICT's are all there is (cycloheximide: 放线菌酮); ECDICT's abbreviation expansions and web-gathered lines
+    are left out; English keys' stored terms are kb_internal.content_terms' (computed by english_phrase_terms)."""
     edition = db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     assert "+ ECDICT 0.0.4" in edition
     sense = dict(
         ((source, target), s)
         for source, target, s in db.execute(
             "select source, target, sense from kb_internal.lexicon where lang = 'en'"
-            " and source in ('component', 'page', 'timeout', 'doi', 'hood')"
+            " and source in ('component', 'page', 'timeout', 'cycloheximide', 'doi', 'hood')"
         )
     )
     both, one = [k for k, v in sense.items() if v < 64], [k for k, v in sense.items() if v >= 64]
     assert {("component", "组件"), ("component", "成分"), ("page", "页面"), ("timeout", "超时")} <= set(both)
-    assert {("component", "机件"), ("component", "配件"), ("page", "事件")} <= set(one)
+    assert {("component", "机件"), ("component", "配件"), ("cycloheximide", "放线菌酮")} <= set(one)
     assert max(sense[k] for k in both if k[0] == "component") < min(sense[k] for k in one if k[0] == "component")
-    # abbr. 工业部（Department of Industry）; [网络] 胡德；兜帽
-    assert ("doi", "工业部") not in sense and ("hood", "胡德") not in sense
+    # page: ECDICT's 事件; abbr. 工业部（Department of Industry）; [网络] 胡德；兜帽
+    assert not {("page", "事件"), ("doi", "工业部"), ("hood", "胡德")} & set(sense)
     # the English side of both, each source once, its terms as content_terms gives them
     assert (
         db.execute(
@@ -110,7 +111,7 @@ def test_ecdict_translation_fields_are_read_into_chinese_words():
         {"word": "a b c d", "translation": "甲乙丙丁"},
         {"word": "ipv6", "translation": "[计] 第六版互联网协议"},
     ]
-    assert list(parse_ecdict(rows)) == [("read only", "只读", 1), ("naming conventions", "命名约定", 1)]
+    assert list(parse_ecdict(rows)) == [("read only", "只读", 1)]
 
 
 def test_english_phrase_terms_are_content_terms(db):
