@@ -35,8 +35,9 @@ only one of them gives (kb_internal.lexicon.sense: its best place, plus SINGLE_S
 alone gives it). CC-CEDICT's English side is a reverse index of Chinese glosses, in which "component" is the
 first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks an English word's own senses; a translation both
 give (组件, 成分) is the best attested. Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not
-give are left out (meeting: not its 交接, which matched handover pages for "book a meeting room"); of a word
-CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all there is.
+give are left out (page: not its 记录, 事件; measured in docs/quality.md, "Issue 31, round 4": with them
+examples/kb gained one first place and the Vue English questions lost two); of a word CC-CEDICT does not know
+(cycloheximide: 放线菌酮), ECDICT's are all there is.
 """
 
 from __future__ import annotations
@@ -276,8 +277,8 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         )
         conn.execute("alter table lexicon_terms add primary key (text)")
         # ECDICT's translation of a word CC-CEDICT knows, which CC-CEDICT does not give, is left out: for the
-        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (meeting: 会议, not its 交接; room:
-        # 房间, not its 空间, which 命名空间 holds); for the words CC-CEDICT lacks, it is all there is
+        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件); for the
+        # words CC-CEDICT lacks, it is all there is
         conn.execute(
             "delete from lexicon_load as e using ("
             " select c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en' group by c.source"
