@@ -27,17 +27,19 @@ one space): its key drops hyphens and apostrophes, so "read-only" is found as "r
 What is kept of an ECDICT entry: a headword of one English word (keyed as above), and the Chinese words of its
 translation, in their order (its senses: ``n. 元件, 组件, 成分\n[计] 组件``) -- each 2 to 8 Chinese
 characters once parentheses are dropped and a trailing 的 of an adjective ("组成的" -> 组成); abbreviations'
-expansions ("abbr. 工业部（Department of Industry）") and the lines ECDICT marks as gathered from the web
-("[网络] ...") are left out.
+expansions ("abbr. 工业部（Department of Industry）"), the lines ECDICT marks as gathered from the web or as
+notes on a name ("[网络] ...", "[人名] ...") and such notes among the translations ("(Aalto)人名", "来源于古英语")
+are left out.
 
 The English-to-Chinese rows of both are merged: a translation both dictionaries give ranks before one that
 only one of them gives (kb_internal.lexicon.sense: its best place, plus SINGLE_SOURCE when one dictionary
-alone gives it). CC-CEDICT's English side is a reverse index of Chinese glosses, in which "component" is the
-first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks an English word's own senses; a translation both
-give (组件, 成分) is the best attested. Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not
-give are left out (page: not its 记录, 事件; measured in docs/quality.md, "Issue 31, round 4": with them
-examples/kb gained one first place and the Vue English questions lost two); of a word CC-CEDICT does not know
-(cycloheximide: 放线菌酮), ECDICT's are all there is.
+alone gives it and the word has a translation both give). CC-CEDICT's English side is a reverse index of
+Chinese glosses, in which "component" is the first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks
+an English word's own senses; a translation both give (组件, 成分) is the best attested.
+Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not give are left out (page: not its
+记录, 事件; docs/quality.md, "Issue 31, round 4": with them examples/kb gained one first place and the Vue
+English questions lost two); of a word CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all
+there is.
 """
 
 from __future__ import annotations
