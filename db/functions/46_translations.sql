@@ -1,8 +1,9 @@
 -- Offline translation of a query's words for the term legs and the answer gate: a knowledge base's glossary
 -- (kb.glossary, 44_glossary.sql) and the Chinese–English lexicon (kb_internal.lexicon: CC-CEDICT, CC BY-SA 4.0,
 -- both ways, and ECDICT, MIT, English to Chinese; loaded by `pgkb db migrate`, pgkb.lexicon).
--- kb_internal.lexical_query_terms (50_search_legs.sql) adds the translations to the query's terms, weighted below them; kb.answer_evidence counts a query term as covered
--- by a chunk that holds one of its translations. Every read is keyed by the searched kb_ids.
+-- kb_internal.lexical_query_terms (50_search_legs.sql) adds the translations to the query's terms, weighted
+-- below them; kb.answer_evidence counts a query term as covered by a chunk that holds one of its translations.
+-- Every read is keyed by the searched kb_ids.
 
 -- The terms of an English phrase of words of letters (a lexicon key, a query's words joined by one space), as
 -- kb_internal.content_terms gives them, cheaply: each word longer than one letter and not a function word is
@@ -44,10 +45,10 @@ $$;
 -- by longest match (words of 2 to 8 characters, the first 200 characters of the query), the English words by
 -- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
 -- payment; two words also as one: time out, but not after a function word or an article: for a, do i),
--- function words not on their own. Each source as {source, lang, keys (the lexicon's
--- forms of it), kind ('glossary' | 'lexicon'), targets (a glossary term's aliases), its terms as
--- kb_internal.content_terms gives them (a Chinese word's stored at load, an English phrase's its words)}.
--- Bounded: at most 64 words and 200 Chinese characters are looked up.
+-- function words not on their own. Each source as {source, lang, keys (the lexicon's forms of it), kind
+-- ('glossary' | 'lexicon'), targets (a glossary term's aliases), its terms as kb_internal.content_terms gives
+-- them (a Chinese word's stored at load, an English phrase's its words)}. Bounded: at most 64 words and 200
+-- Chinese characters are looked up.
 create or replace function kb_internal.translation_sources(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
