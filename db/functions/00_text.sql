@@ -138,6 +138,14 @@ language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    if input ~ '^[a-z]+( [a-z]+)*$' then
+        -- words of lower-case letters (a lexicon key, a query's English phrase): each is its own term, as
+        -- kb.lexical_terms gives it, without tokenizing
+        return array(
+            select distinct left(w, 64) from unnest(string_to_array(input, ' ')) as w
+            where length(w) > 1 and w <> all(kb_internal.english_function_words()) order by 1
+        );
+    end if;
     return array(
         select distinct x.term from unnest(kb.lexical_terms(input)) as x (term)
         where x.term <> all(kb_internal.english_function_words()) order by x.term

