@@ -109,6 +109,19 @@ begin
 end
 $$;
 
+-- A chunk's heading script: the first of kb_internal.text_scripts of its document's title and its headings
+-- ('latin' or 'nonlatin'; NULL when they hold no letters). Written with the chunk (kb.chunks.heading_script),
+-- for fusion's cross-script rule (kb_internal.search), which compares it with the question's scripts.
+create or replace function kb_internal.heading_script(title text, heading_path text[])
+returns text
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    return (kb_internal.text_scripts(concat_ws(' ', title, array_to_string(heading_path, ' '))))[1];
+end
+$$;
+
 -- English function words (how, does, the, what, should ...; not "who": WHO; not "us": US): they name no
 -- topic, so query terms (kb_internal.query_terms) and the lexicon's sources and glosses
 -- (kb_internal.query_translations) leave them out.

@@ -367,10 +367,11 @@ begin
     inserted as (
         insert into kb.chunks as c (
             document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
-            term_freqs, term_count
+            term_freqs, term_count, heading_script
         )
         select doc.id, target_kb, p.ordinal, p.content, p.heading_path, p.chunk_type, length(p.content),
-            p.metadata, kb.term_freqs(terms.list), cardinality(terms.list)
+            p.metadata, kb.term_freqs(terms.list), cardinality(terms.list),
+            kb_internal.heading_script(title, p.heading_path)
         from parsed as p,
             lateral (
                 select kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content)) as list

@@ -33,10 +33,11 @@ $$;
 -- leg is BM25 over the query's terms and their corrections (kb_internal.fuzzy_expansions); a query with none has
 -- no fuzzy leg beside a BM25 leg, and alone gets the BM25 ranking.
 -- The term legs (BM25, fuzzy) cannot match text in a script no phrasing is written in, beyond the translations
--- they add (the first of kb_internal.text_scripts of the chunk's title and headings: an English question, Chinese documents), so
--- for such a chunk each term leg counts its share or the vector leg's, whichever is larger (as if it agreed
--- with the vector leg; a term hit never lowers a chunk) — for a query of three terms or more: one or two
--- are keywords or identifiers, which a text in another script may hold. Other chunks are fused as before.
+-- they add (kb.chunks.heading_script: the script of the chunk's title and headings, stored at write time; an
+-- English question, Chinese documents), so for such a chunk each term leg counts its share or the vector
+-- leg's, whichever is larger (as if it agreed with the vector leg; a term hit never lowers a chunk) — for a
+-- query of three terms or more: one or two are keywords or identifiers, which a text in another script may
+-- hold. Other chunks are fused as before.
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (kb.chunks.content_hash, stored at write time) are one result, the best-scored copy, also_in naming the other
 -- copies' documents among the candidates (kb://<kb>/<doc_key>, its own left out). Fusion ranks on ids and
@@ -212,28 +213,15 @@ begin
         select 'fuzzy', fuzzy_weight, f.n, f.chunk_id, f.rank, f.score from bm25_hits as f
         where fuzzy_weight > 0 and (f.leg = 'fuzzy' or f.plain_only and lexical_weight = 0)
     ),
+    -- each leg's spread and weight per phrasing (the legs that returned nothing have no row)
     leg_stats as (
-        select h.leg, h.n, avg(h.score) as mean, stddev_pop(h.score) as sd from hits as h group by h.leg, h.n
+        select h.leg, h.n, max(h.weight) as weight, avg(h.score) as mean, stddev_pop(h.score) as sd
+        from hits as h group by h.leg, h.n
     ),
-    shares as (
-        -- each hit's share before its leg's weight: RRF's 1 / (k + rank), or DBSF's place in the spread of
-        -- its leg for its phrasing
-        select h.*, case
-                when fusion = 'rrf' then 1 / (rrf_k + h.rank)
-                when s.sd > 0 then (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
-                else 1.0        -- a leg whose hits all score alike: each counts as its best
-            end as share
-        from hits as h join leg_stats as s on s.leg = h.leg and s.n = h.n
-    ),
-    -- a chunk's share in a leg: its best over the phrasings (two phrasings that find it count once)
-    leg_shares as (
-        select h.chunk_id, h.leg, max(h.weight) as weight, max(h.share) as share, min(h.rank) as rank,
-            max(h.score) as score
-        from shares as h
-        group by h.chunk_id, h.leg
-    ),
+    -- per chunk and leg, its share before the leg's weight: RRF's 1 / (k + rank), or DBSF's place in the
+    -- spread of its leg for its phrasing; the best over the phrasings (two phrasings that find it count once)
     fused as (
-        select h.chunk_id, sum(h.weight * h.share) as fused_score,
+        select h.chunk_id,
             coalesce(max(h.share) filter (where h.leg = 'vector'), 0) as v_share,
             coalesce(max(h.share) filter (where h.leg = 'lexical'), 0) as l_share,
             coalesce(max(h.share) filter (where h.leg = 'fuzzy'), 0) as f_share,
@@ -243,16 +231,23 @@ begin
             max(h.score) filter (where h.leg = 'vector') as v_score,
             max(h.score) filter (where h.leg = 'lexical') as l_score,
             max(h.score) filter (where h.leg = 'fuzzy') as f_score
-        from leg_shares as h
+        from (
+            select h.leg, h.chunk_id, h.rank, h.score, case
+                    when fusion = 'rrf' then 1 / (rrf_k + h.rank)
+                    when s.sd > 0 then (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
+                    else 1.0        -- a leg whose hits all score alike: each counts as its best
+                end as share
+            from hits as h join leg_stats as s on s.leg = h.leg and s.n = h.n
+        ) as h
         group by h.chunk_id
     ),
-    -- the weights of the legs that ran: a chunk in a script the query lacks has no term in common with it,
-    -- so the term legs' silence about it is no evidence against it (see the contract above)
+    -- the weights of the legs that returned hits: a chunk in a script the query lacks has no term in common
+    -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
     legs_run as (
-        select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
-            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0) as w_lexical,
-            coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_fuzzy
-        from hits as h
+        select coalesce(max(s.weight) filter (where s.leg = 'vector'), 0) as w_vector,
+            coalesce(max(s.weight) filter (where s.leg = 'lexical'), 0) as w_lexical,
+            coalesce(max(s.weight) filter (where s.leg = 'fuzzy'), 0) as w_fuzzy
+        from leg_stats as s
     ),
     -- each fused chunk with where it is and its final score, computed once (materialized: the windows below
     -- would evaluate them again); ids, scores and the content hash stored at write time only: no content,
@@ -261,18 +256,17 @@ begin
         select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
             fused.f_score, c.document_id, c.content_hash,
             case
-                -- (the script is read only where the rule can change the score)
+                -- (the script is compared only where the rule can change the score)
                 when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
                     and (legs_run.w_lexical > 0 and fused.v_share > fused.l_share
                         or legs_run.w_fuzzy > 0 and fused.v_share > fused.f_share)
-                    and (kb_internal.text_scripts(concat_ws(' ',
-                        (select d.title from kb.documents as d where d.id = c.document_id),
-                        array_to_string(c.heading_path, ' ')
-                    )))[1] <> all(query_scripts)
+                    and c.heading_script <> all(query_scripts)
                     then legs_run.w_vector * fused.v_share
                     + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
                     + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
-                else fused.fused_score
+                -- the weighted sum of its shares
+                else legs_run.w_vector * fused.v_share + legs_run.w_lexical * fused.l_share
+                    + legs_run.w_fuzzy * fused.f_share
             end as fused_score
         from fused
         cross join legs_run

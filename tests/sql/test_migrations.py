@@ -120,6 +120,39 @@ def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
         assert conn.execute("select doc_key from kb.lexical_search('word0599', 5, 'upgrade')").fetchall() == [("b.md",)]
 
 
+@pytest.mark.slow
+def test_heading_script_migration_fills_existing_chunks_as_writes_do(db, tmp_path: Path):
+    """043 on a database of the release before (001-032) with chunks: each chunk's heading_script is what a
+    write stores now (kb_internal.heading_script of its title and headings), for English, Chinese, mixed and
+    letterless titles; a chunk written after the upgrade gets it too."""
+    write = (
+        "select kb.replace_document('upgrade', %s, %s, jsonb_build_array(jsonb_build_object("
+        "'content', %s::text, 'heading_path', %s::jsonb)))"
+    )
+    documents = [
+        ("en.md", "Refund policy", "退款会在三个工作日内原路退回", "[]"),
+        ("zh.md", "退款政策", "Refunds take three days", '["概述"]'),
+        ("mixed.md", "部署 deploy", "内容", '["Kubernetes 集群配置说明"]'),
+        ("digits.md", "2024-01", "12345", "[]"),
+        ("blank.md", "", "只有正文", "[]"),
+    ]
+    with release_database(db, "issue-32-part", tmp_path) as conn:
+        for doc in documents:
+            conn.execute(write, list(doc))
+        report = migrate(conn, Settings.from_env().db_dir)
+        assert "043_chunk_heading_script.sql" in report.applied
+        conn.execute(write, ["after.md", "Deploy guide", "部署说明", '["Step one"]'])
+        rows = conn.execute(
+            "select d.doc_key, c.heading_script, kb_internal.heading_script(d.title, c.heading_path)"
+            " from kb.chunks as c join kb.documents as d on d.id = c.document_id order by 1"
+        ).fetchall()
+    assert [(key, stored) for key, stored, _ in rows] == [
+        ("after.md", "latin"), ("blank.md", None), ("digits.md", None), ("en.md", "latin"), ("mixed.md", "nonlatin"),
+        ("zh.md", "nonlatin"),
+    ]  # fmt: skip
+    assert all(stored == computed for _, stored, computed in rows)
+
+
 def test_migration_waits_for_table_locks_without_queueing(db, tmp_path: Path):
     """A transaction holding a kb table (a long search) makes a pending migration retry its NOWAIT
     locks and then fail cleanly, changing nothing; once the table is free it applies."""

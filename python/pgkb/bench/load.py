@@ -267,10 +267,10 @@ def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[D
             with ins as (
                 insert into kb.chunks as c (
                     document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
-                    term_freqs, term_count
+                    term_freqs, term_count, heading_script
                 )
                 select s.document_id, %(kb)s, s.ordinal, s.content, '{{}}', 'text', length(s.content), '{{}}',
-                    kb.term_freqs(terms.list), cardinality(terms.list)
+                    kb.term_freqs(terms.list), cardinality(terms.list), kb_internal.heading_script(s.title, '{{}}')
                 from pg_temp.bench_stage as s,
                     lateral (select kb.lexical_terms(kb.indexed_text(s.title, '{{}}', s.content)) as list) as terms
                 returning c.id, c.document_id, c.ordinal, c.term_freqs, c.term_count
