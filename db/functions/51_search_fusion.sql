@@ -273,13 +273,14 @@ begin
         -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
         join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
     ),
-    -- each chunk's place among the candidates of the same text (1: the best)
+    -- each chunk's place among the candidates of the same text (1: the best), and how many they are
     copies as materialized (
-        select p.*, row_number() over (
-                partition by p.content_hash order by p.fused_score desc, coalesce(p.v_rank, p.l_rank, p.f_rank),
-                    p.chunk_id
-            ) as place
+        select p.*, row_number() over same_text as place, count(*) over (partition by p.content_hash) as copies
         from placed as p
+        window same_text as (
+            partition by p.content_hash order by p.fused_score desc, coalesce(p.v_rank, p.l_rank, p.f_rank),
+                p.chunk_id
+        )
     ),
     best as materialized (
         select r.* from copies as r
@@ -292,14 +293,14 @@ begin
     select r.chunk_id, k.name, d.doc_key, d.title, kb_internal.heading_trail(d.title, c.heading_path), c.ordinal,
         c.content, kb_internal.openable_source(d.source_url), c.chunk_type, c.metadata, r.fused_score, r.v_rank,
         r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, coalesce(embeddings[1] is not null, false),
-        array(
+        case when r.copies > 1 then array(
             select distinct kb.document_uri(ok.name, od.doc_key)
             from copies as o
             join kb.documents as od on od.id = o.document_id
             join kb.knowledge_bases as ok on ok.id = od.kb_id
             where o.content_hash = r.content_hash and o.place > 1 and o.document_id <> r.document_id
             order by 1
-        )
+        ) else '{}' end
     from best as r
     join kb.chunks as c on c.id = r.chunk_id
     join kb.documents as d on d.id = r.document_id
