@@ -88,7 +88,7 @@ $$;
 -- (Han, kana, Hangul, Cyrillic ...: each extra UTF-8 byte weighs 2, so a Han character 4, ~ a word), each when
 -- it holds a quarter of the weight, the larger first; none without letters. Typographic punctuation (— “ ” …)
 -- does not count. Identifiers in a Chinese text do not make it Latin; "退款 creatUser" is both. PL/pgSQL with
--- two cached regular expressions (~4 µs a call): fusion calls it for every candidate.
+-- two cached regular expressions (~4 µs a call): run for every chunk written and every question searched.
 create or replace function kb_internal.text_scripts(input text)
 returns text[]
 language plpgsql immutable strict parallel safe

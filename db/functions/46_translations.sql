@@ -7,7 +7,8 @@
 
 -- What kb_internal.lexicon.sense adds to an English word's translation that only one of the two dictionaries
 -- gives, when the word has one both give (pgkb.lexicon loads it so; its own senses stay below): the one
--- definition of the two tiers, read by the loader and by kb_internal.query_translations.
+-- definition of the two tiers, read by the loader and by kb_internal.query_translations (stored senses hold
+-- it: changing it needs a reload, pgkb.lexicon.PARSE_VERSION).
 create or replace function kb_internal.lexicon_single_source()
 returns smallint
 language sql immutable parallel safe
@@ -274,10 +275,10 @@ $$;
 -- The translations of query's words that the term legs score and the answer gate reads: for each source of
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
--- lexicon_max_translations (aliases first; then the lexicon's, of an English word those both dictionaries give
--- before those one alone gives (kb_internal.lexicon_single_source), and within each the commonest in the
--- knowledge first, then by sense: the dictionaries' order of senses is a general one, "component" 成分 before
--- 组件, the knowledge's use tells its domain). One row per translation term:
+-- lexicon_max_translations (a glossary's aliases in their order; the lexicon's: of an English word those
+-- both dictionaries give before those one alone gives (kb_internal.lexicon_single_source), within each the
+-- commonest in the knowledge first, then by sense: the dictionaries' order of senses is a general one,
+-- "component" 成分 before 组件, the knowledge's use tells its domain). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /
@@ -365,9 +366,11 @@ begin
     kept as (
         select r.* from (
             select c.*, row_number() over (
+                    -- (a source is a glossary entry or a word of the lexicon: a glossary's aliases keep the
+                    -- order its author gave them)
                     partition by c.n
-                    order by c.kind = 'glossary' desc, c.sense >= kb_internal.lexicon_single_source(), c.least_df desc,
-                        c.sense, c.target
+                    order by case when c.kind = 'glossary' then c.sense end,
+                        c.sense >= kb_internal.lexicon_single_source(), c.least_df desc, c.sense, c.target
                 ) as place
             from counted as c
         ) as r

@@ -2,8 +2,10 @@
 -- the script of a chunk's title and headings with the question's, and read the title and ran
 -- kb_internal.text_scripts for every candidate at every search. kb.chunks.heading_script holds it
 -- (kb_internal.heading_script: 'latin', 'nonlatin', or NULL without letters), written with the chunk.
--- Existing chunks are filled here by text_scripts' rule as it stands at this migration (written out: a
--- database from before migration 032 has no such function yet).
+-- Existing chunks are filled here by text_scripts' rule as it stands at this migration, written out:
+-- migrations run before db/functions is applied, and a database from before 028 has no
+-- kb_internal.text_scripts. The fill rewrites every chunk row once, under migrate's table locks (about 3 s
+-- at 100,000 chunks on the 2-core VM, 2026-12-06).
 
 alter table kb.chunks add column heading_script text;
 alter table kb.chunks add constraint chunks_heading_script_check check (heading_script in ('latin', 'nonlatin'));

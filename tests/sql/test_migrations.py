@@ -135,6 +135,8 @@ def test_heading_script_migration_fills_existing_chunks_as_writes_do(db, tmp_pat
         ("mixed.md", "部署 deploy", "内容", '["Kubernetes 集群配置说明"]'),
         ("digits.md", "2024-01", "12345", "[]"),
         ("blank.md", "", "只有正文", "[]"),
+        ("quotes.md", "—“”…", "正文", '["…"]'),
+        ("latin.md", "Deploy guide 指南", "正文", "[]"),
     ]
     with release_database(db, "issue-32-part", tmp_path) as conn:
         for doc in documents:
@@ -147,8 +149,8 @@ def test_heading_script_migration_fills_existing_chunks_as_writes_do(db, tmp_pat
             " from kb.chunks as c join kb.documents as d on d.id = c.document_id order by 1"
         ).fetchall()
     assert [(key, stored) for key, stored, _ in rows] == [
-        ("after.md", "latin"), ("blank.md", None), ("digits.md", None), ("en.md", "latin"), ("mixed.md", "nonlatin"),
-        ("zh.md", "nonlatin"),
+        ("after.md", "latin"), ("blank.md", None), ("digits.md", None), ("en.md", "latin"), ("latin.md", "latin"),
+        ("mixed.md", "nonlatin"), ("quotes.md", None), ("zh.md", "nonlatin"),
     ]  # fmt: skip
     assert all(stored == computed for _, stored, computed in rows)
 

@@ -7,8 +7,8 @@ split into parts, per query:
 * ``BM25 legs`` -- ``kb_internal.lexical_hits`` (the query's terms, their translations, the lexical and the
   fuzzy leg's scoring);
 * ``fuzzy corrections`` -- ``kb_internal.fuzzy_expansions`` (the vocabulary lookups of the fuzzy leg);
-* ``fusion and materialisation`` -- ``kb_internal.search``'s own time and the functions its fusion
-  statement calls (``text_scripts`` of the phrasings, for the cross-script rule; for the final rows
+* ``fusion and materialisation`` -- ``kb_internal.search``'s own time and the helpers it calls around the
+  legs (``text_scripts`` of the phrasings, before them, for the cross-script rule; for the final rows
   ``heading_trail``, ``openable_source``; ``document_uri`` is inlined, so its time is the search's own): input
   checks, fusion, de-duplication, reading the top_k's content;
 * ``the rest`` -- the call's wall time less the parts above (the entry point's settings, knowledge-base
