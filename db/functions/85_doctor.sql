@@ -549,6 +549,34 @@ as $$
     from counts as c where c.missing = 0
 $$;
 
+-- Chunks: every chunk's stored heading script (kb.chunks.heading_script, which fusion's cross-script rule
+-- reads) is what kb_internal.heading_script gives for its document's title and its headings now. A change to
+-- that rule (kb_internal.text_scripts) needs a migration that refills them; until then this says how many differ.
+-- Reads every chunk with its document's title once.
+create or replace function kb_internal.doctor_chunks()
+returns table ("check" text, status text, detail text, fix text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    with stale as (
+        select count(*) as total,
+            count(*) filter (
+                where c.heading_script is distinct from kb_internal.heading_script(d.title, c.heading_path)
+            ) as differ
+        from kb.chunks as c join kb.documents as d on d.id = c.document_id
+    )
+    select 'chunks', 'problem',
+        format('%s of %s chunks store a heading script that kb_internal.heading_script no longer gives for their '
+            'title and headings: the cross-script rule of fusion reads them', s.differ, s.total),
+        'update kb.chunks as c set heading_script = kb_internal.heading_script(d.title, c.heading_path) '
+            'from kb.documents as d where d.id = c.document_id '
+            'and c.heading_script is distinct from kb_internal.heading_script(d.title, c.heading_path)'
+    from stale as s where s.differ > 0
+    union all
+    select 'chunks', 'ok', format('all %s chunks store the heading script of their title and headings', s.total), null
+    from stale as s where s.differ = 0
+$$;
+
 -- Admin: the database's health, area by area (the functions above, in this order); an area that cannot
 -- be checked at all (say, a function it needs is gone) is a problem row with the error. Reads only, but
 -- for one query embedding through kb.settings embedding_url. Runs as the owner: its areas are kb_internal's.
@@ -562,7 +590,7 @@ declare
 begin
     foreach area in array array[
         'extensions', 'numpy', 'indexes', 'row_security', 'privileges', 'service_roles', 'settings',
-        'query_embedding', 'embeddings'
+        'query_embedding', 'embeddings', 'chunks'
     ] loop
         begin
             return query execute format('select * from kb_internal.doctor_%s()', area);

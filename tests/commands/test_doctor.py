@@ -34,6 +34,7 @@ AREAS = {
     "settings",
     "query embedding",
     "embeddings",
+    "chunks",
     "embedder",
 }
 
@@ -431,6 +432,27 @@ def test_unembedded_parked_and_lost_chunks_are_named_and_their_fixes_heal(health
         assert then == "pgkb worker --once"
         db.execute(statement)
     assert main(["worker", "--once"]) == 0
+    assert_healthy(capsys)
+
+
+def test_stale_heading_scripts_are_named_and_their_fix_heals(healthy, capsys):
+    """A chunk whose stored heading script is not what kb_internal.heading_script gives for its title and
+    headings (as after a change to the rule without a refill) is counted; the fix refills it."""
+    db = healthy
+    write(db, "a.md", "first text", "second text")
+    write(db, "b.md", "third text")
+    db.execute(
+        "update kb.chunks set heading_script = case heading_script when 'latin' then 'nonlatin' else 'latin' end"
+        " where id = (select min(id) from kb.chunks)"
+    )
+    code, report = doctor(capsys)
+    found = problems(report, "chunks")
+    assert code == 1 and [c["detail"] for c in found] == [
+        "1 of 3 chunks store a heading script that kb_internal.heading_script no longer gives for their title "
+        "and headings: the cross-script rule of fusion reads them"
+    ]
+    run_sql_fixes(db, found)
+    assert main(["worker", "--once"]) == 0  # the documents' chunks, written without embeddings
     assert_healthy(capsys)
 
 
