@@ -2,9 +2,9 @@
 
 The database judges itself (``kb_admin.doctor()``, db/functions/85_doctor.sql: extensions, numpy, indexes, row
 security, privileges, service roles, settings, the database's query embedding, embeddings per model, the
-chunks' stored heading scripts); this module adds what only the client can see -- the migration files on disk against ``kb.schema_migrations``
-and the schema (:func:`pgkb.migrate.ledger_state`), and the embedder the PGKB_EMBED_* settings configure --
-and returns every finding as a :class:`Finding`. It changes nothing.
+chunks' stored heading scripts); this module adds what only the client can see -- the migration files on
+disk against ``kb.schema_migrations`` and the schema (:func:`pgkb.migrate.ledger_state`), and the embedder the
+PGKB_EMBED_* settings configure -- and returns every finding as a :class:`Finding`. It changes nothing.
 """
 
 from __future__ import annotations
