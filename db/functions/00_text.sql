@@ -89,6 +89,8 @@ $$;
 -- it holds a quarter of the weight, the larger first; none without letters. Typographic punctuation (— “ ” …)
 -- does not count. Identifiers in a Chinese text do not make it Latin; "退款 creatUser" is both. PL/pgSQL with
 -- two cached regular expressions (~4 µs a call): run for every chunk written and every question searched.
+-- Chunks store its verdict on their headings (kb.chunks.heading_script): a change here needs
+-- kb_admin.refill_heading_scripts() (or a migration that calls it); `pgkb db doctor` counts the stale ones.
 create or replace function kb_internal.text_scripts(input text)
 returns text[]
 language plpgsql immutable strict parallel safe

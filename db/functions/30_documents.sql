@@ -566,3 +566,43 @@ begin
     on conflict on constraint ingest_failures_pkey do update set error = excluded.error, failed_at = now();
 end
 $$;
+
+-- The chunks' stored heading scripts (kb.chunks.heading_script, written by kb.replace_document) against what
+-- kb_internal.heading_script gives for their document's title and headings now: one row per document, heading
+-- trail and stored script, with its chunk count. The rule is evaluated once per row, not per chunk. Read by the
+-- doctor (kb_internal.doctor_chunks) and kb_admin.refill_heading_scripts.
+create or replace function kb_internal.heading_scripts_held()
+returns table (document_id bigint, heading_path text[], stored text, wanted text, chunks bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select g.document_id, g.heading_path, g.heading_script, kb_internal.heading_script(d.title, g.heading_path), g.n
+    from (
+        select c.document_id, c.heading_path, c.heading_script, count(*) as n
+        from kb.chunks as c
+        group by c.document_id, c.heading_path, c.heading_script
+    ) as g
+    join kb.documents as d on d.id = g.document_id
+$$;
+
+-- Admin: store again every chunk's heading script that is not what kb_internal.heading_script gives for its
+-- title and headings now (after a change to kb_internal.text_scripts; `pgkb db doctor` counts them), in one
+-- statement. Returns the number of chunks changed.
+create or replace function kb_admin.refill_heading_scripts()
+returns bigint
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n bigint;
+begin
+    perform kb.require_admin('refill heading scripts');
+    update kb.chunks as c set heading_script = h.wanted
+    from kb_internal.heading_scripts_held() as h
+    where h.stored is distinct from h.wanted
+        and c.document_id = h.document_id and c.heading_path = h.heading_path
+        and c.heading_script is not distinct from h.stored;
+    get diagnostics n = row_count;
+    return n;
+end
+$$;

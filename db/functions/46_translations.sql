@@ -1,14 +1,15 @@
 -- Offline translation of a query's words for the term legs and the answer gate: a knowledge base's glossary
 -- (kb.glossary, 44_glossary.sql) and the Chinese–English lexicon (kb_internal.lexicon: CC-CEDICT, CC BY-SA 4.0,
--- both ways, and ECDICT, MIT, English to Chinese; loaded by `pgkb db migrate`, pgkb.lexicon).
+-- both ways, and ECDICT, MIT, English to Chinese and read backwards; loaded by `pgkb db migrate`, pgkb.lexicon).
 -- kb_internal.lexical_query_terms (50_search_legs.sql) adds the translations to the query's terms, weighted
 -- below them; kb.answer_evidence counts a query term as covered by a chunk that holds one of its translations.
 -- Every read is keyed by the searched kb_ids.
 
 -- What kb_internal.lexicon.sense adds to an English word's translation that only one of the two dictionaries
--- gives, when the word has one both give (pgkb.lexicon loads it so; its own senses stay below): the one
--- definition of the two tiers, read by the loader and by kb_internal.query_translations (stored senses hold
--- it: changing it needs a reload, pgkb.lexicon.PARSE_VERSION).
+-- gives, when the word has one both give, and to a Chinese word's that only ECDICT (read backwards) gives
+-- (pgkb.lexicon loads it so; its own senses stay below): the one definition of the two tiers, read by the
+-- loader and by kb_internal.query_translations (stored senses hold it: changing it needs a reload,
+-- pgkb.lexicon.PARSE_VERSION).
 create or replace function kb_internal.lexicon_single_source()
 returns smallint
 language sql immutable parallel safe
@@ -276,9 +277,10 @@ $$;
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (a glossary's aliases in their order; the lexicon's: of an English word those
--- both dictionaries give before those one alone gives (kb_internal.lexicon_single_source), within each the
--- commonest in the knowledge first, then by sense: the dictionaries' order of senses is a general one,
--- "component" 成分 before 组件, the knowledge's use tells its domain). One row per translation term:
+-- both dictionaries give before those one alone gives, of a Chinese word CC-CEDICT's before those only ECDICT
+-- gives (kb_internal.lexicon_single_source), within each the commonest in the knowledge first, then by
+-- sense: the dictionaries' order of senses is a general one, "component" 成分 before 组件, the knowledge's
+-- use tells its domain). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /

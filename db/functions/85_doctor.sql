@@ -550,31 +550,27 @@ as $$
 $$;
 
 -- Chunks: every chunk's stored heading script (kb.chunks.heading_script, which fusion's cross-script rule
--- reads) is what kb_internal.heading_script gives for its document's title and its headings now. A change to
--- that rule (kb_internal.text_scripts) needs a migration that refills them; until then this says how many differ.
--- Reads every chunk with its document's title once.
+-- reads) is what kb_internal.heading_script gives for its document's title and its headings now
+-- (kb_internal.heading_scripts_held). A change to that rule (kb_internal.text_scripts) leaves them stale until
+-- kb_admin.refill_heading_scripts() runs; until then this says how many differ.
 create or replace function kb_internal.doctor_chunks()
 returns table ("check" text, status text, detail text, fix text)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    with stale as (
-        select count(*) as total,
-            count(*) filter (
-                where c.heading_script is distinct from kb_internal.heading_script(d.title, c.heading_path)
-            ) as differ
-        from kb.chunks as c join kb.documents as d on d.id = c.document_id
+    with held as (
+        select coalesce(sum(h.chunks), 0) as total,
+            coalesce(sum(h.chunks) filter (where h.stored is distinct from h.wanted), 0) as differ
+        from kb_internal.heading_scripts_held() as h
     )
     select 'chunks', 'problem',
         format('%s of %s chunks store a heading script that kb_internal.heading_script no longer gives for their '
-            'title and headings: the cross-script rule of fusion reads them', s.differ, s.total),
-        'update kb.chunks as c set heading_script = kb_internal.heading_script(d.title, c.heading_path) '
-            'from kb.documents as d where d.id = c.document_id '
-            'and c.heading_script is distinct from kb_internal.heading_script(d.title, c.heading_path)'
-    from stale as s where s.differ > 0
+            'title and headings: the cross-script rule of fusion reads them', h.differ, h.total),
+        'select kb_admin.refill_heading_scripts()'
+    from held as h where h.differ > 0
     union all
-    select 'chunks', 'ok', format('all %s chunks store the heading script of their title and headings', s.total), null
-    from stale as s where s.differ = 0
+    select 'chunks', 'ok', format('all %s chunks store the heading script of their title and headings', h.total), null
+    from held as h where h.differ = 0
 $$;
 
 -- Admin: the database's health, area by area (the functions above, in this order); an area that cannot

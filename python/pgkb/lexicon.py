@@ -42,12 +42,13 @@ Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not give ar
 English questions lost two); of a word CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all
 there is.
 
-The Chinese-to-English rows: CC-CEDICT's glosses, and ECDICT reversed -- from its common headwords only
-(:func:`parse_ecdict`), the first two Chinese words of each of their lines: 访问 is the first word of
-"access"'s line ``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack. Of a
-word CC-CEDICT knows, ECDICT's senses that CC-CEDICT does not give rank after CC-CEDICT's (its Chinese-English
-senses come first: with the two merged as the English side is, covid-faq's Chinese questions lost 2 points of
-nDCG@10, docs/quality.md, "Issue 31, round 6"); of a word it does not know, ECDICT's are all there is.
+The Chinese-to-English rows: CC-CEDICT's glosses, and ECDICT reversed -- from its common lower-case headwords
+only (:func:`parse_ecdict`), the first two Chinese words of each of their lines: 访问 is the first word of
+"access"'s line ``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack.
+ECDICT's senses that CC-CEDICT does not give rank after CC-CEDICT's (its Chinese-English senses come first:
+with the two merged as the English side is, covid-faq's Chinese questions lost 2 points of nDCG@10,
+docs/quality.md, "Issue 31, round 6"), and only for the Chinese words CC-CEDICT knows: they add senses, not
+words, which would change how a query's Chinese is split by longest match.
 """
 
 from __future__ import annotations
@@ -159,38 +160,34 @@ def parse(lines: Iterator[str]) -> Iterator[tuple[str, str, str, int]]:
                         yield (*row, min(sense, 32767))
 
 
-def ecdict_senses(translation: str) -> list[list[str]]:
-    """The Chinese words of each kept line of an ECDICT translation field (a part of speech's senses, or a
-    domain's: ``[计] 访问, 存取``), in order (see the module's docstring)."""
-    lines: list[list[str]] = []
+def ecdict_senses(translation: str) -> list[tuple[str | None, list[str], set[str]]]:
+    """The Chinese words of each kept line of an ECDICT translation field, in order, with the line's domain
+    tag (``[计] 访问, 存取``: '计') or None (a part of speech's senses: ``vt. 访问, 存取``), and those of its
+    words made by dropping an adjective's 的 (组成的 -> 组成); see the module's docstring for what is kept."""
+    lines: list[tuple[str | None, list[str], set[str]]] = []
     for line in translation.split("\\n"):  # the CSV keeps its lines apart by a backslash and an n
         line = line.strip()
+        domain = None
         tag = _ECDICT_TAG.match(line)
         if tag:
             if tag.group(1) in _ECDICT_SKIP_TAGS:
                 continue
-            line = line[tag.end() :]
+            domain, line = tag.group(1), line[tag.end() :]
         if line.startswith("abbr."):
             continue
         line = _ECDICT_NOTE.sub("", _ECDICT_POS.sub("", line.strip()))
         words: list[str] = []
+        adjectival: set[str] = set()
         for item in _ECDICT_SPLIT.split(line):
             word = item.strip().strip("….").strip()
             if word.endswith("的") and len(word) >= 3:
                 word = word[:-1]
+                adjectival.add(word)
             if _HAN.match(word) and word not in words and not _ECDICT_NOTE_WORD.match(word):
                 words.append(word)
         if words:
-            lines.append(words)
+            lines.append((domain, words, adjectival & set(words)))
     return lines
-
-
-def ecdict_translations(translation: str) -> list[str]:
-    """The Chinese words of an ECDICT translation field, in order, once each."""
-    out: list[str] = []
-    for words in ecdict_senses(translation):
-        out.extend(w for w in words if w not in out)
-    return out
 
 
 def _ecdict_common(row: dict[str, str]) -> bool:
@@ -200,7 +197,7 @@ def _ecdict_common(row: dict[str, str]) -> bool:
 
     def rank(name: str) -> int:
         value = (row.get(name) or "").strip()
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isdecimal() and value.isascii() else 0
 
     ranked = any(0 < rank(name) <= _ECDICT_COMMON_RANK for name in ("frq", "bnc"))
     return rank("collins") > 0 or rank("oxford") > 0 or ranked
@@ -211,17 +208,22 @@ def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, str
     columns read), of headwords of one word (hyphens and apostrophes allowed: read-only):
 
     - 'en': the English key -> each Chinese word of its translation, at its place;
-    - 'zh', reversed, of a headword in common use (:func:`_ecdict_common`) of at least two letters: each of the
-      first two Chinese words of one of its lines -> the headword, at its place in that line (访问 -> access,
-      from ``vt. 访问, 存取``). CC-CEDICT is a Chinese-English dictionary whose glosses rarely give a technical
-      sense (访问: visit, call on); ECDICT's first senses of common English words add them. Rare headwords
-      are left out: their first sense is often a common word (声明: avowal, dictum).
+    - 'zh', reversed: each of the first two Chinese words of one of its lines -> the headword, at its place in
+      that line (访问 -> access, from ``vt. 访问, 存取``). CC-CEDICT is a Chinese-English dictionary whose
+      glosses rarely give a technical sense (访问: visit, call on); ECDICT's first senses of common English
+      words add them. Only of a headword in common use (:func:`_ecdict_common`; a rare one's first sense is
+      often a common word, 声明: avowal, dictum) written in lower case (an acronym's ranks are its lower-case
+      word's: ST, UN, CH would give 状态 -> st, 东西 -> un); a domain line (``[计]``, ``[医]``) only of a
+      headword of five letters or more (a short one's list acronyms' expansions: 控制 -> bit, 地址 -> ad); never
+      a word made from an adjective's X的 (周围的 of "environmental" is no translation of 周围, 自己的 of
+      "one's" none of 自己).
 
     Its phrases are left out: a phrase is looked up before its words, so "naming conventions" (命名约定) and
     "read-only access" (只读访问) would take the place of 命名 and 只读 in knowledge that says 命名规范 and
     只读权限."""
     for row in rows:
-        words = (row.get("word") or "").strip().lower().split()
+        written = (row.get("word") or "").strip()
+        words = written.lower().split()
         if len(words) != 1 or not _WORD.match(words[0]):
             continue
         key = english_key(words[0])
@@ -229,18 +231,20 @@ def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, str
             continue
         senses = ecdict_senses(row.get("translation") or "")
         places: dict[str, int] = {}
-        for line in senses:
+        for _domain, line, _adjectival in senses:
             for target in line:
                 places.setdefault(target, len(places) + 1)
         for target, place in places.items():
             yield "en", key, target, min(place, 32767)
-        if len(words[0]) >= 2 and _ecdict_common(row):
+        if written == words[0] and _ecdict_common(row):
             firsts: dict[str, int] = {}
-            for line in senses:
-                for place, target in enumerate(line[:2], 1):
-                    firsts[target] = min(firsts.get(target, place), place)
+            for domain, line, adjectival in senses:
+                if domain is None or len(written) >= 5:
+                    for place, target in enumerate(line[:2], 1):
+                        if target not in adjectival:
+                            firsts[target] = min(firsts.get(target, place), place)
             for target, place in firsts.items():
-                yield "zh", target, words[0], place
+                yield "zh", target, written, place
 
 
 def cache_dir() -> Path:
@@ -341,13 +345,19 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         conn.execute("analyze lexicon_load")
         # ECDICT's translation of an English word CC-CEDICT knows, which CC-CEDICT does not give, is left out:
         # for the words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件);
-        # for the words CC-CEDICT lacks, it is all there is. Its reversed rows (Chinese words) are all kept
+        # for the words CC-CEDICT lacks, it is all there is
         conn.execute(
             "delete from lexicon_load as e using ("
             " select distinct c.source from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en') as known"
             " where e.dict = 'ecdict' and e.lang = 'en' and e.source = known.source and not exists ("
             " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en'"
             " and c.source = e.source and c.target = e.target)"
+        )
+        # ECDICT's reversed rows only of Chinese words CC-CEDICT knows: they add senses, never words, so a
+        # query's Chinese is split as before (an ECDICT-only 不同地, "differently", would take the 地 of 地区)
+        conn.execute(
+            "delete from lexicon_load as e where e.dict = 'ecdict' and e.lang = 'zh' and not exists ("
+            " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'zh' and c.source = e.source)"
         )
         # the terms of every source and target by the database's own term rule, once per distinct text
         conn.execute(
@@ -364,21 +374,23 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         if have == (label,):  # another migrate loaded it meanwhile
             return f"lexicon: {label} already loaded{missing}"
         conn.execute("truncate kb_internal.lexicon_keys, kb_internal.lexicon")
-        # one row per (lang, source, target): its best place, and a second tier above every place a dictionary
+        # one row per (lang, source, target) at its place -- an English source's best over both dictionaries, a
+        # Chinese source's CC-CEDICT's when it gives it -- plus a second tier above every place a dictionary
         # gives (kb_internal.lexicon_single_source(); places are kept below it) for
         # - an English source's translations one dictionary alone gives, when it has one both give;
-        # - a Chinese source's translations ECDICT alone gives (reversed), when CC-CEDICT knows the word: the
-        #   Chinese-English dictionary's own senses come first, ECDICT's add what they lack (访问: access)
+        # - a Chinese source's translations ECDICT alone gives (reversed): the Chinese-English dictionary's own
+        #   senses come first, in their order; ECDICT's add what they lack (访问: access)
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
             " select g.lang, g.source, g.target, least(g.sense, kb_internal.lexicon_single_source() - 1)"
             " + case when g.lang = 'en' and g.dicts = 1 and g.attested"
-            " or g.lang = 'zh' and not g.cedict and g.cedict_knows then kb_internal.lexicon_single_source()"
+            " or g.lang = 'zh' and not g.cedict then kb_internal.lexicon_single_source()"
             " else 0 end, t.terms"
-            " from (select l.lang, l.source, l.target, min(l.sense) as sense, count(distinct l.dict) as dicts,"
+            " from (select l.lang, l.source, l.target,"
+            " case when l.lang = 'zh' then coalesce(min(l.sense) filter (where l.dict = 'cedict'), min(l.sense))"
+            " else min(l.sense) end as sense, count(distinct l.dict) as dicts,"
             " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested,"
-            " bool_or(l.dict = 'cedict') as cedict,"
-            " bool_or(bool_or(l.dict = 'cedict')) over (partition by l.lang, l.source) as cedict_knows"
+            " bool_or(l.dict = 'cedict') as cedict"
             " from lexicon_load as l group by l.lang, l.source, l.target) as g"
             " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0"
         ).rowcount

@@ -451,7 +451,16 @@ def test_stale_heading_scripts_are_named_and_their_fix_heals(healthy, capsys):
         "1 of 3 chunks store a heading script that kb_internal.heading_script no longer gives for their title "
         "and headings: the cross-script rule of fusion reads them"
     ]
-    run_sql_fixes(db, found)
+    assert found[0]["fix"] == "select kb_admin.refill_heading_scripts()"
+    # the fix, run by an administrator who is not the tables' owner (roles are cluster-wide: made and dropped)
+    db.execute("drop role if exists doctor_chunks_admin")
+    db.execute("create role doctor_chunks_admin login in role pgkb_admin")
+    try:
+        with psycopg.connect(dsn(db, "doctor_chunks_admin"), autocommit=True) as admin:
+            assert admin.execute(found[0]["fix"]).fetchone() == (1,)
+            assert admin.execute(found[0]["fix"]).fetchone() == (0,)
+    finally:
+        db.execute("drop role doctor_chunks_admin")
     assert main(["worker", "--once"]) == 0  # the documents' chunks, written without embeddings
     assert_healthy(capsys)
 

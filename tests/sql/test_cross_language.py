@@ -64,11 +64,11 @@ def test_the_lexicon_is_loaded_by_migrate(db):
 
 
 def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db):
-    """ECDICT (English to Chinese) is loaded beside CC-CEDICT: an English word's translation both give ranks
-    before any that one alone gives (component: 组件, 成分 before CC-CEDICT's reverse-index senses 机件, 配件);
-    of a word CC-CEDICT knows, ECDICT's other senses are left out (page: not 事件), of a word it does not know,
-    ECDICT's are all there is, in its order (cycloheximide: 放线菌酮); ECDICT's abbreviation expansions and
-    web-gathered lines are left out; English keys' stored terms are kb_internal.content_terms'."""
+    """ECDICT (English to Chinese, and read backwards) is loaded beside CC-CEDICT: an English word's translation
+    both give ranks before any that one alone gives (component: 组件, 成分 before CC-CEDICT's reverse-index
+    senses 机件, 配件); of a word CC-CEDICT knows, ECDICT's other senses are left out (page: not 事件), of a word
+    it does not know, ECDICT's are all there is, in its order (cycloheximide: 放线菌酮); ECDICT's abbreviation
+    expansions and web-gathered lines are left out; English keys' stored terms are kb_internal.content_terms'."""
     edition = db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     assert "+ ECDICT 0.0.4" in edition
     sense = dict(
@@ -96,6 +96,11 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
         )
     )
     assert max(zh[("访问", "visit")], zh[("访问", "call on")]) < tier <= zh[("访问", "access")]
+    # ...and only to the Chinese words CC-CEDICT knows: no new word changes how a query's Chinese is split
+    # (不同地, ECDICT's "differently", would take the 地 of 不同地区)
+    assert db.execute(
+        "select count(*) from kb_internal.lexicon_keys where lang = 'zh' and source in ('不同地', '有效地', '有关系')"
+    ).fetchone() == (0,)
     # the English side of both, each source once, its terms as content_terms gives them
     assert (
         db.execute(
@@ -108,14 +113,17 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
 
 
 def test_ecdict_translation_fields_are_read_into_chinese_words():
-    from pgkb.lexicon import ecdict_translations, parse_ecdict
+    from pgkb.lexicon import ecdict_senses, parse_ecdict
 
     field = "n. 元件, 组件, 成分\\na. 组成的, 构成的\\n[计] 组件\\n[网络] 胡德；兜帽"
-    assert ecdict_translations(field) == ["元件", "组件", "成分", "组成", "构成"]
+    assert ecdict_senses(field) == [
+        (None, ["元件", "组件", "成分"], set()),
+        (None, ["组成", "构成"], {"组成", "构成"}),
+        ("计", ["组件"], set()),
+    ]
     # parentheses and notes dropped, single characters and abbreviations' expansions left out
-    assert ecdict_translations("n. 页, (水、电)断供；插槽（复数）\\nabbr. 工业部（Department of Industry）") == [
-        "断供",
-        "插槽",
+    assert ecdict_senses("n. 页, (水、电)断供；插槽（复数）\\nabbr. 工业部（Department of Industry）") == [
+        (None, ["断供", "插槽"], set())
     ]
     rows = [
         {"word": "Read-Only", "translation": "n. 只读"},
@@ -125,18 +133,25 @@ def test_ecdict_translation_fields_are_read_into_chinese_words():
     ]
     assert list(parse_ecdict(rows)) == [("en", "read only", "只读", 1)]
     # a common headword's first two words of each line, reversed: 访问 -> access (its vt. and [计] lines);
-    # a rare headword's never (its first sense is often a common word: 声明 -> avowal)
+    # a rare headword's never (its first sense is often a common word: 声明 -> avowal), nor an acronym's (ST's
+    # ranks are st's), nor a short headword's domain lines (bit: [计] 控制, an expansion)
     senses = "n. 通路, 入口, 接近\\nvt. 访问, 存取, 使用\\n[计] 访问, 存取"
     common = {"word": "access", "collins": "3", "translation": senses}
     rare = {"word": "avowal", "translation": "n. 声明, 承认", "tag": "gre", "bnc": "40531", "frq": "33430"}
-    got = list(parse_ecdict([common, rare]))
+    acronym = {"word": "ST", "translation": "abbr. 街道\\n[计] 状态", "bnc": "792"}
+    short = {"word": "bit", "translation": "n. 一点, 小块\\n[计] 位, 控制", "collins": "5"}
+    # nor a word made from an adjective's X的: 周围的 of "environmental" is no translation of 周围
+    adjective = {"word": "environmental", "translation": "a. 周围的, 环境的", "collins": "3"}
+    got = list(parse_ecdict([common, rare, acronym, short, adjective]))
     assert [r for r in got if r[0] == "zh"] == [
         ("zh", "通路", "access", 1),
         ("zh", "入口", "access", 2),
         ("zh", "访问", "access", 1),
         ("zh", "存取", "access", 2),
+        ("zh", "一点", "bit", 1),
+        ("zh", "小块", "bit", 2),
     ]
-    assert ("en", "access", "访问", 4) in got and ("en", "avowal", "声明", 1) in got
+    assert ("en", "access", "访问", 4) in got and ("en", "avowal", "声明", 1) in got and ("en", "st", "状态", 1) in got
 
 
 def test_content_terms_of_english_words_skip_the_tokenizer_and_agree_with_it(db):
