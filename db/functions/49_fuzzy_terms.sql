@@ -16,7 +16,8 @@
 -- kb.settings.fuzzy_max_terms words and characters (words first, the longest first) get
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
 -- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded. When the
--- vocabulary holds every such term of the query there is nothing to correct: NULL, after one lookup per term.
+-- vocabulary holds every such term of the query, or no absent one is to be corrected (an absent Chinese
+-- bigram beside a known one), there is nothing to correct: NULL, after one lookup per term.
 create or replace function kb_internal.fuzzy_expansions(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -27,8 +28,8 @@ set enable_seqscan = off
 -- the edits' row estimates (generate_series x letters) pass JIT's threshold: compiling costs ~130 ms, the
 -- statement a few
 set jit = off
--- planned for the query's own terms, as a SQL function was
-set plan_cache_mode = force_custom_plan
+-- one plan per statement for the session, but the lookups (below)
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     -- the terms a correction is looked for (words of 4 to 32 characters with a letter, Chinese bigrams), in
@@ -47,12 +48,16 @@ declare
             select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
         ) as s on true
     );
+    suspects jsonb;     -- the terms to correct, [{kind, source, next}]
 begin
     -- every term known: nothing to correct, and no lookup of the vocabulary's neighbours
     if not jsonb_path_exists(checked, '$[*] ? (@.known == false)') then
         return null;
     end if;
-    return (
+    -- what to correct: kind 'word' (source = the word), 'inner' (the middle character of source || next),
+    -- 'first' / 'last' (that character of source); none (most absent Chinese bigrams are a question's
+    -- words meeting, with a known bigram beside them): NULL, without the vocabulary's neighbours
+    suspects := (
     with query_terms as (
         select q.term, q.k, q.known
         from jsonb_to_recordset(checked) as q (term text, k bigint, known boolean)
@@ -71,10 +76,8 @@ begin
             from query_terms as q where q.term !~ '^[a-z0-9_]+$' and q.term !~ '[哪何谁几怎什么吗呢啥咋少]'
             window w as (order by q.k)
         ) as b
-    ),
-    -- what to correct: kind 'word' (source = the word), 'inner' (the middle character of source || next),
-    -- 'first' / 'last' (that character of source)
-    suspects as (
+    )
+    select jsonb_agg(jsonb_build_object('kind', x.kind, 'source', x.source, 'next', x.next)) from (
         select x.* from (
             select 'word' as kind, q.term as source, null::text as next, 0 as pos, -length(q.term) as sort_key
             from query_terms as q where not q.known and q.term ~ '^[a-z0-9_]+$'
@@ -91,6 +94,17 @@ begin
         ) as x
         order by x.pos, x.sort_key, x.source
         limit kb_internal.setting_int('fuzzy_max_terms')
+    ) as x
+    );
+    if suspects is null then
+        return null;
+    end if;
+    -- the lookups planned for the query's own suspects, as a SQL function was: a generic plan was slower
+    -- (the function's own setting is restored when it returns)
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+    return (
+    with suspects as (
+        select a.kind, a.source, a.next from jsonb_to_recordset(suspects) as a (kind text, source text, next text)
     ),
     -- every string one edit away from an absent word, with the letters terms are made of
     edits as (

@@ -222,7 +222,7 @@ def fuzzy_plan(notices):
     """The plans of kb_internal.fuzzy_expansions, as one text: its check of the query's terms against the
     vocabulary, and (when one is missing) its lookups of corrections there."""
     plan_of(notices, "as known from kb.term_stats")  # asserts the check ran
-    return "\n".join(p for p in plans(notices) if "as known from kb.term_stats" in p or "with query_terms as" in p)
+    return "\n".join(p for p in plans(notices) if "as known from kb.term_stats" in p or "with suspects as" in p)
 
 
 def assert_fuzzy_plan_reads_the_vocabulary_by_index(plan: str) -> None:
@@ -293,7 +293,7 @@ def test_single_leg_functions_use_their_index(explained, fn):
     else:
         assert_fuzzy_plan_reads_the_vocabulary_by_index(fuzzy_plan(notices))
         # the needle is misspelt: the corrections' own lookups ran, each read by an index keyed by kb_ids
-        corrections = plan_of(notices, "with query_terms as")
+        corrections = plan_of(notices, "with suspects as")
         assert "Index" in corrections and "Seq Scan" not in corrections, corrections
         assert_lexical_plan_uses_postings_index(lexical_plan(notices))
 
