@@ -17,7 +17,8 @@
 -- fuzzy_term_expansions corrections each (the highest weight, then the most frequent; for a character,
 -- by its rarer bigram), and each lookup reads at most 1000 vocabulary rows: the work is bounded. When the
 -- vocabulary holds every such term of the query, or no absent one is to be corrected (an absent Chinese
--- bigram beside a known one), there is nothing to correct: NULL, after one lookup per term.
+-- bigram beside a known one, or touching a question word), there is nothing to correct: NULL, after one
+-- lookup per term and without the lookups of corrections.
 create or replace function kb_internal.fuzzy_expansions(query text, kb_ids integer[])
 returns jsonb
 language plpgsql stable
@@ -48,7 +49,7 @@ declare
             select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
         ) as s on true
     );
-    suspects jsonb;     -- the terms to correct, [{kind, source, next}]
+    to_correct jsonb;   -- the terms to correct, [{kind, source, next}]
 begin
     -- every term known: nothing to correct, and no lookup of the vocabulary's neighbours
     if not jsonb_path_exists(checked, '$[*] ? (@.known == false)') then
@@ -57,7 +58,7 @@ begin
     -- what to correct: kind 'word' (source = the word), 'inner' (the middle character of source || next),
     -- 'first' / 'last' (that character of source); none (most absent Chinese bigrams are a question's
     -- words meeting, with a known bigram beside them): NULL, without the vocabulary's neighbours
-    suspects := (
+    to_correct := (
     with query_terms as (
         select q.term, q.k, q.known
         from jsonb_to_recordset(checked) as q (term text, k bigint, known boolean)
@@ -96,15 +97,15 @@ begin
         limit kb_internal.setting_int('fuzzy_max_terms')
     ) as x
     );
-    if suspects is null then
+    if to_correct is null then
         return null;
     end if;
     -- the lookups planned for the query's own suspects, as a SQL function was: a generic plan was slower
-    -- (the function's own setting is restored when it returns)
+    -- (the caller's setting comes back when this function returns, through its SET plan_cache_mode clause)
     perform set_config('plan_cache_mode', 'force_custom_plan', true);
     return (
     with suspects as (
-        select a.kind, a.source, a.next from jsonb_to_recordset(suspects) as a (kind text, source text, next text)
+        select a.kind, a.source, a.next from jsonb_to_recordset(to_correct) as a (kind text, source text, next text)
     ),
     -- every string one edit away from an absent word, with the letters terms are made of
     edits as (

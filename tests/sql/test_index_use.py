@@ -220,7 +220,7 @@ def assert_lexical_plan_uses_postings_index(plan: str) -> None:
 
 def fuzzy_plan(notices):
     """The plans of kb_internal.fuzzy_expansions, as one text: its check of the query's terms against the
-    vocabulary, and (when one is missing) its lookups of corrections there."""
+    vocabulary, and (when one is to be corrected) its lookups of corrections there."""
     plan_of(notices, "as known from kb.term_stats")  # asserts the check ran
     return "\n".join(p for p in plans(notices) if "as known from kb.term_stats" in p or "with suspects as" in p)
 

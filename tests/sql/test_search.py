@@ -473,6 +473,28 @@ def test_question_words_are_not_corrected(kbdb):
     assert "灯塔" in kbdb.execute(EXPANSIONS, ["灯搭何时建立"]).fetchone()[0]
 
 
+def test_nothing_to_correct_skips_the_lookups(kbdb):
+    """Where two words of a Chinese question meet, their bigram is absent; beside a known bigram it is no
+    misspelling. Nothing to correct: NULL, and the corrections' lookups do not run (auto_explain sees no plan
+    of them). A real near-miss still runs them, and the caller's plan_cache_mode stays its own."""
+    text = "灯塔为何建在岛上？东边的灯塔和西边的灯塔都在海边。"
+    chunks = json.dumps([{"content": text}])
+    kbdb.execute("select kb.replace_document('team-docs', 'lighthouse.md', '灯塔', %s)", [chunks])
+    notices: list[str] = []
+    kbdb.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    kbdb.execute("load 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
+        kbdb.execute(f"set auto_explain.{setting}")
+    kbdb.execute("set plan_cache_mode = auto")
+    assert kbdb.execute(EXPANSIONS, ["海边灯塔"]).fetchone()[0] is None  # 边灯 is absent, 海边 and 灯塔 known
+    assert any("as known from kb.term_stats" in n for n in notices)  # the terms were checked
+    assert not any("with suspects as" in n for n in notices), notices
+    notices.clear()
+    assert "灯塔" in kbdb.execute(EXPANSIONS, ["灯搭何时建立"]).fetchone()[0]
+    assert any("with suspects as" in n for n in notices)
+    assert kbdb.execute("show plan_cache_mode").fetchone()[0] == "auto"
+
+
 def test_fuzzy_leg_without_corrections_ranks_as_the_bm25_leg(kbdb):
     """A query whose terms are all known (or have no correction) gets the BM25 leg's ranking and scores
     from the fuzzy leg alone, and no fuzzy leg in a hybrid search (it would count BM25 twice); the
