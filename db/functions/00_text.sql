@@ -242,12 +242,14 @@ $$;
 -- control characters. Used for chunk contents, queries and document keys alike.
 create or replace function kb_internal.is_blank(input text)
 returns boolean
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select input !~ (
+begin
+    return input !~ (
         '[^\u0001-\u0020\u007f-\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f'
         || '\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8'
         || '\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]'
-    )
+    );
+end
 $$;

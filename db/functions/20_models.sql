@@ -192,10 +192,12 @@ $$;
 -- never get this far: pgvector refuses them on input.
 create or replace function kb_internal.usable_embedding(embedding vector)
 returns boolean
-language sql immutable strict parallel safe
+language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select vector_norm(embedding) between 1e-15 and 1e15
+begin
+    return vector_norm(embedding) between 1e-15 and 1e15;
+end
 $$;
 
 -- True when an embedding can be stored in a model of this storage and searched: kb_internal.usable_embedding,

@@ -11,16 +11,21 @@ returns text[]
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    trail text[] := '{}';
+    before text := btrim(title);    -- the part shown before the next heading (blank: none)
+    part text;
 begin
-    return (
-        select coalesce(array_agg(p.part order by p.n), '{}')
-        from (
-            select x.part, x.n, lag(btrim(x.part)) over (order by x.n) as before
-            from unnest(array[title] || coalesce(heading_path, '{}')) with ordinality as x (part, n)
-            where btrim(x.part) <> ''
-        ) as p
-        where p.n > 1 and p.before is distinct from btrim(p.part)
-    );
+    -- a loop over the array, no query: search shows a trail for each of its top_k hits
+    foreach part in array coalesce(heading_path, '{}') loop
+        if btrim(part) <> '' then
+            if before is null or before = '' or btrim(part) <> before then
+                trail := trail || part;
+            end if;
+            before := btrim(part);
+        end if;
+    end loop;
+    return trail;
 end
 $$;
 
@@ -28,13 +33,12 @@ $$;
 -- address with a host (no white space or control character anywhere), else NULL -- clients then show
 -- kb://<kb>/<doc_key>. A path on the server (what `pgkb ingest` records without --base-url) never leaves the
 -- database through a read, nor does a script address (javascript://%0A..., data:, vbscript:) a link would run.
+-- (A standard SQL body, bound when created like kb.document_uri below, so inlined into the query that calls it:
+-- NULL in, NULL out without STRICT, which would keep it from being inlined.)
 create or replace function kb_internal.openable_source(source_url text)
 returns text
-language sql immutable strict parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    select case when source_url ~* '^https?://[a-z0-9\[]' and source_url !~ '[[:space:][:cntrl:]]' then source_url end
-$$;
+language sql immutable parallel safe
+return case when source_url ~* '^https?://[a-z0-9\[]' and source_url !~ '[[:space:][:cntrl:]]' then source_url end;
 
 -- The kb:// URI a reader is shown for a document, kb://<kb>/<doc_key>: the one place it is built (search
 -- results' also_in, citations, and the clients, which select it; the MCP server serves it as a resource).

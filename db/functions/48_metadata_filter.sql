@@ -209,13 +209,15 @@ $$;
 -- given, else {"contains": ..., "condition": ...} with the parts that are. Raises for a bad condition.
 create or replace function kb_internal.document_filter(filter jsonb, metadata_condition jsonb)
 returns jsonb
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when filter is not null or metadata_condition is not null then jsonb_strip_nulls(jsonb_build_object(
+begin
+    return case when filter is not null or metadata_condition is not null then jsonb_strip_nulls(jsonb_build_object(
         'contains', filter,
         'condition', case when metadata_condition is not null then kb.check_metadata_condition(metadata_condition) end
-    )) end
+    )) end;
+end
 $$;
 
 -- True when a document's metadata passes a kb_internal.document_filter (NULL filter: every document). The

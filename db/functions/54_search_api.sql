@@ -84,17 +84,20 @@ create or replace function kb.hybrid_search(
     also_embeddings vector[] default null
 )
 returns setof kb.search_result
-language sql volatile security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.logged_hits('search', query, also, kb, array(
+begin
+    return query select * from kb_internal.logged_hits('search', query, also, kb, array(
         select h from kb_internal.search(
             query, top_k, kb, query_embedding, model, vector_weight, lexical_weight, fuzzy_weight,
             rrf_k, candidates, filter, bm25_k1, bm25_b, fusion, metadata_condition, also, also_embeddings
         ) as h
-    ))
+    ));
+end
 $$;
 
+-- (PL/pgSQL, these wrappers: a SQL function with a SET clause is planned again at every call.)
 -- Single legs, same columns as hybrid_search. With one leg the order is that leg's rank, so each leg is
 -- asked for top_k rows only.
 -- Vector leg alone (score = 1 / (rrf_k + rank)). Needs a query embedding or plpython3u.
@@ -107,13 +110,15 @@ create or replace function kb.vector_search(
     filter jsonb default null
 )
 returns setof kb.search_result
-language sql volatile security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.logged_hits('vector', query, null, kb, array(
+begin
+    return query select * from kb_internal.logged_hits('vector', query, null, kb, array(
         select h from kb_internal.search(query, top_k, kb, query_embedding, model, 1, 0, 0, null, top_k,
             filter, null, null, 'rrf') as h
-    ))
+    ));
+end
 $$;
 
 -- BM25 leg alone (same columns; lexical_score is the BM25 score).
@@ -126,13 +131,15 @@ create or replace function kb.lexical_search(
     bm25_b double precision default null
 )
 returns setof kb.search_result
-language sql volatile security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.logged_hits('lexical', query, null, kb, array(
+begin
+    return query select * from kb_internal.logged_hits('lexical', query, null, kb, array(
         select h from kb_internal.search(query, top_k, kb, null, null, 0, 1, 0, null, top_k,
             filter, bm25_k1, bm25_b, 'rrf') as h
-    ))
+    ));
+end
 $$;
 
 -- Fuzzy leg alone (same columns; fuzzy_score is the BM25 score of the query with its corrections).
@@ -143,11 +150,13 @@ create or replace function kb.fuzzy_search(
     filter jsonb default null
 )
 returns setof kb.search_result
-language sql volatile security definer
+language plpgsql volatile security definer
 set search_path = pg_catalog, public, pg_temp
 as $$
-    select * from kb_internal.logged_hits('fuzzy', query, null, kb, array(
+begin
+    return query select * from kb_internal.logged_hits('fuzzy', query, null, kb, array(
         select h from kb_internal.search(query, top_k, kb, null, null, 0, 0, 1, null, top_k,
             filter, null, null, 'rrf') as h
-    ))
+    ));
+end
 $$;
