@@ -8,28 +8,32 @@
 
 -- Vector leg: cosine distance over each knowledge base's own partial HNSW index (one scan per knowledge
 -- base of kb_ids, naming its model and knowledge base as literals so the planner matches that index;
--- iterative scan so a filter still fills n rows), then the nearest n of them all. Knowledge bases of fewer
--- than kb.settings.vector_exact_chunks chunks are searched exactly instead, together, in one scan of the
--- slice btree (model_id, kb_id). No scan reads another knowledge base's rows, so what the leg reads never
+-- iterative with a doc_filter, so the filter still fills n rows, or when more rows are asked for than
+-- ef_search; otherwise the scan's ef_search candidates fill them, iterating cost about 0.3 ms a call, and a
+-- scan that comes up short is iterated again), then the nearest n of them all. Knowledge bases of
+-- fewer than kb.settings.vector_exact_chunks chunks are searched exactly instead, together, in one scan of
+-- the slice btree (model_id, kb_id). No scan reads another knowledge base's rows, so what the leg reads never
 -- depends on text the caller cannot see. The scans are asked for at least 40 rows (the first n are
 -- returned): when they yield fewer (a filter holds fewer, or a graph lost them), an exact scan of the slice
 -- answers instead. Rank 1 = nearest; score = cosine similarity. hnsw.ef_search comes from
--- kb.settings.hnsw_ef_search, set for the index scans only. The plan never follows a caller's settings: the
--- planner's switches and cost constants are pinned to PostgreSQL's defaults, pgvector's scan limits to its
--- own, and sequential scans (of every knowledge base's rows), parallel workers and JIT are off.
+-- kb.settings.hnsw_ef_search, for this call only. The plan never follows a caller's settings: the planner's
+-- switches and cost constants are pinned to PostgreSQL's defaults, pgvector's scan settings to its own
+-- (ef_search and iterative_scan as said), and sequential scans (of every knowledge base's rows), parallel
+-- workers and JIT are off. Its own statements keep the caller's plan_cache_mode (EXECUTE plans every call).
 create or replace function kb_internal.vector_leg(
     query_embedding vector, model kb.embedding_models, kb_ids integer[], n integer, doc_filter jsonb
 )
 returns table (chunk_id bigint, rank integer, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, public, pg_temp
-set "hnsw.iterative_scan" = relaxed_order
+-- restored at exit, with what set_config sets below
+set "hnsw.ef_search" = 40
+set "hnsw.iterative_scan" = off
 set "hnsw.max_scan_tuples" = 20000
 set "hnsw.scan_mem_multiplier" = 1
 set enable_seqscan = off
 set max_parallel_workers_per_gather = 0
 set jit = off
-set plan_cache_mode = force_custom_plan
 set enable_indexscan = on
 set enable_indexonlyscan = on
 set enable_bitmapscan = on
@@ -73,27 +77,28 @@ declare
         from (select u.* from (%s) as u order by u.distance + 0, u.chunk_id limit $3) as nearest
     $sql$;
     fetch_n constant integer := greatest(n, 40);
+    ef_search constant integer := kb_internal.setting_int('hnsw_ef_search');
     exact_below constant integer := kb_internal.setting_int('vector_exact_chunks');
-    callers_ef_search constant text := current_setting('hnsw.ef_search', true);
     stored constant text := kb_internal.vector_expression(model.storage, model.dimension, 'column');
     query_type constant text := kb_internal.vector_expression(model.storage, model.dimension, 'cast');
     per_kb text;
+    hnsw_scans boolean;     -- per_kb holds an HNSW scan
     ids bigint [];
     distances double precision [];
 begin
     if coalesce(cardinality(kb_ids), 0) = 0 then
         return;
     end if;
-    select string_agg(k.scan, ' union all ') into per_kb
+    select string_agg(k.scan, ' union all '), bool_or(k.hnsw) into per_kb, hnsw_scans
     from (
-        select format('(' || candidates_sql || ')', stored, k.id, '', model.id, query_type) as scan
+        select format('(' || candidates_sql || ')', stored, k.id, '', model.id, query_type) as scan, true as hnsw
         from kb.knowledge_bases as k
         where k.id = any(kb_ids) and k.chunk_count >= exact_below
         union all
         select format(
             '(' || candidates_sql || ')', stored, format('any(%L::integer[])', array_agg(k.id)),
             ' + 0, e.chunk_id', model.id, query_type
-        )
+        ), false
         from kb.knowledge_bases as k
         where k.id = any(kb_ids) and k.chunk_count < exact_below
         having count(*) > 0
@@ -101,13 +106,22 @@ begin
     if per_kb is null then
         return;
     end if;
-    perform set_config('hnsw.ef_search', kb_internal.setting_int('hnsw_ef_search')::text, true);
+    perform set_config('hnsw.ef_search', ef_search::text, true);
+    -- iterative when a filter may drop rows or more rows are asked for than a scan's ef_search candidates
+    if doc_filter is not null or fetch_n > ef_search then
+        perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    end if;
     execute format(nearest_sql, per_kb) into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
+    if cardinality(ids) < fetch_n and hnsw_scans and current_setting('hnsw.iterative_scan') = 'off' then
+        -- short without a filter: dead entries (rewritten documents not vacuumed yet) took candidates' places;
+        -- an iterative scan goes on past them
+        perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+        execute format(nearest_sql, per_kb) into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
+    end if;
     if cardinality(ids) < fetch_n then
         execute format(nearest_sql, format(candidates_sql, stored, 'any($2)', ' + 0, e.chunk_id', model.id, query_type))
         into ids, distances using query_embedding, kb_ids, fetch_n, doc_filter;
     end if;
-    perform set_config('hnsw.ef_search', callers_ef_search, true);
     return query select x.chunk_id, x.ord::integer, 1 - x.distance
     from unnest(ids[1:n], distances[1:n]) with ordinality as x (chunk_id, distance, ord);
 end
@@ -510,9 +524,13 @@ $$;
 -- The BM25 leg that serves (kb_admin.lexical_engine_choice without its reason).
 create or replace function kb_admin.lexical_engine()
 returns text
-language sql stable
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
-as $$ select c.engine from kb_admin.lexical_engine_choice() as c $$;
+as $$
+begin
+    return (select c.engine from kb_admin.lexical_engine_choice() as c);
+end
+$$;
 
 -- The BM25 legs' top n by the engine kb_admin.lexical_engine() picks, with that engine's budget setting
 -- (lexical_posting_budget for blocks, lexical_probe_budget for scan; numpy reads its own,

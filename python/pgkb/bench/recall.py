@@ -10,7 +10,7 @@ scans disabled as well (``set local enable_indexscan = off``). Every statement h
   default), 100 (kb_internal.vector_leg's value before kb.settings.hnsw_ef_search), 200, 300 (that setting's
   default) and 400, and at the setting's current value if it is none of those;
 * ``vector_search`` -- ``kb.vector_search(q, 10, kb => name, query_embedding => e)`` (ef_search from
-  kb.settings.hnsw_ef_search, iterative scan ``relaxed_order``).
+  kb.settings.hnsw_ef_search; no iterative scan without a document filter).
 
 recall@10 = |approximate top 10 ∩ exact top 10| / 10, averaged over the queries.
 """
