@@ -38,6 +38,10 @@ as $$
         ('memberships_user_idx', 'create index memberships_user_idx on kb.memberships (user_id)'),
         ('chunks_kb_chunk_idx', 'create index chunks_kb_chunk_idx on kb.chunks (kb_id, (id + 0))'),
         (
+            'chunks_kb_content_hash_idx',
+            'create index chunks_kb_content_hash_idx on kb.chunks (kb_id, content_hash)'
+        ),
+        (
             'term_stats_bigram_end_idx',
             'create index term_stats_bigram_end_idx on kb.term_stats (kb_id, right(term, 1))'
             || ' where length(term) = 2 and octet_length(term) > 2'

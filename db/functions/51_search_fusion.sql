@@ -11,13 +11,22 @@ returns table (
     vector_weight double precision, lexical_weight double precision, fuzzy_weight double precision,
     rrf_k double precision, candidates integer, bm25_k1 double precision, bm25_b double precision, fusion text
 )
-language sql stable security definer
+language plpgsql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select kb_internal.setting_number('search_vector_weight'), kb_internal.setting_number('search_lexical_weight'),
-        kb_internal.setting_number('search_fuzzy_weight'), kb_internal.setting_number('search_rrf_k'),
-        kb_internal.setting_int('search_candidates'), kb_internal.setting_number('search_bm25_k1'),
-        kb_internal.setting_number('search_bm25_b'), btrim(kb_internal.setting('search_fusion'))
+declare
+    -- the keys read at once (kb_internal.settings_of): every search starts here, and a SQL function reading
+    -- them one by one, planned at every call, cost about 0.25 ms of it
+    k constant text[] := array[
+        'search_vector_weight', 'search_lexical_weight', 'search_fuzzy_weight', 'search_rrf_k', 'search_candidates',
+        'search_bm25_k1', 'search_bm25_b', 'search_fusion'
+    ];
+    raw constant text[] := kb_internal.settings_of(k);
+begin
+    return query select kb_internal.as_number(k[1], raw[1]), kb_internal.as_number(k[2], raw[2]),
+        kb_internal.as_number(k[3], raw[3]), kb_internal.as_number(k[4], raw[4]), kb_internal.as_int(k[5], raw[5]),
+        kb_internal.as_number(k[6], raw[6]), kb_internal.as_number(k[7], raw[7]), btrim(raw[8]);
+end
 $$;
 
 -- The one search implementation: fill NULL settings from kb.search_defaults, validate, resolve
@@ -41,8 +50,9 @@ $$;
 -- vector_used is false when no query embedding could be had (lexical legs only). Chunks of the same text
 -- (kb.chunks.content_hash, stored at write time) are one result, the best-scored copy, also_in naming the other
 -- copies' documents among the candidates (kb://<kb>/<doc_key>, its own left out). Fusion ranks on ids and
--- scores; only the final top_k reads content, documents and knowledge bases. heading_path and source_url are as kb_internal.heading_trail and
--- kb_internal.openable_source show them.
+-- scores; kb.chunks is read only for the candidates that may reach the top_k (the others too when copies of
+-- one text crowd them), and only the final top_k reads content, documents and knowledge bases. heading_path
+-- and source_url are as kb_internal.heading_trail and kb_internal.openable_source show them.
 create or replace function kb_internal.search(
     query text,
     top_k integer,
@@ -66,9 +76,18 @@ returns setof kb.search_result
 language plpgsql volatile
 set search_path = pg_catalog, public, pg_temp
 -- one plan per statement for the session, here and in every function it calls that does not choose its own
--- (the vector leg and the fuzzy leg's lookup plan per call): planning the fusion statement at every call
+-- (the vector leg's EXECUTE and the fuzzy leg's lookups plan per call): planning the fusion statement at every call
 -- cost about 2 ms of a 10 ms kb.vector_search (docs/benchmarks.md, "Generic plans")
 set plan_cache_mode = force_generic_plan
+-- every read of kb.chunks, kb.documents and kb.knowledge_bases an index lookup (by id, or keyed by kb_ids): a
+-- sequential scan, cheaper on a small table, would read other knowledge bases' rows, and its counters would
+-- tell how many there are; index and bitmap scans on, whatever the caller set
+set enable_seqscan = off
+set enable_indexscan = on
+set enable_bitmapscan = on
+-- a sequential scan that cannot be avoided (the visible knowledge bases are read whole) costs 1e10 with them
+-- off, which made PostgreSQL JIT-compile it: 90 ms a call in a new session
+set jit = off
 as $$
 declare
     kb_ids integer [];
@@ -213,13 +232,9 @@ begin
         select 'fuzzy', fuzzy_weight, f.n, f.chunk_id, f.rank, f.score from bm25_hits as f
         where fuzzy_weight > 0 and (f.leg = 'fuzzy' or f.plain_only and lexical_weight = 0)
     ),
-    -- each leg's spread and weight per phrasing (the legs that returned nothing have no row)
-    leg_stats as (
-        select h.leg, h.n, max(h.weight) as weight, avg(h.score) as mean, stddev_pop(h.score) as sd
-        from hits as h group by h.leg, h.n
-    ),
     -- per chunk and leg, its share before the leg's weight: RRF's 1 / (k + rank), or DBSF's place in the
-    -- spread of its leg for its phrasing; the best over the phrasings (two phrasings that find it count once)
+    -- spread of its leg for its phrasing (the window: one pass, no join back); the best over the phrasings (two
+    -- phrasings that find it count once)
     fused as (
         select h.chunk_id,
             coalesce(max(h.share) filter (where h.leg = 'vector'), 0) as v_share,
@@ -234,48 +249,79 @@ begin
         from (
             select h.leg, h.chunk_id, h.rank, h.score, case
                     when fusion = 'rrf' then 1 / (rrf_k + h.rank)
-                    when s.sd > 0 then (h.score - (s.mean - 3 * s.sd)) / (6 * s.sd)
+                    when h.sd > 0 then (h.score - (h.mean - 3 * h.sd)) / (6 * h.sd)
                     else 1.0        -- a leg whose hits all score alike: each counts as its best
                 end as share
-            from hits as h join leg_stats as s on s.leg = h.leg and s.n = h.n
+            from (
+                select h.*, avg(h.score) over per_leg as mean, stddev_pop(h.score) over per_leg as sd
+                from hits as h
+                window per_leg as (partition by h.leg, h.n)
+            ) as h
         ) as h
         group by h.chunk_id
     ),
     -- the weights of the legs that returned hits: a chunk in a script the query lacks has no term in common
     -- with it, so the term legs' silence about it is no evidence against it (see the contract above)
     legs_run as (
-        select coalesce(max(s.weight) filter (where s.leg = 'vector'), 0) as w_vector,
-            coalesce(max(s.weight) filter (where s.leg = 'lexical'), 0) as w_lexical,
-            coalesce(max(s.weight) filter (where s.leg = 'fuzzy'), 0) as w_fuzzy
-        from leg_stats as s
+        select coalesce(max(h.weight) filter (where h.leg = 'vector'), 0) as w_vector,
+            coalesce(max(h.weight) filter (where h.leg = 'lexical'), 0) as w_lexical,
+            coalesce(max(h.weight) filter (where h.leg = 'fuzzy'), 0) as w_fuzzy
+        from hits as h
     ),
-    -- each fused chunk with where it is and its final score, computed once (materialized: the windows below
-    -- would evaluate them again); ids, scores and the content hash stored at write time only: no content,
-    -- document or knowledge base is read before the final top_k (late materialisation)
-    placed as materialized (
-        select fused.chunk_id, fused.v_rank, fused.l_rank, fused.f_rank, fused.v_score, fused.l_score,
-            fused.f_score, c.document_id, c.content_hash,
-            case
-                -- (the script is compared only where the rule can change the score)
+    -- each fused chunk's score from its shares alone: base, their weighted sum, and raised, what the
+    -- cross-script rule can make of it (the rule reads the chunk's heading script: below, where it matters)
+    scored as materialized (
+        select fused.*, s.base, case
                 when legs_run.w_vector > 0 and cardinality(query_scripts) > 0
                     and (legs_run.w_lexical > 0 and fused.v_share > fused.l_share
                         or legs_run.w_fuzzy > 0 and fused.v_share > fused.f_share)
-                    and c.heading_script <> all(query_scripts)
                     then legs_run.w_vector * fused.v_share
                     + legs_run.w_lexical * greatest(fused.l_share, fused.v_share)
                     + legs_run.w_fuzzy * greatest(fused.f_share, fused.v_share)
-                -- the weighted sum of its shares
-                else legs_run.w_vector * fused.v_share + legs_run.w_lexical * fused.l_share
-                    + legs_run.w_fuzzy * fused.f_share
-            end as fused_score
+                else s.base
+            end as raised
         from fused
         cross join legs_run
-        -- the legs return visible chunks only; the kb_id check keeps it so whatever a leg returns
-        join kb.chunks as c on c.id = fused.chunk_id and c.kb_id = any(kb_ids)
+        cross join lateral (
+            select legs_run.w_vector * fused.v_share + legs_run.w_lexical * fused.l_share
+                + legs_run.w_fuzzy * fused.f_share as base
+        ) as s
     ),
-    -- each chunk's place among the candidates of the same text (1: the best), and how many they are
+    -- the top_k-th best base score: a chunk whose raised score is below it cannot be among the top_k, unless
+    -- copies of one text above it leave fewer than top_k texts there
+    bar as (
+        select min(t.base) as bar from (select s.base from scored as s order by s.base desc limit top_k) as t
+    ),
+    -- each candidate with its document, content hash and final score (the cross-script rule reads its heading
+    -- script), one kb.chunks lookup per row, whatever the row estimates (offset 0: never a join that reads the
+    -- whole table); not materialized, so each use below reads only the rows it keeps; the legs return visible
+    -- chunks only, the kb_id check keeps it so whatever a leg returns
+    looked_up as not materialized (
+        select s.chunk_id, s.v_rank, s.l_rank, s.f_rank, s.v_score, s.l_score, s.f_score, s.raised, c.document_id,
+            c.content_hash, case when c.heading_script <> all(query_scripts) then s.raised else s.base end as fused_score
+        from scored as s
+        cross join lateral (
+            select c.document_id, c.content_hash, c.heading_script from kb.chunks as c
+            where c.id = s.chunk_id and c.kb_id = any(kb_ids) offset 0
+        ) as c
+    ),
+    -- the chunks at the bar or above: the only ones kb.chunks is read for, as a rule (no content, document or
+    -- knowledge base is read before the final top_k: late materialisation)
+    near as materialized (
+        select l.* from looked_up as l where l.raised >= (select b.bar from bar as b)
+    ),
+    -- and the others, read only when those hold fewer than top_k texts at the bar or above
+    placed as (
+        select * from near
+        union all
+        select l.* from looked_up as l
+        where l.raised < (select b.bar from bar as b) and (
+            select count(distinct n.content_hash) from near as n where n.fused_score >= (select b.bar from bar as b)
+        ) < top_k
+    ),
+    -- each chunk's place among the candidates read of the same text (1: the best)
     copies as materialized (
-        select p.*, row_number() over same_text as place, count(*) over (partition by p.content_hash) as copies
+        select p.*, row_number() over same_text as place
         from placed as p
         window same_text as (
             partition by p.content_hash order by p.fused_score desc, coalesce(p.v_rank, p.l_rank, p.f_rank),
@@ -293,18 +339,31 @@ begin
     select r.chunk_id, k.name, d.doc_key, d.title, kb_internal.heading_trail(d.title, c.heading_path), c.ordinal,
         c.content, kb_internal.openable_source(d.source_url), c.chunk_type, c.metadata, r.fused_score, r.v_rank,
         r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, coalesce(embeddings[1] is not null, false),
-        case when r.copies > 1 then array(
+        array(
+            -- the other candidates of the same text, found by it in the searched knowledge bases alone
+            -- (chunks_kb_content_hash_idx): most texts have none
             select distinct kb.document_uri(ok.name, od.doc_key)
-            from copies as o
-            join kb.documents as od on od.id = o.document_id
-            join kb.knowledge_bases as ok on ok.id = od.kb_id
-            where o.content_hash = r.content_hash and o.place > 1 and o.document_id <> r.document_id
+            from (
+                select o.document_id from kb.chunks as o
+                where o.kb_id = any(kb_ids) and o.content_hash = r.content_hash and o.id <> r.chunk_id
+                    and o.document_id <> r.document_id and o.id = any(array(select s.chunk_id from scored as s))
+                offset 0
+            ) as o
+            cross join lateral (
+                select od.doc_key, od.kb_id from kb.documents as od where od.id = o.document_id offset 0
+            ) as od
+            cross join lateral (select ok.name from kb.knowledge_bases as ok where ok.id = od.kb_id offset 0) as ok
             order by 1
-        ) else '{}' end
+        )
     from best as r
-    join kb.chunks as c on c.id = r.chunk_id
-    join kb.documents as d on d.id = r.document_id
-    join kb.knowledge_bases as k on k.id = d.kb_id
+    cross join lateral (
+        select c.heading_path, c.ordinal, c.content, c.chunk_type, c.metadata from kb.chunks as c
+        where c.id = r.chunk_id offset 0
+    ) as c
+    cross join lateral (
+        select d.doc_key, d.title, d.source_url, d.kb_id from kb.documents as d where d.id = r.document_id offset 0
+    ) as d
+    cross join lateral (select k.name from kb.knowledge_bases as k where k.id = d.kb_id offset 0) as k
     order by r.fused_score desc, coalesce(r.v_rank, r.l_rank, r.f_rank), r.chunk_id;
 end
 $$;

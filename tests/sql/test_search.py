@@ -415,6 +415,71 @@ def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, co
     assert [(r["content"], r["also_in"]) for r in rows] == [(refund, []), ("另一段", [])]  # the title matches
 
 
+def test_copies_crowding_the_top_leave_room_for_other_texts(kbdb):
+    """Fusion reads kb.chunks only for the candidates that may reach the top_k (kb_internal.search's bar); when
+    copies of one text fill that part, the others are read too: still top_k different texts, the copy once,
+    naming every other document among the candidates that holds it."""
+    kbdb.execute("select kb.create_knowledge_base('crowded', 'public')")
+    copy = "退款规则：七天内无理由退款"
+    for i in range(12):
+        kbdb.execute(
+            "select kb.replace_document('crowded', %s, '退款', %s::jsonb)",
+            [f"copy{i}.md", json.dumps([{"content": copy}])],
+        )
+    for i in range(6):
+        kbdb.execute(
+            "select kb.replace_document('crowded', %s, '退款', %s::jsonb)",
+            [f"other{i}.md", json.dumps([{"content": f"退款说明 第{i}条"}])],
+        )
+    for fusion in ("dbsf", "rrf"):
+        rows = search(
+            kbdb,
+            f"select * from kb.hybrid_search('退款规则', 5, kb => 'crowded', vector_weight => 0, fusion => '{fusion}')",
+        )
+        assert [r["content"] for r in rows][0] == copy and len({r["content"] for r in rows}) == 5, rows
+        assert sorted(rows[0]["also_in"] + [f"kb://crowded/{rows[0]['doc_key']}"]) == sorted(
+            f"kb://crowded/copy{i}.md" for i in range(12)
+        )
+        assert all(r["also_in"] == [] for r in rows[1:])
+
+
+def test_a_copy_in_an_invisible_knowledge_base_moves_no_counter(kbdb, connect_as):
+    """also_in looks a hit's copies up by its content hash among the searched knowledge bases only: the same text
+    in a knowledge base the caller cannot see is never read, so the pg_stat_xact counters of every kb table and
+    index are equal with and without it (they are no oracle for another user's text)."""
+    kbdb.execute("select kb.create_user('alice', 'alice')")
+    kbdb.execute("select kb.create_user('bob', 'bob')")
+    kbdb.execute("select kb.create_knowledge_base('open-rules', 'public')")
+    kbdb.execute("select kb.create_knowledge_base('bob-rules', 'private', owner => 'bob')")
+    text = "报销规则：三十天内提交发票"
+    kbdb.execute(
+        "select kb.replace_document('open-rules', 'rules.md', '报销', %s::jsonb)",
+        [json.dumps([{"content": text}, {"content": "差旅标准 第二条"}])],
+    )
+    alice = connect_as("alice")
+    counters = (
+        "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch from pg_stat_xact_user_tables"
+        " where schemaname = 'kb' union all select c.relname, pg_stat_get_xact_numscans(c.oid),"
+        " pg_stat_get_xact_tuples_returned(c.oid), pg_stat_get_xact_tuples_fetched(c.oid), 0 from pg_class c"
+        " where c.relnamespace = 'kb'::regnamespace and c.relkind = 'i' order by 1"
+    )
+
+    def observe() -> list:
+        with alice.transaction():
+            before = alice.execute(counters).fetchall()
+            rows = search(alice, "select * from kb.hybrid_search('报销规则', 5, vector_weight => 0)")
+            after = alice.execute(counters).fetchall()
+        assert rows[0]["content"] == text and rows[0]["also_in"] == []
+        return [(b[0], *(y - x for x, y in zip(b[1:], a[1:], strict=True))) for b, a in zip(before, after, strict=True)]
+
+    observe()  # warm caches and plans
+    alone = observe()
+    kbdb.execute(
+        "select kb.replace_document('bob-rules', 'copy.md', '报销', %s::jsonb)", [json.dumps([{"content": text}])]
+    )
+    assert observe() == alone
+
+
 def test_texts_of_one_length_are_not_copies(kbdb):
     """Fusion compares the content hash stored at write time (kb.chunks.content_hash, md5 of the content):
     texts of the same byte length that differ are separate results, a real copy among them is still found,
@@ -550,9 +615,9 @@ def test_null_settings_take_the_databases_defaults(kbdb, embedder):
 
 
 def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb):
-    """kb_internal.setting is the one reader of kb.settings: no function falls back to a literal of its own. (The
-    doctor, kb_admin.doctor, its areas and kb_internal.setting_problem, reads the table whole: it checks the rows
-    themselves.)"""
+    """kb_internal.setting (and kb_internal.settings_of, several keys in one read) is the one reader of kb.settings:
+    no function falls back to a literal of its own. (The doctor, kb_admin.doctor, its areas and
+    kb_internal.setting_problem, reads the table whole: it checks the rows themselves.)"""
     kbdb.execute("update kb.settings set value = 'scan' where key = 'lexical_leg'")  # the leg that reads it
     kbdb.execute("update kb.settings set value = 'many' where key = 'lexical_probe_budget'")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match='setting "lexical_probe_budget" must be an integer'):
@@ -560,9 +625,16 @@ def test_settings_are_read_in_one_place_and_a_missing_one_is_a_clear_error(kbdb)
     kbdb.execute("delete from kb.settings where key = 'lexical_probe_budget'")
     with pytest.raises(psycopg.errors.UndefinedObject, match='setting "lexical_probe_budget" is missing'):
         kbdb.execute("select * from kb.lexical_search('退款')")
+    # the search defaults, read in one go, say which one is wrong too
+    kbdb.execute("update kb.settings set value = 'half' where key = 'search_bm25_b'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match='setting "search_bm25_b" must be a number'):
+        kbdb.execute("select * from kb.lexical_search('退款')")
+    kbdb.execute("delete from kb.settings where key = 'search_candidates'")
+    with pytest.raises(psycopg.errors.UndefinedObject, match='setting "search_candidates" is missing'):
+        kbdb.execute("select * from kb.search_defaults()")
     bodies = kbdb.execute(
         "select string_agg(prosrc, ' ') from pg_proc where pronamespace::regnamespace::text = any(%s)"
-        " and proname not in ('setting', 'setting_problem') and proname not like 'doctor%%'",
+        " and proname not in ('setting', 'settings_of', 'setting_problem') and proname not like 'doctor%%'",
         [list(SCHEMAS)],
     ).fetchone()[0]
     assert "kb.settings" not in bodies.replace("kb.settings.", "")
