@@ -190,23 +190,29 @@ begin
 end
 $$;
 
--- The language of a text for the language profile: 'zh' when Han characters hold at least a quarter of its
+-- The language of a text for the language profile: of its prose (fenced and inline code and addresses --
+-- https://..., a playground link's base64 -- left out), 'zh' when Han characters hold at least a quarter of its
 -- letters' weight (a Han character weighs 4, about a word; a Latin letter 1), 'en' when Latin letters hold
--- at least half, else 'other' (kana, Hangul, Cyrillic ..., or no letters: a table of numbers). Code in a Chinese text
--- does not make it English unless it outweighs the prose three to one.
+-- at least half, else 'other' (kana, Hangul, Cyrillic ..., or no prose letters: code alone, a table of
+-- numbers). Code in a Chinese text does not make it English. Stored counts (kb.knowledge_bases.zh_chunks ...)
+-- follow it: a change here needs them counted again (languages_counted = false; migration 045 did).
 create or replace function kb_internal.text_language(input text)
 returns text
 language plpgsql immutable strict parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    han constant integer := 4 * length(
-        regexp_replace(input, '[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+', '', 'g')
+    prose constant text := regexp_replace(
+        regexp_replace(regexp_replace(input, '```.*?(```|$)', ' ', 'g'), '`[^`\n]*`', ' ', 'g'),
+        '[a-z][a-z0-9+.-]*://[^\s)\]>"'']*', ' ', 'gi'
     );
-    latin constant integer := length(regexp_replace(input, '[^A-Za-z]+', '', 'g'));
+    han constant integer := 4 * length(
+        regexp_replace(prose, '[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+', '', 'g')
+    );
+    latin constant integer := length(regexp_replace(prose, '[^A-Za-z]+', '', 'g'));
     -- kana and Hangul weigh as Han; Greek, Cyrillic, Hebrew, Arabic, Indic and Thai letters as Latin ones
-    other constant integer := 4 * length(regexp_replace(input, '[^\u3040-\u30ff\u1100-\u11ff\uac00-\ud7af]+', '', 'g'))
-        + length(regexp_replace(input, '[^\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0e7f]+', '', 'g'));
+    other constant integer := 4 * length(regexp_replace(prose, '[^\u3040-\u30ff\u1100-\u11ff\uac00-\ud7af]+', '', 'g'))
+        + length(regexp_replace(prose, '[^\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0e7f]+', '', 'g'));
 begin
     return case
         when han > 0 and han * 4 >= han + latin + other then 'zh'

@@ -409,9 +409,11 @@ end
 $$;
 
 -- The question as the lexicon and the glossaries write it in the other language, for the vector leg: when
--- the caller passed no phrasing of its own (also empty or NULL), the question is Chinese or English, and the
--- knowledge of kb_ids is mostly in the other language or mixed (the main language of their language profile,
--- kb.language_profile). Then: per source, the translation into the other language that
+-- the caller passed no phrasing of its own (also empty or NULL), the question is Chinese or English, and at
+-- least kb.settings.translation_min_share of the chunks of kb_ids are in the other language (their language
+-- profile, kb.language_profile: a Chinese question over Chinese runbooks and English API pages is translated
+-- too, or the embedding's pull towards its own language buries the English pages). Then: per source, the
+-- translation into the other language that
 -- kb_internal.query_translations ranks first, in the order of the sources, then the question's own Latin terms that no source covers and the
 -- knowledge holds (identifiers: tls, user_id, 401). NULL otherwise, or when the translations and identifiers
 -- carry less than half of the question's dictionary words and identifiers.
@@ -424,7 +426,7 @@ declare
     asked constant text := kb_internal.text_language(query);
     target constant text := case asked when 'zh' then 'en' when 'en' then 'zh' end;
     terms constant text[] := kb_internal.query_terms(query);
-    main text;
+    share double precision;     -- of the knowledge's chunks in the target language
     chosen jsonb;       -- [{translation, covers}] per source, in the sources' order
     covered text[];     -- the question's terms the chosen translations carry
     kept text[];        -- its identifiers, kept as they are
@@ -433,10 +435,10 @@ begin
     if target is null or coalesce(cardinality(also), 0) > 0 then
         return null;
     end if;
-    select kb.language_profile(sum(k.zh_chunks)::bigint, sum(k.en_chunks)::bigint, sum(k.other_chunks)::bigint)
-        ->> 'main' into main
+    select (kb.language_profile(sum(k.zh_chunks)::bigint, sum(k.en_chunks)::bigint, sum(k.other_chunks)::bigint)
+        ->> target)::double precision into share
     from kb.knowledge_bases as k where k.id = any(kb_ids);
-    if main is null or main not in (target, 'mixed') then
+    if share is null or share = 0 or share < kb_internal.setting_number('translation_min_share') then
         return null;
     end if;
     select jsonb_agg(jsonb_build_object('translation', t.translation, 'covers', to_jsonb(t.covers)) order by t.place)

@@ -502,6 +502,12 @@ def test_language_profile_follows_every_write(db):
         ("用 `kubectl rollout undo deployment/order-service` 回滚到上一个版本", "zh"),
         ("| 1 | 2 | 3 |", "other"),
         ("ログインできません", "other"),
+        # prose only: code and addresses are no language (a Chinese page's playground link and its code)
+        ("[在演练场中尝试一下](https://play.vuejs.org/#eNqNUs2OwiAQfpWxySZ66I8mXioa97YP4LEXrNNK)", "zh"),
+        ("```js\nimport { ref } from 'vue'\nconst count = ref(0)\nconsole.log(count.value)\n```\n响应式状态", "zh"),
+        ("```js\nimport { ref } from 'vue'\nconst count = ref(0)\n```", "other"),
+        ("See https://example.com/docs/tokens and `refreshToken()` for the token rotation rules", "en"),
+        ("令牌见 https://example.com/a/very/long/path/to/the/english/documentation/page", "zh"),
     ],
 )
 def test_text_language_rules(db, text, language):
@@ -695,6 +701,26 @@ class TestTranslatedQuestion:
         # also given, or an invisible knowledge base: the caller's phrasing wins, the knowledge base is resolved
         assert db.execute("select kb.query_translation('refund', 'zh-only', array['退款'])").fetchone()[0] is None
         assert db.execute("select kb.query_translation('refund', 'zh-only', '{}')").fetchone()[0] is not None
+
+    def test_a_tenth_of_the_knowledge_in_the_other_language_is_translated_for(self, db):
+        """A Chinese question over Chinese runbooks with some English pages is translated for the vector leg,
+        as an English one is: at translation_min_share of the chunks in the other language, not only when that
+        language is the main one (the embedding's pull towards its own language buries the other pages)."""
+        db.execute("select kb.create_knowledge_base('runbooks', 'public')")
+        put(db, "runbooks", ZH_DOCS | {"tls.md": EN_DOCS["tls.md"]})  # 3 Chinese chunks, 1 English: 25 %
+        profile = db.execute("select languages from kb.list_knowledge_bases() where name = 'runbooks'").fetchone()[0]
+        assert profile["main"] == "zh" and profile["en"] == 0.25
+        got = db.execute("select kb.query_translation('怎么轮换证书', 'runbooks')").fetchone()[0]
+        assert {"rotate", "certificate"} <= set((got or "").split()), got
+        got = db.execute("select kb.query_translation('What are the refund rules?', 'runbooks')").fetchone()[0]
+        assert "退款" in (got or "").split(), got  # an English question, as before
+        # below the share (a setting), or none of the knowledge in the other language: the question as it is
+        db.execute("update kb.settings set value = '0.3' where key = 'translation_min_share'")
+        assert db.execute("select kb.query_translation('怎么轮换证书', 'runbooks')").fetchone()[0] is None
+        db.execute("update kb.settings set value = '0.0' where key = 'translation_min_share'")
+        db.execute("select kb.create_knowledge_base('zh-only', 'public')")
+        put(db, "zh-only", ZH_DOCS)
+        assert db.execute("select kb.query_translation('怎么轮换证书', 'zh-only')").fetchone()[0] is None
 
     def test_bad_input_and_unknown_knowledge_bases(self, db):
         with pytest.raises(psycopg.errors.InvalidParameterValue):
