@@ -190,11 +190,12 @@ begin
 end
 $$;
 
--- The language of a text for the language profile: of its prose (fenced and inline code and addresses --
--- https://..., a playground link's base64 -- left out), 'zh' when Han characters hold at least a quarter of its
--- letters' weight (a Han character weighs 4, about a word; a Latin letter 1), 'en' when Latin letters hold
--- at least half, else 'other' (kana, Hangul, Cyrillic ..., or no prose letters: code alone, a table of
--- numbers). Code in a Chinese text does not make it English. Stored counts (kb.knowledge_bases.zh_chunks ...)
+-- The language of a text for the language profile, by its prose: closed code fences (``` and ~~~), inline code
+-- and addresses (https://..., a playground link's base64: ASCII up to the first other character) are left out.
+-- 'zh' when Han characters hold at least a quarter of its letters' weight (a Han character weighs 4, about a
+-- word; a Latin letter 1), 'en' when Latin letters hold at least half, 'other' for the rest (kana, Hangul,
+-- Cyrillic ...), NULL when no letter is left (code alone, a table of numbers: no language, counted in no
+-- share). Code in a Chinese text does not make it English. Stored counts (kb.knowledge_bases.zh_chunks ...)
 -- follow it: a change here needs them counted again (languages_counted = false; migration 045 did).
 create or replace function kb_internal.text_language(input text)
 returns text
@@ -203,8 +204,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     prose constant text := regexp_replace(
-        regexp_replace(regexp_replace(input, '```.*?(```|$)', ' ', 'g'), '`[^`\n]*`', ' ', 'g'),
-        '[a-z][a-z0-9+.-]*://[^\s)\]>"'']*', ' ', 'gi'
+        regexp_replace(
+            regexp_replace(regexp_replace(input, '```.*?```', ' ', 'g'), '~~~.*?~~~', ' ', 'g'), '`[^`\n]*`', ' ', 'g'
+        ),
+        '[a-z][a-z0-9+.-]*://[A-Za-z0-9._~:/?#@!$&*+,;=%-]*', ' ', 'gi'
     );
     han constant integer := 4 * length(
         regexp_replace(prose, '[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]+', '', 'g')
@@ -215,6 +218,7 @@ declare
         + length(regexp_replace(prose, '[^\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0e7f]+', '', 'g'));
 begin
     return case
+        when han + latin + other = 0 then null
         when han > 0 and han * 4 >= han + latin + other then 'zh'
         when latin > 0 and latin * 2 >= han + latin + other then 'en'
         else 'other'

@@ -39,7 +39,7 @@ as $$
         ('chunks_kb_chunk_idx', 'create index chunks_kb_chunk_idx on kb.chunks (kb_id, (id + 0))'),
         (
             'chunks_kb_content_hash_idx',
-            'create index chunks_kb_content_hash_idx on kb.chunks (kb_id, content_hash)'
+            'create index chunks_kb_content_hash_idx on kb.chunks (kb_id, content_hash) include (id, document_id)'
         ),
         (
             'term_stats_bigram_end_idx',

@@ -341,9 +341,9 @@ begin
         r.l_rank, r.f_rank, r.v_score, r.l_score, r.f_score, coalesce(embeddings[1] is not null, false),
         array(
             -- the other candidates of the same text, found by it in the searched knowledge bases alone
-            -- (chunks_kb_content_hash_idx; offset 0: the candidates' ids only filter what it finds -- as an
-            -- index condition they made a generic plan probe the primary key for each, 0.15 ms a row): most
-            -- texts have none
+            -- (chunks_kb_content_hash_idx, which holds id and document_id: an index-only read of each copy);
+            -- offset 0: the candidates' ids only filter what it finds -- as an index condition they made a
+            -- generic plan probe the primary key once per candidate, 0.14 ms a row. Most texts have no copy
             select distinct kb.document_uri(ok.name, od.doc_key)
             from (
                 select o.id, o.document_id from kb.chunks as o

@@ -85,7 +85,7 @@ as $$
         ('search_lexical_weight', 'number', 0, 1000000, null),
         ('search_rrf_k', 'number', 0.000001, 1000000, null),
         ('search_vector_weight', 'number', 0, 1000000, null),
-        ('translation_min_share', 'fraction', null, null, null),
+        ('translation_min_share', 'number', 0, 1, null),
         ('user_client_connection_check_interval', 'duration', null, null, 'client_connection_check_interval'),
         ('user_lock_timeout', 'duration', null, null, 'lock_timeout'),
         ('user_statement_timeout', 'duration', null, null, 'statement_timeout'),

@@ -325,9 +325,9 @@ def query_translation(
     conn, query: str, kb: str | None, user: str | None = None, timeout_ms: int = 0, also: Sequence[str] | None = None
 ) -> str | None:
     """kb.query_translation as ``user``: the question's offline translation into the language of the knowledge
-    a search of ``kb`` reads, or None (the question is in it already, nothing translates, or ``also`` holds
-    the caller's own phrasings). Raises psycopg.errors.NoDataFound for a knowledge base ``user`` cannot see,
-    as the search would."""
+    a search of ``kb`` reads (when at least kb.settings.translation_min_share of it is in the other language),
+    or None (too little of it is, nothing translates, or ``also`` holds the caller's own phrasings). Raises
+    psycopg.errors.NoDataFound for a knowledge base ``user`` cannot see, as the search would."""
     with acting(conn, user, timeout_ms):
         row = conn.execute("select kb.query_translation(%s, %s, %s)", [query, kb, list(also) if also else None])
         return row.fetchone()[0]

@@ -500,14 +500,16 @@ def test_language_profile_follows_every_write(db):
         ("退款会在 3 个工作日内原路退回", "zh"),
         ("Rotate the TLS certificate before it expires", "en"),
         ("用 `kubectl rollout undo deployment/order-service` 回滚到上一个版本", "zh"),
-        ("| 1 | 2 | 3 |", "other"),
+        ("| 1 | 2 | 3 |", None),  # no letters: no language, counted in no share
         ("ログインできません", "other"),
         # prose only: code and addresses are no language (a Chinese page's playground link and its code)
         ("[在演练场中尝试一下](https://play.vuejs.org/#eNqNUs2OwiAQfpWxySZ66I8mXioa97YP4LEXrNNK)", "zh"),
-        ("```js\nimport { ref } from 'vue'\nconst count = ref(0)\nconsole.log(count.value)\n```\n响应式状态", "zh"),
-        ("```js\nimport { ref } from 'vue'\nconst count = ref(0)\n```", "other"),
-        ("See https://example.com/docs/tokens and `refreshToken()` for the token rotation rules", "en"),
         ("令牌见 https://example.com/a/very/long/path/to/the/english/documentation/page", "zh"),
+        ("参见https://example.com/docs：令牌轮换的规则写在这一页", "zh"),  # the address ends at the first non-ASCII
+        ("```js\nimport { ref } from 'vue'\nconst count = ref(0)\n```", None),
+        ("~~~\nconst count = ref(0)\nconsole.log(count.value)\n~~~", None),
+        ("```js 一个没有结束的代码块：后面的说明仍然算中文", "zh"),
+        ("See https://example.com/docs/tokens and `refreshToken()` for the token rotation rules", "en"),
     ],
 )
 def test_text_language_rules(db, text, language):
@@ -717,10 +719,15 @@ class TestTranslatedQuestion:
         # below the share (a setting), or none of the knowledge in the other language: the question as it is
         db.execute("update kb.settings set value = '0.3' where key = 'translation_min_share'")
         assert db.execute("select kb.query_translation('怎么轮换证书', 'runbooks')").fetchone()[0] is None
-        db.execute("update kb.settings set value = '0.0' where key = 'translation_min_share'")
-        db.execute("select kb.create_knowledge_base('zh-only', 'public')")
-        put(db, "zh-only", ZH_DOCS)
-        assert db.execute("select kb.query_translation('怎么轮换证书', 'zh-only')").fetchone()[0] is None
+        # none of its prose in English (the English words are code): the term legs translate into them, the
+        # vector leg's question is not translated, whatever the share asked for
+        db.execute("update kb.settings set value = '0' where key = 'translation_min_share'")
+        db.execute("select kb.create_knowledge_base('zh-code', 'public')")
+        put(db, "zh-code", {"c.md": ("证书", "用 `rotate certificate` 命令轮换证书，过期之前完成。")})
+        assert {"rotate", "certificate"} <= {
+            r["translation"] for r in translations(db, "怎么轮换证书", kb_ids(db, "zh-code"))
+        }
+        assert db.execute("select kb.query_translation('怎么轮换证书', 'zh-code')").fetchone()[0] is None
 
     def test_bad_input_and_unknown_knowledge_bases(self, db):
         with pytest.raises(psycopg.errors.InvalidParameterValue):

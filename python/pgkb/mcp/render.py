@@ -75,8 +75,8 @@ def render_search(response: SearchResponse, notes: list[str]):
         notes.append(f"{response.below_min_score} results scored below PGKB_RERANK_MIN_SCORE and were dropped")
     if response.translation:
         notes.append(
-            f"the query is not in the knowledge's language: it was also searched as its word-by-word offline "
-            f"translation ({_shown(response.translation)}); your own translation in `also` finds more"
+            f"part of the knowledge is in another language than the query: it was also searched as its word-by-word "
+            f"offline translation ({_shown(response.translation)}); your own translation in `also` finds more"
         )
     output = SearchOutput(
         query=response.query,
