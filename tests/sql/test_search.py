@@ -415,6 +415,26 @@ def test_exact_duplicates_are_one_result_that_says_where_else(kbdb, embedder, co
     assert [(r["content"], r["also_in"]) for r in rows] == [(refund, []), ("另一段", [])]  # the title matches
 
 
+def test_a_copy_the_filter_excludes_is_not_named(db):
+    """also_in names the other candidates of a hit's text: a copy in a document the search's filter (or
+    metadata_condition) leaves out is no candidate, so it is not named, though the content-hash lookup finds it."""
+    db.execute("select kb.create_knowledge_base('teams', 'public')")
+    text = "退款会在三个工作日内原路退回。"
+    for key, team in [("a.md", "a"), ("b.md", "b")]:
+        db.execute(
+            "select kb.replace_document('teams', %s, '退款', %s::jsonb, metadata => %s::jsonb)",
+            [key, json.dumps([{"content": text}]), json.dumps({"team": team})],
+        )
+    sql = (
+        "select doc_key, also_in from kb.hybrid_search('退款', 5, 'teams', vector_weight => 0,"
+        " filter => %s::jsonb, metadata_condition => %s::jsonb)"
+    )
+    assert db.execute(sql, [None, None]).fetchall() == [("a.md", ["kb://teams/b.md"])]
+    assert db.execute(sql, ['{"team": "b"}', None]).fetchall() == [("b.md", [])]
+    condition = {"conditions": [{"name": "team", "comparison_operator": "is", "value": "a"}]}
+    assert db.execute(sql, [None, json.dumps(condition)]).fetchall() == [("a.md", [])]
+
+
 def test_copies_crowding_the_top_leave_room_for_other_texts(kbdb):
     """Fusion reads kb.chunks only for the candidates that may reach the top_k (kb_internal.search's bar); when
     copies of one text fill that part, the others are read too: still top_k different texts, the copy once,
