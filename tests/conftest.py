@@ -93,6 +93,21 @@ def db(postgresql: psycopg.Connection) -> psycopg.Connection:
 
 
 @pytest.fixture
+def steady_statistics(db):
+    """For tests that compare what a query reads (pg_stat_xact counters, EXPLAIN ANALYZE row counts) before and
+    after another user's writes: no autovacuum or autoanalyze of this database's tables mid-test. A new
+    statistic re-plans cached statements, and planning evaluates kb.current_user_id() and friends to estimate
+    (reads of kb.users that tell nothing of another user's rows, but move the counters)."""
+    tables = db.execute(
+        "select c.oid::regclass::text from pg_class as c"
+        " where c.relnamespace in ('kb'::regnamespace, 'kb_internal'::regnamespace) and c.relkind in ('r', 'p')"
+    ).fetchall()
+    for (table,) in tables:
+        db.execute(f"alter table {table} set (autovacuum_enabled = false)")
+    return db
+
+
+@pytest.fixture
 def empty_database(db):
     """A new, empty database on the test server (not from the migrated template); its URL."""
     name = f"pgkb_unmigrated_{uuid.uuid4().hex[:8]}"

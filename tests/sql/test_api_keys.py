@@ -19,7 +19,7 @@ LATER = "now() + interval '90 days'"
 
 
 @pytest.fixture
-def world(db):
+def world(db, steady_statistics):
     for user in ("alice", "bob"):
         db.execute("select kb.create_user(%s, %s)", [user, user])
     db.execute("grant pgkb_service to svc")  # role grants are cluster-wide: undone below

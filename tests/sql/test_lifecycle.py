@@ -58,7 +58,7 @@ def chunks_for(kb_index: int, doc: int) -> str:
 
 
 @pytest.fixture
-def world(db):
+def world(db, steady_statistics):
     # every knowledge base gets its HNSW index per model, however small (the default spares small ones)
     db.execute("update kb.settings set value = '0' where key = 'vector_exact_chunks'")
     for user in ("alice", "bob", "carol"):

@@ -137,7 +137,7 @@ def chunks_for(i: int, marker: str) -> str:
 
 
 @pytest.fixture
-def world(db):
+def world(db, steady_statistics):
     for user in ("alice", "bob", "carol"):
         db.execute("select kb.create_user(%s, %s)", [user, user])
     db.execute("select kb.create_team('eng')")

@@ -22,7 +22,7 @@ def chunks(*texts: str) -> str:
 
 
 @pytest.fixture
-def world(db):
+def world(db, steady_statistics):
     for user in ("alice", "bob"):
         db.execute("select kb.create_user(%s, %s)", [user, user])
     for name, visibility, owner in (
