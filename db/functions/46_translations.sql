@@ -273,6 +273,39 @@ begin
 end
 $$;
 
+-- The regular inflections of an English word, the word first: the forms a text writes a dictionary's base
+-- form in (expire: expires, expired, expiring; policy: policies; stop: stopped, stopping). What the answer
+-- gate (kb_internal.hits_evidence) accepts for a translation, which the lexicon gives as its base form while
+-- English text is not stemmed. A form that is no word occurs in no text. Words that are not of 3 or more
+-- ASCII letters: themselves alone.
+create or replace function kb_internal.english_inflections(word text)
+returns text[]
+language plpgsql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n constant integer := length(word);
+    consonants constant text := 'bcdfghjklmnpqrstvwxz';
+    forms text[] := array[word, word || 's', word || 'es', word || 'ed', word || 'ing'];
+begin
+    if n < 3 or word !~ '^[a-z]+$' then
+        return array[word];
+    end if;
+    if right(word, 1) = 'e' then
+        forms := forms || (word || 'd') || (left(word, -1) || 'ing');
+    end if;
+    if right(word, 1) = 'y' and strpos(consonants, substr(word, n - 1, 1)) > 0 then
+        forms := forms || (left(word, -1) || 'ies') || (left(word, -1) || 'ied');
+    end if;
+    -- a short word ending consonant-vowel-consonant doubles it: stop -> stopped, run -> running
+    if n <= 4 and strpos(consonants, right(word, 1)) > 0 and right(word, 1) not in ('w', 'x')
+        and strpos(consonants, substr(word, n - 1, 1)) = 0 and strpos(consonants, substr(word, n - 2, 1)) > 0 then
+        forms := forms || (word || right(word, 1) || 'ed') || (word || right(word, 1) || 'ing');
+    end if;
+    return forms;
+end
+$$;
+
 -- The translations of query's words that the term legs score and the answer gate reads: for each source of
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most

@@ -6,7 +6,8 @@
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
 -- coverage (best share of the question's idf mass -- distinct kb_internal.query_terms, idf as in the BM25 legs
 -- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's term_freqs,
--- a term also present when all the terms of one of its translations are, kb_internal.query_translations, its
+-- a term also present when all the terms of one of its translations are, kb_internal.query_translations, each
+-- also as one of its English inflections, kb_internal.english_inflections; its
 -- idf then its concept's when the term itself is unseen), the chunk it came from, top_coverage (first visible
 -- hit), top_known_coverage (its share of the terms the knowledge bases hold or translate only), per_hit,
 -- counts. With also (other phrasings of the question) each measure is the best over the phrasings. Raises on
@@ -111,7 +112,12 @@ begin
         cross join weighted as w
         where s.term_freqs ? w.term or exists (
             select from translations as t
-            where t.n = w.n and w.term = any(t.covers) and s.term_freqs ?& t.terms
+            where t.n = w.n and w.term = any(t.covers)
+                -- each of the translation's terms, or one of its inflections (the lexicon's expire, the text's expires)
+                and not exists (
+                    select from unnest(t.terms) as x (term)
+                    where not s.term_freqs ?| kb_internal.english_inflections(x.term)
+                )
         )
     ),
     scored as (

@@ -666,6 +666,28 @@ class TestGateAcrossLanguages:
         assert row[2] and row[2][0]["doc_key"] == "tls.md", row
         assert row[3]["top_known_coverage"] >= 0.4, row
 
+    def test_a_translation_is_held_in_its_inflected_forms(self, db):
+        """The lexicon gives 过期 as "expire", the runbook writes "expires": the passage holds the question's
+        word all the same (English text is not stemmed; the gate accepts the translation's regular forms)."""
+        db.execute("select kb.create_knowledge_base('certs', 'public')")
+        put(db, "certs", EN_DOCS | {"session.md": ("Sessions", "Idle sessions expire after 30 minutes.")})
+        [(evidence,)] = db.execute(
+            "select kb.answer_evidence('证书过期', array_agg(h)) from kb.hybrid_search('证书过期', 10, 'certs',"
+            " vector_weight => 0) as h where h.doc_key = 'tls.md'"
+        ).fetchall()
+        assert evidence["visible_hits"] == 1 and evidence["translated_terms"] == 2, evidence
+        assert evidence["top_known_coverage"] > 0.99, evidence  # 证书 (certificate) and 过期 (expire: expires)
+        forms = dict(
+            db.execute(
+                "select w, kb_internal.english_inflections(w) from unnest(array['expire', 'policy', 'stop', 'run',"
+                " 'fix', 'go', '过期', 'user_id']) as w"
+            ).fetchall()
+        )
+        assert {"expires", "expired", "expiring"} <= set(forms["expire"])
+        assert {"policies", "policied"} <= set(forms["policy"]) and {"stopped", "stopping"} <= set(forms["stop"])
+        assert "running" in forms["run"] and "fixes" in forms["fix"] and "fixxed" not in forms["fix"]
+        assert forms["go"] == ["go"] and forms["过期"] == ["过期"] and forms["user_id"] == ["user_id"]
+
     def test_unrelated_question_is_refused(self, mixed):
         for question in ("What is the parental leave policy?", "育儿假政策是什么？"):
             found, mode = mixed.execute(
