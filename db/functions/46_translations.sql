@@ -321,9 +321,10 @@ $$;
 -- with the one idf of its source's concept, whose df is the sum over its translations of their rarest term's
 -- df, at most N (Pirkola's structured query: ten translations of a common word weigh as one common word).
 -- A source's terms are those translation_sources gives (a Chinese word's, stored at load), else
--- kb_internal.content_terms of it.
+-- kb_internal.content_terms of it. given_sources: kb_internal.translation_sources(query, kb_ids) when the
+-- caller has it already (NULL: computed here).
 -- covers: the query terms the source spans; concept_df: that df (kb.answer_evidence reads both).
-create or replace function kb_internal.query_translations(query text, kb_ids integer[])
+create or replace function kb_internal.query_translations(query text, kb_ids integer[], given_sources jsonb default null)
 returns table (
     source text, covers text[], translation text, term text, df bigint, concept_df double precision,
     weight double precision, kind text
@@ -335,7 +336,7 @@ set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
 as $$
 declare
-    sources constant jsonb := kb_internal.translation_sources(query, kb_ids);
+    sources constant jsonb := coalesce(given_sources, kb_internal.translation_sources(query, kb_ids));
     max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
     query_terms constant text[] := kb_internal.query_terms(query);
     glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
@@ -459,6 +460,7 @@ declare
     asked constant text := kb_internal.text_language(query);
     target constant text := case asked when 'zh' then 'en' when 'en' then 'zh' end;
     terms constant text[] := kb_internal.query_terms(query);
+    sources jsonb;      -- kb_internal.translation_sources: computed once, for the translations and the count below
     share double precision;     -- of the knowledge's chunks in the target language
     chosen jsonb;       -- [{translation, covers}] per source, in the sources' order
     covered text[];     -- the question's terms the chosen translations carry
@@ -474,6 +476,7 @@ begin
     if share is null or share = 0 or share < kb_internal.setting_number('translation_min_share') then
         return null;
     end if;
+    sources := kb_internal.translation_sources(query, kb_ids);
     select jsonb_agg(jsonb_build_object('translation', t.translation, 'covers', to_jsonb(t.covers)) order by t.place)
     into chosen
     from (
@@ -482,7 +485,7 @@ begin
         select distinct on (q.source) q.source, q.translation, q.covers, q.place
         from (
             select r.source, r.translation, min(r.covers) as covers, min(r.place) as place
-            from kb_internal.query_translations(query, kb_ids) with ordinality as r (
+            from kb_internal.query_translations(query, kb_ids, sources) with ordinality as r (
                 source, covers, translation, term, df, concept_df, weight, kind, place
             )
             where kb_internal.text_language(r.translation) = target
@@ -508,7 +511,7 @@ begin
     -- a translation of less than half of the question's dictionary words (and identifiers) would pull its
     -- embedding towards what the question is not about ("the oxygen quota of the Mars base" -> 配额)
     words := (
-        select count(*) from jsonb_array_elements(kb_internal.translation_sources(query, kb_ids)) as w
+        select count(*) from jsonb_array_elements(sources) as w
         where w ->> 'lang' in (asked, '') and not w ->> 'source' = any(kept)
     );
     if 2 * (jsonb_array_length(chosen) + cardinality(kept)) < words + cardinality(kept) then
