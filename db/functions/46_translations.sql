@@ -17,7 +17,8 @@ return 64;
 
 -- The sources of translation in a query, in order, at most lexicon_max_sources: terms of the glossaries of
 -- kb_ids that occur in it (a Chinese term as a substring of the folded query, an English one as a run of its
--- words), then the words the lexicon knows (kb_internal.lexicon_keys) -- each run of Chinese characters split
+-- words), then the words the lexicon knows (kb_internal.lexicon_keys; Chinese words only when the knowledge
+-- bases of kb_ids hold English prose, English words only when they hold Chinese) -- each run of Chinese characters split
 -- by longest match (words of 2 to 8 characters, the first 200 characters of the query), the English words by
 -- longest match of up to three words (the last one also as its singular or stem: tokens, expired, rotating,
 -- payment; two words also as one: time out, but not after a function word or an article: for a, do i),
@@ -36,6 +37,15 @@ as $$
 declare
     use_lexicon constant boolean := kb_internal.setting_number('lexicon_weight') > 0;
     use_glossary constant boolean := kb_internal.setting_number('glossary_weight') > 0;
+    -- the lexicon translates into a language the searched knowledge has prose in (its language profile,
+    -- kb.knowledge_bases.zh_chunks / en_chunks); into another its words would meet only code and stray words,
+    -- and a one-language knowledge base's questions in its own language are not looked up at all
+    into_english constant boolean := exists (
+        select from kb.knowledge_bases as k where k.id = any(kb_ids) and k.en_chunks > 0
+    );
+    into_chinese constant boolean := exists (
+        select from kb.knowledge_bases as k where k.id = any(kb_ids) and k.zh_chunks > 0
+    );
     max_sources constant integer := kb_internal.setting_int('lexicon_max_sources');
     function_words constant text[] := kb_internal.english_function_words();
     folded constant text := kb.fold_text(query);
@@ -86,7 +96,7 @@ begin
             end if;
         end loop;
     end if;
-    if use_lexicon then
+    if use_lexicon and into_english then
         -- Chinese: every substring of 2..8 characters of each run looked up at once, giving for each run k and
         -- position i the longest word the lexicon knows there ("k:i" -> [its length, its terms]); then the
         -- longest match from the left
@@ -129,7 +139,8 @@ begin
                 pos := pos + len;
             end loop;
         end loop;
-
+    end if;
+    if use_lexicon and into_chinese then
         -- English: phrases of 1..3 words (the last word also as a singular or stem), looked up at once for the
         -- start positions of a window of words: the lexicon's form of each (position, length) that it knows, the
         -- plainest form first; then longest match. Windows of 16 words until max_sources are found: a long
