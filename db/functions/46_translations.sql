@@ -38,8 +38,9 @@ declare
     use_lexicon constant boolean := kb_internal.setting_number('lexicon_weight') > 0;
     use_glossary constant boolean := kb_internal.setting_number('glossary_weight') > 0;
     -- the lexicon translates into a language the searched knowledge has prose in (its language profile,
-    -- kb.knowledge_bases.zh_chunks / en_chunks); into another its words would meet only code and stray words,
-    -- and a one-language knowledge base's questions in its own language are not looked up at all
+    -- kb.knowledge_bases.zh_chunks / en_chunks: a one-language knowledge base's questions in its own language
+    -- are not looked up at all). A chunk counts in one language: English quoted inside Chinese chunks, or
+    -- code, does not make a knowledge base English
     into_english constant boolean := exists (
         select from kb.knowledge_bases as k where k.id = any(kb_ids) and k.en_chunks > 0
     );
@@ -285,10 +286,13 @@ end
 $$;
 
 -- The regular inflections of an English word, the word first: the forms a text writes a dictionary's base
--- form in (expire: expires, expired, expiring; policy: policies; stop: stopped, stopping). What the answer
--- gate (kb_internal.hits_evidence) accepts for a translation, which the lexicon gives as its base form while
--- English text is not stemmed. A form that is no word occurs in no text. Words that are not of 3 or more
--- ASCII letters: themselves alone.
+-- form in (expire: expires, expired, expiring; policy: policies, policied, policying; box: boxes; stop:
+-- stops, stopped, stopping; commit: committed, and the undoubled commited). What the answer gate
+-- (kb_internal.hits_evidence) accepts for a translation, which the lexicon gives as its base form while English
+-- text is not stemmed. Forms that are other real words are not made: -es only after s, x, z, ch, sh (rat is no
+-- rates), no -d after a three-letter word's ee (see is no seed), a word of one vowel group ending
+-- consonant-vowel-consonant only doubled (rat: ratted, not rated or rating). A form that is no word occurs in
+-- no text. Words that are not of 3 or more ASCII letters: themselves alone.
 create or replace function kb_internal.english_inflections(word text)
 returns text[]
 language plpgsql immutable strict parallel safe
@@ -296,22 +300,41 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     n constant integer := length(word);
-    consonants constant text := 'bcdfghjklmnpqrstvwxz';
-    forms text[] := array[word, word || 's', word || 'es', word || 'ed', word || 'ing'];
+    vowels constant text := 'aeiou';
+    -- qu counts as a consonant (quiz, quit); y after a consonant as a vowel (copy)
+    groups constant integer := (
+        select count(*) from regexp_matches(replace(word, 'qu', 'q'), '[aeiou]+', 'g')
+    );
+    last constant text := right(word, 1);
+    before constant text := substr(word, n - 1, 1);
+    forms text[] := array[word, word || 's'];
+    cvc boolean;
 begin
     if n < 3 or word !~ '^[a-z]+$' then
         return array[word];
     end if;
-    if right(word, 1) = 'e' then
+    cvc := strpos(vowels, last) = 0 and last not in ('w', 'x', 'y')
+        and strpos(vowels, before) > 0 and strpos(vowels, substr(word, n - 2, 1)) = 0
+        and not (before = 'u' and substr(word, n - 2, 1) = 'q') or word ~ '^qu[aeio][^aeiouwxy]$';
+    if right(word, 1) in ('s', 'x', 'z') or right(word, 2) in ('ch', 'sh') then
+        forms := array[word, word || 'es'];
+    end if;
+    if last = 'e' and before = 'e' then
+        -- agree -> agreed, agreeing; not see -> seed
+        forms := forms || (word || 'ing') || case when n > 3 then array[word || 'd'] else '{}' end;
+    elsif last = 'e' then
         forms := forms || (word || 'd') || (left(word, -1) || 'ing');
-    end if;
-    if right(word, 1) = 'y' and strpos(consonants, substr(word, n - 1, 1)) > 0 then
-        forms := forms || (left(word, -1) || 'ies') || (left(word, -1) || 'ied');
-    end if;
-    -- a short word ending consonant-vowel-consonant doubles it: stop -> stopped, run -> running
-    if n <= 4 and strpos(consonants, right(word, 1)) > 0 and right(word, 1) not in ('w', 'x')
-        and strpos(consonants, substr(word, n - 1, 1)) = 0 and strpos(consonants, substr(word, n - 2, 1)) > 0 then
-        forms := forms || (word || right(word, 1) || 'ed') || (word || right(word, 1) || 'ing');
+    elsif last = 'y' and strpos(vowels, before) = 0 then
+        forms := array[word, left(word, -1) || 'ies', left(word, -1) || 'ied', word || 'ing'];
+    elsif cvc and groups = 1 then
+        -- stop -> stopped, quiz -> quizzes: only doubled (rat -> ratted, not rated / rating)
+        forms := array[word, word || 's', word || last || 'ed', word || last || 'ing']
+            || case when last = 'z' then array[word || 'zes'] else '{}' end;
+    elsif cvc then
+        -- commit -> committed, edit -> edited: the stress decides, so both
+        forms := forms || (word || 'ed') || (word || 'ing') || (word || last || 'ed') || (word || last || 'ing');
+    else
+        forms := forms || (word || 'ed') || (word || 'ing');
     end if;
     return forms;
 end

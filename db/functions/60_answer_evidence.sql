@@ -80,6 +80,11 @@ begin
         cross join lateral kb_internal.query_translations(p.q, kbs.ids) as x
         group by p.n, x.source, x.covers, x.translation
     ),
+    -- each translation term's forms a passage may hold it in (the lexicon's expire, the text's expires), once
+    inflected as materialized (
+        select distinct x.term, kb_internal.english_inflections(x.term) as forms
+        from translations as t cross join unnest(t.terms) as x (term)
+    ),
     concepts as (
         select t.n, c.term, max(t.concept_df) as concept_df
         from translations as t cross join unnest(t.covers) as c (term)
@@ -113,10 +118,11 @@ begin
         where s.term_freqs ? w.term or exists (
             select from translations as t
             where t.n = w.n and w.term = any(t.covers)
-                -- each of the translation's terms, or one of its inflections (the lexicon's expire, the text's expires)
+                -- each of the translation's terms, itself or inflected
                 and not exists (
                     select from unnest(t.terms) as x (term)
-                    where not s.term_freqs ?| kb_internal.english_inflections(x.term)
+                    join inflected as f on f.term = x.term
+                    where not s.term_freqs ?| f.forms
                 )
         )
     ),
