@@ -226,17 +226,6 @@ begin
 end
 $$;
 
--- {term: frequency} for a chunk (kb.chunks.term_freqs, its one copy of its terms): what BM25 scoring, the
--- posting build, the statistics' undo on delete and kb.retrieve's term coverage read.
-create or replace function kb.term_freqs(terms text[])
-returns jsonb
-language sql immutable strict parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    select coalesce(jsonb_object_agg(term, n), '{}')
-    from (select term, count(*) as n from unnest(terms) as term group by term) as counted
-$$;
-
 -- The text a chunk is indexed under: document title, heading path and content.
 create or replace function kb.indexed_text(title text, heading_path text[], content text)
 returns text
@@ -244,6 +233,20 @@ language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     select concat_ws(E'\n', nullif(title, ''), nullif(array_to_string(heading_path, ' > '), ''), content)
+$$;
+
+-- The terms a chunk is indexed under, each with its frequency: kb.lexical_terms of kb.indexed_text of its
+-- document's title, its heading path and its content. Recomputed from the text wherever a chunk's terms are
+-- needed (the statistics' undo on delete, the posting build, the SQL legs' lookups, the answer gate,
+-- kb.retrieve's coverage): kb.chunks keeps none, the postings are their one stored copy (migration 047).
+create or replace function kb.chunk_terms(title text, heading_path text[], content text)
+returns table (term text, tf integer)
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select t.term, count(*)::integer
+    from unnest(kb.lexical_terms(kb.indexed_text(title, heading_path, content))) as t (term)
+    group by t.term
 $$;
 
 -- True when a text shows nothing to read or search: it holds only white space (Unicode White_Space,

@@ -30,26 +30,33 @@ declare
     with_profile constant boolean := to_regclass('kb.glossary') is not null;
     limit_reached text[];      -- terms whose recent postings move to blocks
     in_blocks text[];          -- terms whose removed postings may be in blocks
+    p_ids bigint[];            -- the chunks' postings (computed once from their text): chunk ids,
+    p_terms text[];            -- terms,
+    p_tfs integer[];           -- term frequencies,
+    p_dls integer[];           -- and chunk lengths
 begin
+    select array_agg(c.id order by c.id, t.term), array_agg(t.term order by c.id, t.term),
+        array_agg(t.tf order by c.id, t.term), array_agg(c.term_count order by c.id, t.term)
+    into p_ids, p_terms, p_tfs, p_dls
+    from kb.chunks as c
+    inner join kb.documents as d on c.document_id = d.id
+    cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+    where c.id = any(chunk_ids);
+
     if not with_postings then
         insert into kb.term_stats as s (kb_id, term, df)
-        select target_kb, t.term, sign * count(*)
-        from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
-        where c.id = any(chunk_ids)
-        group by t.term
+        select target_kb, x.term, sign * count(*)
+        from unnest(p_terms) as x (term)
+        group by x.term
         order by t.term
         on conflict (kb_id, term) do update set df = s.df + excluded.df;
     elsif sign > 0 then
         with upserted as (
             insert into kb.term_stats as s (kb_id, term, df, tiers, recent_ids, recent_tfs, recent_dls)
-            -- one aggregate node feeds every row to all three array_aggs in the same order: aligned
+            -- the three arrays in id order (a chunk holds a term once: aligned)
             select target_kb, x.term, count(*), bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)),
-                array_agg(x.id), array_agg(x.tf), array_agg(x.dl)
-            from (
-                select t.term, c.id, t.tf::integer as tf, c.term_count as dl
-                from kb.chunks as c, jsonb_each_text(c.term_freqs) as t (term, tf)
-                where c.id = any(chunk_ids)
-            ) as x
+                array_agg(x.id order by x.id), array_agg(x.tf order by x.id), array_agg(x.dl order by x.id)
+            from unnest(p_ids, p_terms, p_tfs, p_dls) as x (id, term, tf, dl)
             group by x.term
             order by x.term
             on conflict (kb_id, term) do update
@@ -65,10 +72,9 @@ begin
         end if;
     else
         with removed as (
-            select t.term, count(*) as n, array_agg(c.id) as ids, min(c.id) as lo
-            from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
-            where c.id = any(chunk_ids)
-            group by t.term
+            select x.term, count(*) as n, array_agg(x.id) as ids, min(x.id) as lo
+            from unnest(p_ids, p_terms) as x (id, term)
+            group by x.term
         ),
         updated as (
             -- a term in one removed chunk (most): cut its posting out at its position (none: in a block)
@@ -95,16 +101,13 @@ begin
         )
         select array_agg(u.term) into in_blocks from updated as u where u.blocked;
         if in_blocks is not null then
-            perform kb_internal.remove_block_postings(target_kb, chunk_ids, in_blocks);
+            perform kb_internal.remove_block_postings(target_kb, p_ids, p_terms, p_tfs, p_dls, in_blocks);
         end if;
     end if;
 
     delete from kb.term_stats as s
     where sign < 0 and s.kb_id = target_kb and s.df <= 0
-        and s.term in (
-            select t.term from kb.chunks as c, jsonb_object_keys(c.term_freqs) as t (term)
-            where c.id = any(chunk_ids)
-        );
+        and s.term = any(p_terms);
 
     if not with_profile then
         update kb.knowledge_bases as k
@@ -353,8 +356,10 @@ begin
     perform kb_internal.adjust_term_stats(target_kb, old_chunk_ids, -1);
     -- old chunks go with their embeddings and queue entries (ON DELETE CASCADE)
     delete from kb.chunks as c where c.id = any(old_chunk_ids);
+    -- the new chunks' terms (kb.chunk_terms, in their statistics below) read the new title
+    update kb.documents as d set title = coalesce(replace_document.title, '') where d.id = doc.id;
 
-    -- one pass over the (checked) array: chunks, their terms (computed once each) and given embeddings
+    -- one pass over the (checked) array: chunks, their lengths in terms and given embeddings
     with parsed as materialized (
         select coalesce((x.item ->> 'ordinal')::integer, (x.pos - 1)::integer) as ordinal,
             x.item ->> 'content' as content,
@@ -367,16 +372,12 @@ begin
     inserted as (
         insert into kb.chunks as c (
             document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
-            term_freqs, term_count, heading_script
+            term_count, heading_script
         )
         select doc.id, target_kb, p.ordinal, p.content, p.heading_path, p.chunk_type, length(p.content),
-            p.metadata, kb.term_freqs(terms.list), cardinality(terms.list),
+            p.metadata, cardinality(kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content))),
             kb_internal.heading_script(title, p.heading_path)
-        from parsed as p,
-            lateral (
-                select kb.lexical_terms(kb.indexed_text(title, p.heading_path, p.content)) as list
-                offset 0    -- keeps the subquery, so lexical_terms runs once per chunk, not once per use
-            ) as terms
+        from parsed as p
         returning c.id, c.ordinal
     ),
     embedded as (
@@ -403,7 +404,7 @@ begin
     end if;
 
     update kb.documents as d
-    set title = coalesce(replace_document.title, ''), source_url = replace_document.source_url,
+    set source_url = replace_document.source_url,
         source_type = replace_document.source_type, content_hash = new_hash,
         metadata = replace_document.metadata, chunk_count = cardinality(new_chunk_ids),
         status = case when n_queued > 0 then 'embedding' else 'ready' end, updated_at = now()

@@ -221,23 +221,23 @@ begin
 end
 $$;
 
--- Internal: remove the given chunks' postings of the given terms from the blocks that hold them (blocks
--- left empty go; the others are written again). Per (term, tier) only the blocks that can hold a removed
+-- Internal: remove the given postings (chunk id, term, tf, chunk length; aligned arrays) of the given terms
+-- from the blocks that hold them (blocks left empty go; the others are written again). Per (term, tier) only the blocks that can hold a removed
 -- id are read: from the last one starting at or before the lowest id to the last one starting at or
 -- before the highest. Called by kb_internal.adjust_term_stats under the knowledge base's row lock.
-create or replace function kb_internal.remove_block_postings(target_kb integer, chunk_ids bigint[], terms text[])
+create or replace function kb_internal.remove_block_postings(
+    target_kb integer, chunk_ids bigint[], chunk_terms text[], tfs integer[], dls integer[], terms text[]
+)
 returns void
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
     with removed as materialized (
-        select t.term, kb_internal.posting_tier(t.tf::integer, c.term_count) as tier, array_agg(c.id) as ids,
-            min(c.id) as lo, max(c.id) as hi
-        from kb.chunks as c
-        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
-        inner join (select distinct w.term from unnest(terms) as w (term)) as w on w.term = t.term
-        where c.id = any(remove_block_postings.chunk_ids)
+        select x.term, kb_internal.posting_tier(x.tf, x.dl) as tier, array_agg(x.id) as ids,
+            min(x.id) as lo, max(x.id) as hi
+        from unnest(chunk_ids, chunk_terms, tfs, dls) as x (id, term, tf, dl)
+        where x.term = any(terms)
         group by 1, 2
     ),
     touched as materialized (
@@ -275,7 +275,7 @@ end
 $$;
 
 -- Add the postings of the next `chunks` chunks of one knowledge base above chunk id after_id (in id order)
--- to its lists, from their term_freqs and the final document frequencies in kb.term_stats: terms with fewer
+-- to its lists, from their terms (kb.chunk_terms) and the final document frequencies in kb.term_stats: terms with fewer
 -- than kb_internal.recent_postings_limit() postings keep them in their row, the others are appended to their
 -- tiers' lists, refilling each list's last block (kb_internal.refillable_postings) and then in blocks of
 -- kb_internal.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
@@ -297,11 +297,12 @@ begin
         return null;
     end if;
     with posting as materialized (
-        select t.term, c.id, t.tf::integer as tf, c.term_count as dl,
-            kb_internal.posting_tier(t.tf::integer, c.term_count)::integer as tier,
+        select t.term, c.id, t.tf, c.term_count as dl,
+            kb_internal.posting_tier(t.tf, c.term_count)::integer as tier,
             s.df >= kb_internal.recent_postings_limit() as blocked
         from kb.chunks as c
-        cross join lateral jsonb_each_text(c.term_freqs) as t (term, tf)
+        inner join kb.documents as d on c.document_id = d.id
+        cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
         inner join kb.term_stats as s on s.kb_id = target_kb and s.term = t.term
         where c.kb_id = target_kb and c.id > lo and c.id <= hi
     ),

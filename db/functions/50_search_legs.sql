@@ -185,9 +185,9 @@ $$;
 -- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
 -- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
 -- ones only add to them); the candidates that might still reach it get their missing terms from their
--- term_freqs (or, when those lookups would cost more, every remaining sublist is read). Cost grows with n,
--- the query terms and the postings above the bound; at worst (many common terms of similar weight) with
--- all the query terms' postings, never with a candidate's term_freqs size. docs/benchmarks.md, "Lexical
+-- text (kb.chunk_terms; or, when those lookups would cost more, every remaining sublist is read). Cost grows
+-- with n, the query terms and the postings above the bound; at worst (many common terms of similar weight)
+-- with all the query terms' postings. docs/benchmarks.md, "Lexical
 -- leg design".
 create or replace function kb_internal.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
@@ -230,7 +230,10 @@ declare
     theta double precision;         -- a lower bound of the n-th best score
     total_est double precision;     -- postings of all sublists (estimated)
     budget double precision := coalesce(posting_budget, 'infinity'::double precision);
-    lookup_cap bigint;              -- term_freqs lookups allowed at the end
+    lookup_cap bigint;              -- lookups of a candidate's terms allowed at the end
+    -- what one lookup (a chunk's text tokenised by kb.chunk_terms: 0.55 ms) costs in postings read and decoded
+    -- (5.2 us each), measured on the 100k bench (docs/benchmarks.md, "One stored copy of each chunk's terms")
+    lookup_postings constant integer := 100;
 begin
     select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
     into n_chunks, avgdl
@@ -275,7 +278,7 @@ begin
     end if;
     total := cardinality(s_term);
     total_est := (select sum(e.v) from unnest(s_est) as e (v));
-    lookup_cap := case when posting_budget is null then null else greatest(n, posting_budget / 32) end;
+    lookup_cap := case when posting_budget is null then null else greatest(n, posting_budget / lookup_postings) end;
 
     -- first round: the highest sublists up to about 4n postings (at least one sublist)
     m := 1;
@@ -335,18 +338,16 @@ begin
         from bar left join eligible as x on (x.l + x.unread) * (1 + 1e-9) >= coalesce(bar.theta, 0)
         group by bar.theta;
         if theta is not null and m < total then
-            -- the full scores of the n best (their unread terms from term_freqs) bound the n-th best higher
+            -- the full scores of the n best (their unread terms from their text) bound the n-th best higher
             select greatest(theta, min(e.bm25)) into theta
             from (
-                select (
-                    select sum(idfs[g.i] * z.f * (k1 + 1) / (z.f + k1 * (1 - b + b * c.term_count / avgdl)))
-                    from generate_subscripts(terms, 1) as g (i)
-                    cross join lateral (select (c.tf ->> terms[g.i])::double precision as f) as z
-                ) as bm25
-                from (
-                    select c.term_count, c.term_freqs || '{}'::jsonb as tf
-                    from kb.chunks as c where c.id = any(top_ids) offset 0
-                ) as c
+                select sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl))) as bm25
+                from kb.chunks as c
+                inner join kb.documents as d on c.document_id = d.id
+                cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+                inner join unnest(terms) with ordinality as q (term, i) on t.term = q.term
+                where c.id = any(top_ids)
+                group by c.id
             ) as e;
             select count(*) into unresolved
             from unnest(c_l, c_unread) as x (l, unread)
@@ -355,9 +356,9 @@ begin
         -- float sums differ in the last bits with their order: bounds and theta keep a 1e-9 margin
         exit when m = total;
         if theta > rest * (1 + 1e-9) then
-            -- no unread chunk can enter the top n; finish with term_freqs lookups, unless reading the
-            -- remaining sublists (about 32 postings per lookup) is cheaper and within the budget
-            exit when unresolved * 32 <= total_est - est or total_est > budget;
+            -- no unread chunk can enter the top n; finish with lookups of their terms, unless reading the
+            -- remaining sublists (lookup_postings per lookup) is cheaper and within the budget
+            exit when unresolved * lookup_postings <= total_est - est or total_est > budget;
             m := total;
             continue;
         end if;
@@ -382,13 +383,13 @@ begin
     select top.id, (row_number() over (order by top.bm25 desc, top.id))::integer, top.bm25
     from (
         select x.id, case when x.unread <= 1e-12 then x.l else (
-            -- an unresolved candidate: its full score from its term_freqs (decompressed once)
-            select sum(idfs[g.i] * z.f * (k1 + 1) / (z.f + k1 * (1 - b + b * c.term_count / avgdl)))
-            from (
-                select c.term_count, c.term_freqs || '{}'::jsonb as tf from kb.chunks as c where c.id = x.id offset 0
-            ) as c
-            cross join generate_subscripts(terms, 1) as g (i)
-            cross join lateral (select (c.tf ->> terms[g.i])::double precision as f) as z
+            -- an unresolved candidate: its full score from its terms (kb.chunk_terms of its text)
+            select sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl)))
+            from kb.chunks as c
+            inner join kb.documents as d on c.document_id = d.id
+            cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+            inner join unnest(terms) with ordinality as q (term, i) on t.term = q.term
+            where c.id = x.id
         ) end as bm25
         from (
             -- complete scores, and the unresolved candidates that may still reach theta: all of them, or
@@ -406,11 +407,11 @@ $$;
 
 -- Lexical leg, scan method (kb.settings.lexical_leg = 'scan', and the reference the tests compare the
 -- posting-block leg with): Okapi BM25 over kb.lexical_terms, with df / N / avgdl from the visible
--- knowledge bases' statistics, by reading every chunk of kb_ids (chunks_kb_chunk_idx; no term index: the
--- posting blocks are the index). Candidates are the chunks holding one of the rarest query terms, taken
--- until their postings would exceed probe_budget (the rarest term is always probed; common terms still
--- count in the score of every candidate). Candidates stream through a top-n sort; each one's term_freqs is
--- decompressed once. Exact BM25 when probe_budget >= the sum of the query terms' document frequencies.
+-- knowledge bases' statistics, by reading and tokenising every chunk of kb_ids (kb.chunk_terms, about 0.5 ms
+-- a chunk: for small knowledge bases and checks; it reads no posting). Candidates are the chunks holding one
+-- of the rarest query terms, taken until their postings would exceed probe_budget (the rarest term is always
+-- probed; common terms still count in the score of every candidate). Candidates stream through a top-n sort.
+-- Exact BM25 when probe_budget >= the sum of the query terms' document frequencies.
 create or replace function kb_internal.lexical_leg_scan(
     query text, kb_ids integer[], n integer, doc_filter jsonb,
     k1 double precision, b double precision, probe_budget integer, expansions jsonb default null
@@ -460,16 +461,18 @@ begin
             cross join lateral (select (c.term_freqs ->> w.term)::double precision as f) as tf
         ) as bm25
         from (
-            -- one decompression per candidate (|| copies it out of TOAST); OFFSET 0 keeps the planner
-            -- from re-reading the column for every term; candidates stream, nothing is materialised
-            select c.id, c.term_freqs || '{}'::jsonb as term_freqs, c.term_count
+            -- each chunk's query terms with their frequencies, computed once from its text (OFFSET 0 keeps
+            -- the planner from computing them again for every term); candidates stream, nothing is materialised
+            select c.id, f.term_freqs, c.term_count
             from kb.chunks as c
-            where c.kb_id = any(kb_ids) and c.term_freqs ?| probe
-                and (doc_filter is null or exists (
-                    select from kb.documents as d
-                    where d.id = c.document_id and d.kb_id = any(kb_ids)
-                        and kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter)
-                ))
+            inner join kb.documents as d on c.document_id = d.id
+            cross join lateral (
+                select jsonb_object_agg(t.term, t.tf) as term_freqs
+                from kb.chunk_terms(d.title, c.heading_path, c.content) as t where t.term = any(terms)
+            ) as f
+            where c.kb_id = any(kb_ids) and f.term_freqs ?| probe
+                and (doc_filter is null
+                    or kb_internal.visible_document_matches(d.kb_id, kb_ids, d.metadata, doc_filter))
             offset 0
         ) as c
         order by bm25 desc, c.id

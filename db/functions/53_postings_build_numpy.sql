@@ -7,7 +7,7 @@
 
 -- kb_internal.build_postings for target_kb, with numpy: its blocks deleted, then built in two passes so that memory
 -- stays bounded and each (term, tier) list is written once, in full blocks: (1) the chunks in id order,
--- `step` (at most 65,536) at a time: term frequencies read once per chunk (term_freqs as text, parsed in
+-- `step` (at most 65,536) at a time: term frequencies computed once per chunk (kb.chunk_terms, as arrays read in
 -- Python), each term's tiers and recent postings (terms with a document frequency below
 -- kb_internal.recent_postings_limit()) noted, the other postings sorted by (term, tier, id) and staged in a
 -- temporary table, per range of terms holding about 4 million postings; (2) per range, its staged
@@ -19,7 +19,6 @@ returns bigint
 language plpython3u volatile
 set search_path = pg_catalog, pg_temp
 as $$
-import json
 from array import array
 from operator import itemgetter
 
@@ -47,7 +46,10 @@ if "build_plans" not in SD:
             ["integer", "bigint", "integer"],
         ),
         "chunks": plpy.prepare(
-            "select c.id, c.term_count, c.term_freqs::text as freqs from kb.chunks as c"
+            "select c.id, c.term_count, t.terms, t.tfs from kb.chunks as c"
+            " inner join kb.documents as d on c.document_id = d.id"
+            " cross join lateral (select coalesce(array_agg(x.term), '{}') as terms, coalesce(array_agg(x.tf), '{}') as tfs"
+            " from kb.chunk_terms(d.title, c.heading_path, c.content) as x) as t"
             " where c.kb_id = $1 and c.id > $2 and c.id <= $3 order by c.id",
             ["integer", "bigint", "bigint"],
         ),
@@ -253,12 +255,11 @@ while (hi := plpy.execute(plans["step_end"], [target_kb, done_to, step])[0]["hi"
     while fetched := cursor.fetch(2000):
         keys = []
         for c in fetched:
-            freqs = json.loads(c["freqs"])
-            keys.extend(freqs)
-            tfs.extend(freqs.values())
+            keys.extend(c["terms"])
+            tfs.extend(c["tfs"])
             ids.append(c["id"])
             lengths.append(c["term_count"])
-            counts.append(len(freqs))
+            counts.append(len(c["terms"]))
         terms.extend(numbers(keys))  # numbers, not the strings, are kept
     done_to = hi
     chunk_ids = np.frombuffer(ids, dtype=np.int64)

@@ -76,7 +76,7 @@ begin
                 -- the best phrasing's coverage
                 coalesce((
                     select max((
-                        select count(*) from jsonb_array_elements_text(p.terms) as q (term) where c.term_freqs ? q.term
+                        select count(*) from jsonb_array_elements_text(p.terms) as q (term) where q.term = any(ct.terms)
                     )::double precision / jsonb_array_length(p.terms))
                     from jsonb_array_elements(phrasing_terms) as p (terms) where jsonb_array_length(p.terms) > 0
                 ), 0),
@@ -90,6 +90,9 @@ begin
         from hits
         join kb.chunks as c on c.id = hits.chunk_id
         join kb.documents as d on d.id = c.document_id
+        cross join lateral (
+            select array_agg(t.term) as terms from kb.chunk_terms(d.title, c.heading_path, c.content) as t
+        ) as ct
     ),
     ranked as (
         select scored.*, min(scored.rel) over (order by scored.ord rows unbounded preceding) as monotone

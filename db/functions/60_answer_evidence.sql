@@ -5,7 +5,7 @@
 
 -- Evidence over the hits the caller may see, as jsonb: vector_score (best cosine the hits carry),
 -- coverage (best share of the question's idf mass -- distinct kb_internal.query_terms, idf as in the BM25 legs
--- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's term_freqs,
+-- over the visible hits' knowledge bases, unseen terms at the maximum idf -- present in a chunk's terms (kb.chunk_terms),
 -- a term also present when all the terms of one of its translations are, kb_internal.query_translations, each
 -- also as one of its English inflections, kb_internal.english_inflections; its
 -- idf then its concept's when the term itself is unseen), the chunk it came from, top_coverage (first visible
@@ -50,7 +50,9 @@ begin
     ),
     seen as (
         -- the visible ones only; everything else about them comes from the database, not the caller
-        select g.chunk_id, g.ord, c.kb_id, c.term_freqs,
+        select g.chunk_id, g.ord, c.kb_id, (
+                select coalesce(array_agg(t.term), '{}') from kb.chunk_terms(d.title, c.heading_path, c.content) as t
+            ) as terms,
             case when g.vector_score between -1 and 1 then g.vector_score end as vector_score,
             coalesce(g.vector_used, false) as vector_used,
             case when g.lexical_score between 0 and 1e9 then g.lexical_score end as lexical_score
@@ -58,6 +60,7 @@ begin
         -- looked up among the visible knowledge bases only (chunks_kb_chunk_idx; id + 0: never by primary key,
         -- which would fetch another user's chunk row before dropping it)
         join kb.chunks as c on c.kb_id = any(kb_ids) and c.id + 0 = g.chunk_id
+        join kb.documents as d on d.id = c.document_id
     ),
     kbs as (
         select coalesce(array_agg(distinct s.kb_id), '{}') as ids from seen as s
@@ -115,14 +118,14 @@ begin
         select s.chunk_id, w.n, w.idf, w.df > 0 or w.translated as known
         from seen as s
         cross join weighted as w
-        where s.term_freqs ? w.term or exists (
+        where w.term = any(s.terms) or exists (
             select from translations as t
             where t.n = w.n and w.term = any(t.covers)
                 -- each of the translation's terms, itself or inflected
                 and not exists (
                     select from unnest(t.terms) as x (term)
                     join inflected as f on f.term = x.term
-                    where not s.term_freqs ?| f.forms
+                    where not s.terms && f.forms
                 )
         )
     ),

@@ -144,7 +144,7 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     assert len([g for g in r.goals if g.name.startswith("slowest ")]) == 4
     assert any(g.name.startswith("MCP SQL p50") for g in r.goals)
 
-    assert len(r.sizes) == 8 and all(size for _, size in r.sizes.values())
+    assert len(r.sizes) == 7 and all(size for _, size in r.sizes.values())
     assert r.load.method == "bulk" and not r.load.reused
     bench_kb = db.execute("select id from kb.knowledge_bases where name = 'bench'").fetchone()[0]
     assert set(r.load.index_builds) == {
@@ -246,7 +246,7 @@ def test_bulk_load_matches_replace_document(db, datasets):
     def chunks(name: str):
         return db.execute(
             "select d.doc_key, d.title, d.chunk_count, d.status, c.ordinal, c.content, c.heading_path, c.chunk_type,"
-            " c.char_count, c.metadata, c.term_freqs, c.term_count, e.embedding"
+            " c.char_count, c.metadata, c.term_count, e.embedding"
             " from kb.chunks c join kb.documents d on d.id = c.document_id"
             " join kb.knowledge_bases k on k.id = c.kb_id join kb.embeddings e on e.chunk_id = c.id"
             " where k.name = %s order by d.doc_key, c.ordinal",

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import psycopg
 import pytest
+from chunk_terms import CHUNK_TERMS
 from pgvector import Vector
 
 
@@ -192,7 +193,7 @@ def test_long_unbroken_runs_are_indexed_and_found(db):
     run = "a1b2" * 750  # 3000 characters, one word
     camel = "partOf" * 16_000  # 96 KB, one word with camelCase parts (chunks hold at most 100,000 characters)
     replace(db, chunks=[{"content": f"前言 {run} 结尾"}, {"content": camel}, {"content": "z" * 100_000}])
-    longest = db.execute("select max(length(t)) from kb.chunks, jsonb_object_keys(term_freqs) as t").fetchone()[0]
+    longest = db.execute(f"select max(length(x.term)) from {CHUNK_TERMS} as x").fetchone()[0]
     assert longest == 64
     assert db.execute("select max(length(term)) from kb.term_stats").fetchone()[0] == 64
     rows = db.execute("select chunk_index from kb.lexical_search(%s, 3)", [run]).fetchall()
@@ -246,6 +247,36 @@ def test_term_statistics_keep_no_zero_rows(db):
     assert db.execute("select count(*) from kb.term_stats where df <= 0").fetchone()[0] == 0
     db.execute("select kb.delete_document('docs', 'a.md')")
     assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+
+
+def test_a_new_title_is_counted_in_and_the_old_one_out(db):
+    """A chunk's terms are computed from its text and its document's title (kb.chunk_terms; kb.chunks keeps no
+    copy): a replace that changes only the title counts the old title's terms out and the new title's in, the
+    posting lists follow, and a delete leaves nothing behind."""
+    write = (
+        "select * from kb.replace_document(kb => 'docs', doc_key => 'a.md', title => %s,"
+        " chunks => '[{\"content\": \"退款流程 refundFlow\", \"heading_path\": [\"Payments\"]}]')"
+    )
+    stats = "select term, df from kb.term_stats order by term"
+    counted = f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term order by x.term"
+    postings = (
+        "select s.term, x.id from kb.term_stats as s, unnest(s.recent_ids) as x (id)"
+        " union all select p.term, d.chunk_id from kb.postings as p,"
+        " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d order by 1, 2"
+    )
+    in_chunks = f"select x.term, x.id from {CHUNK_TERMS} as x order by 1, 2"
+    db.execute(write, ["Old Handbook 旧手册"])
+    db.execute(write, ["New Guide 新指南"])
+    terms = {r[0] for r in db.execute(stats)}
+    assert {"guide", "新指", "指南", "payments", "refundflow", "退款"} <= terms
+    assert not {"old", "handbook", "旧手", "手册"} & terms
+    assert db.execute(stats).fetchall() == db.execute(counted).fetchall()
+    assert db.execute(postings).fetchall() == db.execute(in_chunks).fetchall()
+    assert db.execute("select doc_key from kb.lexical_search('指南', 5, 'docs')").fetchall() == [("a.md",)]
+    assert db.execute("select doc_key from kb.lexical_search('handbook', 5, 'docs')").fetchall() == []
+    db.execute("select kb.delete_document('docs', 'a.md')")
+    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb.postings").fetchone()[0] == 0
 
 
 def test_chunk_validation_is_linear(db):

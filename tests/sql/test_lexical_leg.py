@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from chunk_terms import CHUNK_TERMS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgkb.config import Settings
@@ -179,8 +180,8 @@ def postings_of(conn) -> set[tuple]:
 def postings_from_chunks(conn) -> set[tuple]:
     return set(
         conn.execute(
-            "select c.kb_id, t.term, kb_internal.posting_tier(t.tf::int, c.term_count), c.id, t.tf::int, c.term_count"
-            " from kb.chunks c, jsonb_each_text(c.term_freqs) t (term, tf)"
+            "select x.kb_id, x.term, kb_internal.posting_tier(x.tf, x.term_count), x.id, x.tf, x.term_count"
+            f" from {CHUNK_TERMS} as x"
         ).fetchall()
     )
 

@@ -16,6 +16,7 @@ import uuid
 
 import psycopg
 import pytest
+from chunk_terms import CHUNK_TERMS
 from pgkb.migrate import maintain_vector_indexes
 
 DIM = 384  # the default model, multilingual-e5-small
@@ -186,9 +187,7 @@ def lexical_scores(conn, kb: str | None = None) -> dict[tuple, float]:
 def assert_bm25_statistics_consistent(db) -> None:
     """kb.term_stats and each knowledge base's N and total length are what its chunks say."""
     stats = set(db.execute("select kb_id, term, df from kb.term_stats where df > 0").fetchall())
-    recomputed = set(
-        db.execute("select kb_id, t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by kb_id, t")
-    )
+    recomputed = set(db.execute(f"select x.kb_id, x.term, count(*) from {CHUNK_TERMS} as x group by x.kb_id, x.term"))
     assert stats == recomputed
     totals = db.execute(
         "select k.id, k.chunk_count, k.term_total, count(c.id), coalesce(sum(c.term_count), 0)"

@@ -94,30 +94,41 @@ def test_function_file_needing_an_unavailable_extension_is_skipped_with_a_reason
 
 
 @pytest.mark.slow
-def test_term_array_migration_upgrades_existing_chunks(db, tmp_path: Path):
-    """009 on a database the first release (001-007) made and filled: term_freqs is recompressed with lz4 (009
-    also added a terms array with a GIN index, which 042 dropped again: term_freqs is the one copy), and
-    lexical search finds the chunks."""
+def test_chunk_term_migrations_upgrade_existing_chunks(db, tmp_path: Path):
+    """009, 042 and 047 on a database the first release (001-007) made and filled: 009 added a terms array with
+    a GIN index beside term_freqs, 042 dropped the array, 047 drops term_freqs (the posting lists are the one
+    stored copy; a chunk's terms are computed from its text). The statistics still equal what the chunks' text
+    gives, lexical search finds the chunks, and a delete after the upgrade undoes exactly what was counted."""
     write = "select kb.replace_document('upgrade', %s, %s, jsonb_build_array(jsonb_build_object('content', %s::text)))"
-    compression = (
-        "select pg_column_compression(c.term_freqs) from kb.chunks as c where c.ordinal = 0 and c.char_count > 1000"
-    )
     with release_database(db, "issues-2-4", tmp_path) as conn:
         conn.execute(write, ["a.md", "A", "退款会在三个工作日内原路退回"])
-        many_terms = " ".join(f"word{i:04d}" for i in range(600))  # a term_freqs large enough to compress
-        conn.execute(write, ["b.md", "B", many_terms])
-        assert conn.execute(compression).fetchone()[0] == "pglz"
+        many_terms = " ".join(f"word{i:04d}" for i in range(600))
+        conn.execute(write, ["b.md", "B", many_terms + " 退款"])
 
         report = migrate(conn, Settings.from_env().db_dir)
-        assert {"009_term_array.sql", "042_one_copy_of_chunk_terms.sql"} <= set(report.applied)
+        assert {"009_term_array.sql", "042_one_copy_of_chunk_terms.sql", "047_chunk_terms_from_text.sql"} <= set(
+            report.applied
+        )
         columns = {
-            r[0] for r in conn.execute("select attname from pg_attribute where attrelid = 'kb.chunks'::regclass")
+            r[0]
+            for r in conn.execute("select attname from pg_attribute where attrelid = 'kb.chunks'::regclass")
+            if not r[0].startswith("........pg.dropped")
         }
-        assert "term_freqs" in columns and "terms" not in columns
+        assert "term_freqs" not in columns and "terms" not in columns
         assert conn.execute("select to_regclass('kb.chunks_terms_idx')").fetchone()[0] is None
-        assert conn.execute(compression).fetchone()[0] == "lz4"
-        assert conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall() == [("a.md",)]
+        assert conn.execute("select to_regprocedure('kb.term_freqs(text[])')").fetchone()[0] is None
+        stats = "select term, df from kb.term_stats order by term"
+        from_text = (
+            "select t.term, count(*) from kb.chunks as c join kb.documents as d on d.id = c.document_id,"
+            " kb.chunk_terms(d.title, c.heading_path, c.content) as t group by t.term order by t.term"
+        )
+        assert conn.execute(stats).fetchall() == conn.execute(from_text).fetchall()
+        found = conn.execute("select doc_key from kb.lexical_search('退款', 5, 'upgrade')").fetchall()
+        assert sorted(found) == [("a.md",), ("b.md",)]
         assert conn.execute("select doc_key from kb.lexical_search('word0599', 5, 'upgrade')").fetchall() == [("b.md",)]
+        conn.execute("select kb.delete_document('upgrade', 'b.md')")
+        assert conn.execute(stats).fetchall() == conn.execute(from_text).fetchall()
+        assert conn.execute("select count(*) from kb.term_stats where term = 'word0599'").fetchone()[0] == 0
 
 
 @pytest.mark.slow

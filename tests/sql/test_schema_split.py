@@ -48,7 +48,7 @@ RELATIONS = """
 """
 POLICIES = "select tablename, policyname, cmd, roles::text[], qual from pg_policies where schemaname = 'kb'"
 ROWS = {  # what the data is, read the same way before and after
-    "chunks": "select id, document_id, ordinal, content, term_freqs from kb.chunks",
+    "chunks": "select id, document_id, ordinal, content, term_count from kb.chunks",
     "term_stats": "select kb_id, term, df, tiers, recent_ids from kb.term_stats",
     "postings": "select kb_id, term, tier, first_chunk, n, payload from kb.postings",
     "embeddings": "select chunk_id, model_id, embedding::text from kb.embeddings",

@@ -8,6 +8,7 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
+from chunk_terms import CHUNK_TERMS
 from pgkb.migrate import SCHEMAS
 from pgkb.quality.evaluate import SETTING_TYPES, SearchSettings
 from pgvector import Vector
@@ -217,9 +218,7 @@ def test_bm25_statistics_follow_replacements(kbdb):
     equal what the stored chunks give when counted from scratch, before and after a delete and a replace."""
 
     def counted_from_chunks() -> dict[str, int]:
-        return dict(
-            kbdb.execute("select t, count(*) from kb.chunks, jsonb_object_keys(term_freqs) t group by t").fetchall()
-        )
+        return dict(kbdb.execute(f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term").fetchall())
 
     def kept() -> dict[str, int]:
         return dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())

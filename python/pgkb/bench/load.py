@@ -3,9 +3,9 @@
 * ``replace`` -- every document through ``kb.replace_document`` (the real write path: tokenising, BM25
   statistics and all indexes maintained per document). About 70 chunks/s on 2 cores.
 * ``bulk`` -- the same rows written directly as the superuser: documents with one INSERT per batch,
-  chunk texts by COPY into a temporary table and then one INSERT ... SELECT that computes ``term_freqs`` /
-  ``term_count`` with the SQL tokenizer exactly as ``kb.replace_document`` does
-  (``kb.term_freqs(kb.lexical_terms(kb.indexed_text(title, heading_path, content)))``), embeddings by
+  chunk texts by COPY into a temporary table and then one INSERT ... SELECT that computes ``term_count`` and
+  the terms' document frequencies with the SQL tokenizer exactly as ``kb.replace_document`` does
+  (``kb.lexical_terms(kb.indexed_text(title, heading_path, content))``), embeddings by
   binary COPY. ``kb.term_stats`` and the knowledge base's ``chunk_count`` / ``term_total`` are computed from
   the loaded chunks at the end (per-batch document frequencies summed in an unlogged staging table), the
   postings (``kb.postings`` blocks and the recent postings in ``kb.term_stats``, the BM25 leg's lists) by
@@ -264,20 +264,25 @@ def _bulk_batch(conn: psycopg.Connection, kb_id: int, model: Model, docs: list[D
                     cp.write_row((doc_ids[d.doc_key], j, d.title, content))
         inserted = conn.execute(
             f"""
-            with ins as (
+            with terms as materialized (
+                select s.*, kb.lexical_terms(kb.indexed_text(s.title, '{{}}', s.content)) as list
+                from pg_temp.bench_stage as s
+            ),
+            ins as (
                 insert into kb.chunks as c (
                     document_id, kb_id, ordinal, content, heading_path, chunk_type, char_count, metadata,
-                    term_freqs, term_count, heading_script
+                    term_count, heading_script
                 )
-                select s.document_id, %(kb)s, s.ordinal, s.content, '{{}}', 'text', length(s.content), '{{}}',
-                    kb.term_freqs(terms.list), cardinality(terms.list), kb_internal.heading_script(s.title, '{{}}')
-                from pg_temp.bench_stage as s,
-                    lateral (select kb.lexical_terms(kb.indexed_text(s.title, '{{}}', s.content)) as list) as terms
-                returning c.id, c.document_id, c.ordinal, c.term_freqs, c.term_count
+                select t.document_id, %(kb)s, t.ordinal, t.content, '{{}}', 'text', length(t.content), '{{}}',
+                    cardinality(t.list), kb_internal.heading_script(t.title, '{{}}')
+                from terms as t
+                returning c.id, c.document_id, c.ordinal, c.term_count
             ),
             df as (
                 insert into {STAGING_TABLE} (term, n)
-                select t.term, count(*) from ins, jsonb_object_keys(ins.term_freqs) as t (term) group by t.term
+                select x.term, count(*)
+                from terms as t cross join lateral (select distinct u.term from unnest(t.list) as u (term)) as x
+                group by x.term
             )
             select id, document_id, ordinal, term_count from ins
             """,

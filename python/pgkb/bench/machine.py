@@ -105,10 +105,6 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
             "kb.postings",
             "pg_total_relation_size('kb.postings')",
         ),
-        "chunks.term_freqs (sum of pg_column_size)": (
-            "term_freqs",
-            "(select sum(pg_column_size(term_freqs)) from kb.chunks)",
-        ),
         "chunk text (sum of octet_length(content))": ("content", "(select sum(octet_length(content)) from kb.chunks)"),
     }
     return {label: (rel, one(conn.execute(f"select pg_size_pretty({expr})"))[0]) for label, (rel, expr) in rels.items()}
@@ -116,11 +112,11 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
 
 def lexical_storage(conn: psycopg.Connection) -> tuple[int, int]:
     """(bytes, bytes): every lexical structure of the database -- kb.term_stats and kb.postings with their
-    TOAST and indexes, and each chunk's term_freqs -- and the chunk text (octet_length of content)."""
+    TOAST and indexes (chunks keep no terms of their own since migration 047) -- and the chunk text
+    (octet_length of content)."""
     return one(
         conn.execute(
-            "select pg_total_relation_size('kb.term_stats') + pg_total_relation_size('kb.postings')"
-            " + (select coalesce(sum(pg_column_size(term_freqs)), 0) from kb.chunks),"
+            "select pg_total_relation_size('kb.term_stats') + pg_total_relation_size('kb.postings'),"
             " (select coalesce(sum(octet_length(content)), 0) from kb.chunks)"
         )
     )
