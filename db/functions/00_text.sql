@@ -8,7 +8,8 @@
 -- the bracket expression lists exactly the table's keys. Linear in the text: a text without Traditional
 -- characters costs one regex scan; otherwise each character is looked up in the table (a jsonb object,
 -- binary search). translate() would rescan its 4105-character table for every character of the text.
--- PL/pgSQL so the table is parsed once per session, not once per call of kb.lexical_terms.
+-- PL/pgSQL so the table is parsed once per session, not once per call of kb.lexical_terms. A change to its
+-- output for any text needs kb_internal.terms_version raised.
 create or replace function kb.fold_text(input text)
 returns text
 language plpgsql immutable strict parallel safe
@@ -32,7 +33,7 @@ $$;
 -- camelCase / letter-digit boundaries. CJK: overlapping bigrams per run; a one-character run is kept as is.
 -- Word terms are cut to their first 64 characters (ASCII, so 64 bytes): whatever the content, no term
 -- outgrows the GIN / btree key limits, and queries are cut alike, so long identifiers still match. Linear in
--- the text's length.
+-- the text's length. A change to its output for any text needs kb_internal.terms_version raised.
 create or replace function kb.lexical_terms(input text)
 returns text[]
 language plpgsql immutable strict parallel safe
@@ -226,13 +227,27 @@ begin
 end
 $$;
 
--- The text a chunk is indexed under: document title, heading path and content.
+-- The text a chunk is indexed under: document title, heading path and content. A change to it needs
+-- kb_internal.terms_version raised.
 create or replace function kb.indexed_text(title text, heading_path text[], content text)
 returns text
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     select concat_ws(E'\n', nullif(title, ''), nullif(array_to_string(heading_path, ' > '), ''), content)
+$$;
+
+-- The version of the term model: what kb.fold_text, kb.lexical_terms, kb.indexed_text and kb.chunk_terms give for
+-- a text. Each knowledge base's statistics and postings were counted with one (kb.knowledge_bases.terms_version),
+-- and writes undo a chunk's statistics from its text: a change to what those functions give for any text must
+-- raise this number, and `pgkb db migrate` then counts every older knowledge base again
+-- (kb_internal.recount_old_terms, after db/functions).
+create or replace function kb_internal.terms_version()
+returns smallint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select 1::smallint
 $$;
 
 -- The terms a chunk is indexed under, each with its frequency: kb.lexical_terms of kb.indexed_text of its

@@ -15,8 +15,10 @@ $$;
 -- BM25 statistics (document frequencies, tiers, N, total length), language profile and postings: added postings join their
 -- terms' recent postings in kb.term_stats (moved to blocks at kb_internal.recent_postings_limit()); removed ones
 -- leave them, or the blocks (probed only for terms with blocks). Terms whose document frequency drops to
--- 0 lose their row. Callers hold the knowledge base's row lock, so writers of one knowledge base are
--- serialised, cannot deadlock on term rows, and chunk ids only grow within its posting lists.
+-- 0 lose their row. The chunks' terms come from their text (kb.chunk_terms, 5,000 chunks at a time), so the
+-- tokenizer must be the one they were counted with (kb_internal.terms_version). Callers hold the knowledge
+-- base's row lock, so writers of one knowledge base are serialised, cannot deadlock on term rows, and chunk
+-- ids only grow within its posting lists.
 create or replace function kb_internal.adjust_term_stats(target_kb integer, chunk_ids bigint[], sign integer)
 returns void
 language plpgsql volatile
@@ -28,86 +30,93 @@ declare
     with_postings constant boolean := to_regclass('kb.postings') is not null;
     -- false on a schema older than migration 032 (no language profile)
     with_profile constant boolean := to_regclass('kb.glossary') is not null;
+    slice_size constant integer := 5000;   -- chunks whose postings are held at once (memory stays bounded)
+    sorted constant bigint[] := array(select x.id from unnest(chunk_ids) as x (id) order by x.id);
     limit_reached text[];      -- terms whose recent postings move to blocks
     in_blocks text[];          -- terms whose removed postings may be in blocks
-    p_ids bigint[];            -- the chunks' postings (computed once from their text): chunk ids,
+    p_ids bigint[];            -- a slice's postings (computed once from the chunks' text): chunk ids,
     p_terms text[];            -- terms,
     p_tfs integer[];           -- term frequencies,
     p_dls integer[];           -- and chunk lengths
 begin
-    select array_agg(c.id order by c.id, t.term), array_agg(t.term order by c.id, t.term),
-        array_agg(t.tf order by c.id, t.term), array_agg(c.term_count order by c.id, t.term)
-    into p_ids, p_terms, p_tfs, p_dls
-    from kb.chunks as c
-    inner join kb.documents as d on c.document_id = d.id
-    cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
-    where c.id = any(chunk_ids);
+    -- slices in id order: each one's postings join their terms' recent postings after the slice before
+    for lo in 1 .. cardinality(sorted) by slice_size loop
+        select array_agg(c.id order by c.id, t.term), array_agg(t.term order by c.id, t.term),
+            array_agg(t.tf order by c.id, t.term), array_agg(c.term_count order by c.id, t.term)
+        into p_ids, p_terms, p_tfs, p_dls
+        from kb.chunks as c
+        -- its document's title by primary key (never a scan of other documents)
+        cross join lateral (select d.title from kb.documents as d where d.id = c.document_id offset 0) as d
+        cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+        where c.id = any(sorted[lo:lo + slice_size - 1]);
+        continue when p_ids is null;
 
-    if not with_postings then
-        insert into kb.term_stats as s (kb_id, term, df)
-        select target_kb, x.term, sign * count(*)
-        from unnest(p_terms) as x (term)
-        group by x.term
-        order by t.term
-        on conflict (kb_id, term) do update set df = s.df + excluded.df;
-    elsif sign > 0 then
-        with upserted as (
-            insert into kb.term_stats as s (kb_id, term, df, tiers, recent_ids, recent_tfs, recent_dls)
-            -- the three arrays in id order (a chunk holds a term once: aligned)
-            select target_kb, x.term, count(*), bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)),
-                array_agg(x.id order by x.id), array_agg(x.tf order by x.id), array_agg(x.dl order by x.id)
-            from unnest(p_ids, p_terms, p_tfs, p_dls) as x (id, term, tf, dl)
+        if not with_postings then
+            insert into kb.term_stats as s (kb_id, term, df)
+            select target_kb, x.term, sign * count(*)
+            from unnest(p_terms) as x (term)
             group by x.term
             order by x.term
-            on conflict (kb_id, term) do update
-            set df = s.df + excluded.df, tiers = s.tiers | excluded.tiers,
-                recent_ids = s.recent_ids || excluded.recent_ids, recent_tfs = s.recent_tfs || excluded.recent_tfs,
-                recent_dls = s.recent_dls || excluded.recent_dls
-            returning s.term, cardinality(s.recent_ids) as recent
-        )
-        select array_agg(u.term) into limit_reached
-        from upserted as u where u.recent >= kb_internal.recent_postings_limit();
-        if limit_reached is not null then
-            perform kb_internal.flush_recent_postings(target_kb, limit_reached);
+            on conflict (kb_id, term) do update set df = s.df + excluded.df;
+        elsif sign > 0 then
+            with upserted as (
+                insert into kb.term_stats as s (kb_id, term, df, tiers, recent_ids, recent_tfs, recent_dls)
+                -- the three arrays in id order (a chunk holds a term once: aligned)
+                select target_kb, x.term, count(*), bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)),
+                    array_agg(x.id order by x.id), array_agg(x.tf order by x.id), array_agg(x.dl order by x.id)
+                from unnest(p_ids, p_terms, p_tfs, p_dls) as x (id, term, tf, dl)
+                group by x.term
+                order by x.term
+                on conflict (kb_id, term) do update
+                set df = s.df + excluded.df, tiers = s.tiers | excluded.tiers,
+                    recent_ids = s.recent_ids || excluded.recent_ids, recent_tfs = s.recent_tfs || excluded.recent_tfs,
+                    recent_dls = s.recent_dls || excluded.recent_dls
+                returning s.term, cardinality(s.recent_ids) as recent
+            )
+            select array_agg(u.term) into limit_reached
+            from upserted as u where u.recent >= kb_internal.recent_postings_limit();
+            if limit_reached is not null then
+                perform kb_internal.flush_recent_postings(target_kb, limit_reached);
+            end if;
+        else
+            with removed as (
+                select x.term, count(*) as n, array_agg(x.id) as ids, min(x.id) as lo
+                from unnest(p_ids, p_terms) as x (id, term)
+                group by x.term
+            ),
+            updated as (
+                -- a term in one removed chunk (most): cut its posting out at its position (none: in a block)
+                update kb.term_stats as s
+                set df = s.df - r.n,
+                    recent_ids = case when r.n = 1
+                        then kb_internal.array_without(s.recent_ids, array_position(s.recent_ids, r.lo))
+                        else array(select x.id from unnest(s.recent_ids) as x (id) where x.id <> all(r.ids)) end,
+                    recent_tfs = case when r.n = 1
+                        then kb_internal.array_without(s.recent_tfs, array_position(s.recent_ids, r.lo))
+                        else array(
+                            select x.tf from unnest(s.recent_ids, s.recent_tfs) with ordinality as x (id, tf, o)
+                            where x.id <> all(r.ids) order by x.o
+                        ) end,
+                    recent_dls = case when r.n = 1
+                        then kb_internal.array_without(s.recent_dls, array_position(s.recent_ids, r.lo))
+                        else array(
+                            select x.dl from unnest(s.recent_ids, s.recent_dls) with ordinality as x (id, dl, o)
+                            where x.id <> all(r.ids) order by x.o
+                        ) end
+                from removed as r
+                where s.kb_id = target_kb and s.term = r.term
+                returning s.term, r.lo <= s.blocked_to as blocked
+            )
+            select array_agg(u.term) into in_blocks from updated as u where u.blocked;
+            if in_blocks is not null then
+                perform kb_internal.remove_block_postings(target_kb, p_ids, p_terms, p_tfs, p_dls, in_blocks);
+            end if;
         end if;
-    else
-        with removed as (
-            select x.term, count(*) as n, array_agg(x.id) as ids, min(x.id) as lo
-            from unnest(p_ids, p_terms) as x (id, term)
-            group by x.term
-        ),
-        updated as (
-            -- a term in one removed chunk (most): cut its posting out at its position (none: in a block)
-            update kb.term_stats as s
-            set df = s.df - r.n,
-                recent_ids = case when r.n = 1
-                    then kb_internal.array_without(s.recent_ids, array_position(s.recent_ids, r.lo))
-                    else array(select x.id from unnest(s.recent_ids) as x (id) where x.id <> all(r.ids)) end,
-                recent_tfs = case when r.n = 1
-                    then kb_internal.array_without(s.recent_tfs, array_position(s.recent_ids, r.lo))
-                    else array(
-                        select x.tf from unnest(s.recent_ids, s.recent_tfs) with ordinality as x (id, tf, o)
-                        where x.id <> all(r.ids) order by x.o
-                    ) end,
-                recent_dls = case when r.n = 1
-                    then kb_internal.array_without(s.recent_dls, array_position(s.recent_ids, r.lo))
-                    else array(
-                        select x.dl from unnest(s.recent_ids, s.recent_dls) with ordinality as x (id, dl, o)
-                        where x.id <> all(r.ids) order by x.o
-                    ) end
-            from removed as r
-            where s.kb_id = target_kb and s.term = r.term
-            returning s.term, r.lo <= s.blocked_to as blocked
-        )
-        select array_agg(u.term) into in_blocks from updated as u where u.blocked;
-        if in_blocks is not null then
-            perform kb_internal.remove_block_postings(target_kb, p_ids, p_terms, p_tfs, p_dls, in_blocks);
-        end if;
-    end if;
 
-    delete from kb.term_stats as s
-    where sign < 0 and s.kb_id = target_kb and s.df <= 0
-        and s.term = any(p_terms);
+        delete from kb.term_stats as s
+        using (select distinct x.term from unnest(p_terms) as x (term)) as x
+        where sign < 0 and s.kb_id = target_kb and s.df <= 0 and s.term = x.term;
+    end loop;
 
     if not with_profile then
         update kb.knowledge_bases as k

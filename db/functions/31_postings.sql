@@ -237,7 +237,7 @@ begin
         select x.term, kb_internal.posting_tier(x.tf, x.dl) as tier, array_agg(x.id) as ids,
             min(x.id) as lo, max(x.id) as hi
         from unnest(chunk_ids, chunk_terms, tfs, dls) as x (id, term, tf, dl)
-        where x.term = any(terms)
+        inner join (select distinct w.term from unnest(terms) as w (term)) as w on x.term = w.term
         group by 1, 2
     ),
     touched as materialized (
@@ -389,5 +389,83 @@ begin
         end loop;
     end if;
     update kb.knowledge_bases set postings_format = kb_internal.postings_format() where id = target_kb;
+end
+$$;
+
+-- Count one knowledge base's terms again from its chunks' text (kb.chunk_terms with today's term model): each
+-- chunk's length in terms, the document frequencies in kb.term_stats, N and the total length, then its postings
+-- (kb_internal.build_postings); records kb_internal.terms_version(). What `pgkb db migrate` runs for a knowledge
+-- base counted with an older term model (kb_internal.recount_old_terms). The caller holds the row lock or is alone.
+create or replace function kb_internal.recount_terms(target_kb integer)
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    update kb.chunks as c set term_count = x.n
+    from (
+        select c.id, cardinality(kb.lexical_terms(kb.indexed_text(d.title, c.heading_path, c.content))) as n
+        from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
+        where c.kb_id = target_kb
+    ) as x
+    where c.id = x.id and c.term_count is distinct from x.n;
+    delete from kb.postings as p where p.kb_id = target_kb;
+    delete from kb.term_stats as s where s.kb_id = target_kb;
+    insert into kb.term_stats (kb_id, term, df)
+    select target_kb, t.term, count(*)
+    from kb.chunks as c
+    inner join kb.documents as d on c.document_id = d.id
+    cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+    where c.kb_id = target_kb
+    group by t.term;
+    update kb.knowledge_bases as k
+    set chunk_count = x.n, term_total = x.terms, terms_version = kb_internal.terms_version()
+    from (
+        select count(*) as n, coalesce(sum(c.term_count), 0) as terms from kb.chunks as c where c.kb_id = target_kb
+    ) as x
+    where k.id = target_kb;
+    perform kb_internal.build_postings(target_kb);
+end
+$$;
+
+-- Admin: count a knowledge base's terms again (kb_internal.recount_terms), for one whose statistics no longer
+-- match its text (`pgkb db doctor` samples them: a PostgreSQL upgrade that changed Unicode normalisation, a
+-- hand edit of a title or a chunk). Writers of it wait meanwhile. Raises for an unknown name.
+create or replace function kb_admin.recount_terms(kb text)
+returns void
+language plpgsql volatile security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target_kb integer;
+begin
+    perform kb.require_admin('count terms again');
+    select k.id into target_kb from kb.knowledge_bases as k where k.name = recount_terms.kb for no key update;
+    if target_kb is null then
+        raise exception 'unknown knowledge base "%"', left(recount_terms.kb, 200) using errcode = 'no_data_found';
+    end if;
+    perform kb_internal.recount_terms(target_kb);
+end
+$$;
+
+-- Count again (kb_internal.recount_terms) every knowledge base counted with an older term model (terms_version
+-- below kb_internal.terms_version(); migration 047 marks those whose stored terms differed from their text's),
+-- each under its row lock; returns their names. `pgkb db migrate` runs it after the functions, every time.
+create or replace function kb_internal.recount_old_terms()
+returns table (name text)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    target kb.knowledge_bases;
+begin
+    for target in
+        select * from kb.knowledge_bases as k where k.terms_version < kb_internal.terms_version() order by k.id
+        for no key update
+    loop
+        perform kb_internal.recount_terms(target.id);
+        name := target.name;
+        return next;
+    end loop;
 end
 $$;

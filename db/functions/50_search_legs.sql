@@ -185,10 +185,10 @@ $$;
 -- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
 -- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
 -- ones only add to them); the candidates that might still reach it get their missing terms from their
--- text (kb.chunk_terms; or, when those lookups would cost more, every remaining sublist is read). Cost grows
--- with n, the query terms and the postings above the bound; at worst (many common terms of similar weight)
--- with all the query terms' postings. docs/benchmarks.md, "Lexical
--- leg design".
+-- text (kb.chunk_terms, once per chunk, priced by its length; or, when those lookups would cost more, every
+-- remaining sublist is read). Cost grows with n, the query terms and the postings above the bound; at worst
+-- (many common terms of similar weight) with all the query terms' postings. docs/benchmarks.md, "Lexical leg
+-- design" and "One stored copy of each chunk's terms".
 create or replace function kb_internal.lexical_leg(
     query text, kb_ids integer[], n integer, doc_filter jsonb, k1 double precision, b double precision,
     posting_budget integer default null, expansions jsonb default null
@@ -224,16 +224,19 @@ declare
     top_ids bigint [];              -- the n best chunks by partial score
     c_ids bigint [];                -- candidates: chunk ids,
     c_l double precision [];        -- partial scores,
-    c_unread double precision [];   -- bounds of what their unread terms can add (0: score complete)
+    c_unread double precision [];   -- bounds of what their unread terms can add (0: score complete),
+    c_dl integer [];                -- lengths in terms
+    f_ids bigint [] := '{}';        -- chunks whose full score a lookup gave (each is looked up once):
+    f_scores double precision [] := '{}';   -- their scores
     rest double precision;          -- bound of a chunk in none of the sublists read
-    unresolved bigint;
+    unresolved double precision;    -- what looking up the open candidates would cost, in postings
     theta double precision;         -- a lower bound of the n-th best score
     total_est double precision;     -- postings of all sublists (estimated)
     budget double precision := coalesce(posting_budget, 'infinity'::double precision);
-    lookup_cap bigint;              -- lookups of a candidate's terms allowed at the end
-    -- what one lookup (a chunk's text tokenised by kb.chunk_terms: 0.55 ms) costs in postings read and decoded
-    -- (5.2 us each), measured on the 100k bench (docs/benchmarks.md, "One stored copy of each chunk's terms")
-    lookup_postings constant integer := 100;
+    -- a lookup (a chunk's text tokenised by kb.chunk_terms) costs what reading and decoding one posting costs
+    -- per this many terms of the chunk: 1.7 us a term against 5.2 us a posting on the 100k bench
+    -- (docs/benchmarks.md, "One stored copy of each chunk's terms")
+    terms_per_posting constant double precision := 3;
 begin
     select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
     into n_chunks, avgdl
@@ -278,7 +281,6 @@ begin
     end if;
     total := cardinality(s_term);
     total_est := (select sum(e.v) from unnest(s_est) as e (v));
-    lookup_cap := case when posting_budget is null then null else greatest(n, posting_budget / lookup_postings) end;
 
     -- first round: the highest sublists up to about 4n postings (at least one sublist)
     m := 1;
@@ -298,7 +300,7 @@ begin
         -- the n best by l give theta, the chunks whose h reaches theta are the candidates
         with seen as materialized (
             select p.id, sum(idfs[p.ti] * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))) as l,
-                greatest(rest - sum(term_rest[p.ti]), 0) as unread
+                greatest(rest - sum(term_rest[p.ti]), 0) as unread, max(p.dl) as dl
             from (
                 select s.ti, d.chunk_id as id, d.tf, d.dl
                 from unnest(s_term[1:m], s_tier[1:m]) as s (ti, tier)
@@ -319,7 +321,7 @@ begin
             group by p.id
         ),
         eligible as materialized (
-            select x.id, x.l, x.unread from seen as x
+            select x.id, x.l, x.unread, x.dl from seen as x
             where doc_filter is null or exists (
                 select from kb.chunks as c inner join kb.documents as d on c.document_id = d.id
                 where c.id = x.id and d.kb_id = any(kb_ids)
@@ -333,36 +335,47 @@ begin
             select case when count(*) = n then min(t.l) end as theta from top as t
         )
         select (select array_agg(t.id) from top as t), bar.theta, array_agg(x.id) filter (where x.id is not null),
-            array_agg(x.l) filter (where x.id is not null), array_agg(x.unread) filter (where x.id is not null)
-        into top_ids, theta, c_ids, c_l, c_unread
+            array_agg(x.l) filter (where x.id is not null), array_agg(x.unread) filter (where x.id is not null),
+            array_agg(x.dl) filter (where x.id is not null)
+        into top_ids, theta, c_ids, c_l, c_unread, c_dl
         from bar left join eligible as x on (x.l + x.unread) * (1 + 1e-9) >= coalesce(bar.theta, 0)
         group by bar.theta;
         if theta is not null and m < total then
-            -- the full scores of the n best (their unread terms from their text) bound the n-th best higher
-            select greatest(theta, min(e.bm25)) into theta
-            from (
-                select sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl))) as bm25
+            -- the full scores of the n best bound the n-th best higher: a complete partial score as it is,
+            -- the others from a lookup of their terms (once per chunk: kept in f_ids / f_scores)
+            with looked_up as (
+                select c.id, sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl))) as bm25
                 from kb.chunks as c
                 inner join kb.documents as d on c.document_id = d.id
                 cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
                 inner join unnest(terms) with ordinality as q (term, i) on t.term = q.term
-                where c.id = any(top_ids)
+                where c.id in (
+                    select x.id from unnest(c_ids, c_unread) as x (id, unread)
+                    where x.id = any(top_ids) and x.unread > 1e-12 and x.id <> all(f_ids)
+                )
                 group by c.id
-            ) as e;
-            select count(*) into unresolved
-            from unnest(c_l, c_unread) as x (l, unread)
-            where x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= theta;
+            )
+            select f_ids || coalesce(array_agg(l.id), '{}'), f_scores || coalesce(array_agg(l.bm25), '{}')
+            into f_ids, f_scores
+            from looked_up as l;
+            select greatest(theta, min(coalesce(f.score, x.l))) into theta
+            from unnest(c_ids, c_l, c_unread) as x (id, l, unread)
+            left join unnest(f_ids, f_scores) as f (id, score) on f.id = x.id and x.unread > 1e-12
+            where x.id = any(top_ids);
+            select sum(x.dl) / terms_per_posting into unresolved
+            from unnest(c_ids, c_l, c_unread, c_dl) as x (id, l, unread, dl)
+            where x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= theta and x.id <> all(f_ids);
         end if;
         -- float sums differ in the last bits with their order: bounds and theta keep a 1e-9 margin
         exit when m = total;
         if theta > rest * (1 + 1e-9) then
             -- no unread chunk can enter the top n; finish with lookups of their terms, unless reading the
-            -- remaining sublists (lookup_postings per lookup) is cheaper and within the budget
-            exit when unresolved * lookup_postings <= total_est - est or total_est > budget;
+            -- remaining sublists is cheaper and within the budget
+            exit when coalesce(unresolved, 0) <= total_est - est or total_est > budget;
             m := total;
             continue;
         end if;
-        -- the budget is spent: finish with the best candidates so far (see lookup_cap below)
+        -- the budget is spent: finish with the best candidates so far (their lookups bounded below)
         exit when est + s_est[m + 1] > budget;
         -- next: the fewest sublists that put every unread chunk below theta, at most 4x the postings so far
         want := m + 1;
@@ -382,23 +395,31 @@ begin
     return query
     select top.id, (row_number() over (order by top.bm25 desc, top.id))::integer, top.bm25
     from (
-        select x.id, case when x.unread <= 1e-12 then x.l else (
-            -- an unresolved candidate: its full score from its terms (kb.chunk_terms of its text)
-            select sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl)))
-            from kb.chunks as c
-            inner join kb.documents as d on c.document_id = d.id
-            cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
-            inner join unnest(terms) with ordinality as q (term, i) on t.term = q.term
-            where c.id = x.id
+        select x.id, case when x.unread <= 1e-12 then x.l else coalesce(
+            (select f.score from unnest(f_ids, f_scores) as f (id, score) where f.id = x.id),
+            (
+                -- an unresolved candidate: its full score from its terms (kb.chunk_terms of its text)
+                select sum(idfs[q.i] * t.tf * (k1 + 1) / (t.tf + k1 * (1 - b + b * c.term_count / avgdl)))
+                from kb.chunks as c
+                inner join kb.documents as d on c.document_id = d.id
+                cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+                inner join unnest(terms) with ordinality as q (term, i) on t.term = q.term
+                where c.id = x.id
+            )
         ) end as bm25
         from (
             -- complete scores, and the unresolved candidates that may still reach theta: all of them, or
-            -- within a budget the lookup_cap best by partial score (the highest-bound sublists, read first)
-            select x.*, x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0) as open,
-                row_number() over (partition by x.unread > 1e-12 order by x.l desc, x.id) as reach_rank
-            from unnest(c_ids, c_l, c_unread) as x (id, l, unread)
+            -- within a budget the best by partial score (the highest-bound sublists, read first) while their
+            -- lookups cost at most posting_budget postings (and at least n of them)
+            select x.*, sum(x.dl) over w / terms_per_posting as reach_cost, row_number() over w as reach_rank
+            from (
+                select x.*, x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0) as open
+                from unnest(c_ids, c_l, c_unread, c_dl) as x (id, l, unread, dl)
+            ) as x
+            window w as (partition by x.open order by x.l desc, x.id rows unbounded preceding)
         ) as x
-        where x.unread <= 1e-12 or (x.open and (lookup_cap is null or x.reach_rank <= lookup_cap))
+        where x.unread <= 1e-12
+            or (x.open and (posting_budget is null or x.reach_rank <= n or x.reach_cost <= posting_budget))
         order by bm25 desc, x.id
         limit n
     ) as top;
@@ -465,7 +486,10 @@ begin
             -- the planner from computing them again for every term); candidates stream, nothing is materialised
             select c.id, f.term_freqs, c.term_count
             from kb.chunks as c
-            inner join kb.documents as d on c.document_id = d.id
+            -- its document by primary key (never a scan of other knowledge bases' documents)
+            cross join lateral (
+                select d.kb_id, d.title, d.metadata from kb.documents as d where d.id = c.document_id offset 0
+            ) as d
             cross join lateral (
                 select jsonb_object_agg(t.term, t.tf) as term_freqs
                 from kb.chunk_terms(d.title, c.heading_path, c.content) as t where t.term = any(terms)

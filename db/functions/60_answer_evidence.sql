@@ -51,7 +51,11 @@ begin
     seen as (
         -- the visible ones only; everything else about them comes from the database, not the caller
         select g.chunk_id, g.ord, c.kb_id, (
-                select coalesce(array_agg(t.term), '{}') from kb.chunk_terms(d.title, c.heading_path, c.content) as t
+                -- its terms, with its document's title read by primary key (no other document is read)
+                select coalesce(array_agg(t.term), '{}')
+                from kb.documents as d
+                cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
+                where d.id = c.document_id
             ) as terms,
             case when g.vector_score between -1 and 1 then g.vector_score end as vector_score,
             coalesce(g.vector_used, false) as vector_used,
@@ -60,7 +64,6 @@ begin
         -- looked up among the visible knowledge bases only (chunks_kb_chunk_idx; id + 0: never by primary key,
         -- which would fetch another user's chunk row before dropping it)
         join kb.chunks as c on c.kb_id = any(kb_ids) and c.id + 0 = g.chunk_id
-        join kb.documents as d on d.id = c.document_id
     ),
     kbs as (
         select coalesce(array_agg(distinct s.kb_id), '{}') as ids from seen as s

@@ -574,6 +574,58 @@ as $$
     from held as h where h.differ = 0
 $$;
 
+-- Terms: every knowledge base was counted with today's term model (kb_internal.terms_version; `pgkb db migrate`
+-- counts an older one again), and a sample, the 200 newest chunks, still gives the terms it was counted with: its
+-- length in terms as stored and each of its terms in its knowledge base's statistics. Writes undo a chunk's
+-- statistics from its text, so a difference (a PostgreSQL upgrade that changed Unicode normalisation or case
+-- folding, a hand edit of a title or a chunk) would make them drift; kb_admin.recount_terms counts one again.
+create or replace function kb_internal.doctor_terms()
+returns table ("check" text, status text, detail text, fix text)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    with old as (
+        select string_agg(k.name, ', ' order by k.name) as names, count(*) as n
+        from kb.knowledge_bases as k where k.terms_version < kb_internal.terms_version()
+    ),
+    sample as (
+        select c.id, c.kb_id, c.term_count, d.title, c.heading_path, c.content
+        from kb.chunks as c
+        cross join lateral (select d.title from kb.documents as d where d.id = c.document_id offset 0) as d
+        order by c.id desc
+        limit 200
+    ),
+    differ as (
+        select s.kb_id
+        from sample as s
+        where s.term_count <> cardinality(kb.lexical_terms(kb.indexed_text(s.title, s.heading_path, s.content)))
+            or exists (
+                select from kb.chunk_terms(s.title, s.heading_path, s.content) as t
+                where not exists (
+                    select from kb.term_stats as st where st.kb_id = s.kb_id and st.term = t.term and st.df > 0
+                )
+            )
+    ),
+    drifted as (
+        select count(*) as n, (select count(*) from sample) as sampled,
+            string_agg(distinct k.name, ', ') as names, min(k.name) as first_name
+        from differ as x inner join kb.knowledge_bases as k on k.id = x.kb_id
+    )
+    select 'terms', 'problem', format('%s knowledge bases were counted with an older term model: %s', o.n, o.names),
+        'pgkb db migrate (it counts them again)'
+    from old as o where o.n > 0
+    union all
+    select 'terms', 'problem',
+        format('%s of the %s newest chunks give other terms than they were counted with (in %s): deletes and '
+            'replaces would leave their statistics wrong', d.n, d.sampled, d.names),
+        format('select kb_admin.recount_terms(%L)', d.first_name) || ' (for each knowledge base named)'
+    from drifted as d where d.n > 0
+    union all
+    select 'terms', 'ok', format('every knowledge base counted with term model %s; the %s newest chunks give the '
+        'terms they were counted with', kb_internal.terms_version(), d.sampled), null
+    from old as o, drifted as d where o.n = 0 and d.n = 0
+$$;
+
 -- Admin: the database's health, area by area (the functions above, in this order); an area that cannot
 -- be checked at all (say, a function it needs is gone) is a problem row with the error. Reads only, but
 -- for one query embedding through kb.settings embedding_url. Runs as the owner: its areas are kb_internal's.
@@ -587,7 +639,7 @@ declare
 begin
     foreach area in array array[
         'extensions', 'numpy', 'indexes', 'row_security', 'privileges', 'service_roles', 'settings',
-        'query_embedding', 'embeddings', 'chunks'
+        'query_embedding', 'embeddings', 'chunks', 'terms'
     ] loop
         begin
             return query execute format('select * from kb_internal.doctor_%s()', area);

@@ -60,6 +60,7 @@ class MigrateReport:
     functions_applied: bool = False
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     indexes: list[tuple[str, str]] = field(default_factory=list)  # (index, what was done)
+    recounted: list[str] = field(default_factory=list)  # knowledge bases whose terms were counted again
     lexicon: str = ""  # what pgkb.lexicon.load_lexicon did
 
     def lines(self) -> list[str]:
@@ -67,6 +68,7 @@ class MigrateReport:
         out.append("applied db/functions" if self.functions_applied else "db/functions unchanged")
         out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
         out += [f"index kb.{name} {action}" for name, action in self.indexes]
+        out += [f"counted the terms of knowledge base {name} again (an older term model)" for name in self.recounted]
         out += [self.lexicon] if self.lexicon else []
         return out
 
@@ -234,6 +236,9 @@ def migrate(
         with conn.transaction():  # a transaction of its own, with the functions just applied
             conn.execute("select pg_advisory_xact_lock(%s)", [LOCK_KEY])
             report.indexes = conn.execute("select index_name, action from kb_internal.restore_indexes()").fetchall()
+            # writes undo a chunk's statistics from its text: a knowledge base counted with an older term model
+            # (kb_internal.terms_version) is counted again before it is written to
+            report.recounted = [r[0] for r in conn.execute("select name from kb_internal.recount_old_terms()")]
         if vector_indexes:
             report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
         # its own transaction; unchanged editions are not reloaded; fetched only by an explicit migrate

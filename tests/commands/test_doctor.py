@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from chunk_terms import CHUNK_TERMS
 from migration_files import add_migration
 from pgkb.cli import main
 from pgkb.cluster import EmbeddedCluster
@@ -35,6 +36,7 @@ AREAS = {
     "query embedding",
     "embeddings",
     "chunks",
+    "terms",
     "embedder",
 }
 
@@ -461,6 +463,49 @@ def test_stale_heading_scripts_are_named_and_their_fix_heals(healthy, capsys):
             assert admin.execute(found[0]["fix"]).fetchone() == (0,)
     finally:
         db.execute("drop role doctor_chunks_admin")
+    assert main(["worker", "--once"]) == 0  # the documents' chunks, written without embeddings
+    assert_healthy(capsys)
+
+
+def test_chunks_that_give_other_terms_and_an_old_term_model_are_named_and_their_fixes_heal(healthy, capsys):
+    """Writes undo a chunk's statistics from its text, so the doctor samples the newest chunks: one whose text
+    was edited by hand (its terms are not the counted ones) is named with kb_admin.recount_terms, which counts
+    its knowledge base again, as an administrator who is not the owner; a knowledge base counted with an older
+    term model is named with `pgkb db migrate`, which counts it again."""
+    db = healthy
+    write(db, "a.md", "refund policy text", "second text")
+    write(db, "b.md", "third text")
+    db.execute("update kb.chunks set content = 'quasar nebula' where id = (select min(id) from kb.chunks)")
+    code, report = doctor(capsys)
+    found = problems(report, "terms")
+    assert code == 1 and [c["detail"] for c in found] == [
+        "1 of the 3 newest chunks give other terms than they were counted with (in docs): deletes and replaces "
+        "would leave their statistics wrong"
+    ]
+    assert found[0]["fix"] == "select kb_admin.recount_terms('docs') (for each knowledge base named)"
+    db.execute("drop role if exists doctor_terms_admin")
+    db.execute("create role doctor_terms_admin login in role pgkb_admin")
+    try:
+        with psycopg.connect(dsn(db, "doctor_terms_admin"), autocommit=True) as admin:
+            admin.execute("select kb_admin.recount_terms('docs')")
+            with pytest.raises(psycopg.errors.NoDataFound, match='unknown knowledge base "nope"'):
+                admin.execute("select kb_admin.recount_terms('nope')")
+    finally:
+        db.execute("drop role doctor_terms_admin")
+    counted = f"select x.kb_id, x.term, count(*) from {CHUNK_TERMS} as x group by 1, 2 order by 1, 2"
+    assert (
+        db.execute("select kb_id, term, df from kb.term_stats order by 1, 2").fetchall()
+        == db.execute(counted).fetchall()
+    )
+    assert db.execute("select doc_key from kb.lexical_search('nebula', 5, 'docs')").fetchall() == [("a.md",)]
+    db.execute("update kb.knowledge_bases set terms_version = 0 where name = 'docs'")
+    code, report = doctor(capsys)
+    found = problems(report, "terms")
+    assert code == 1 and [(c["detail"], c["fix"]) for c in found] == [
+        ("1 knowledge bases were counted with an older term model: docs", "pgkb db migrate (it counts them again)")
+    ]
+    assert main(["db", "migrate"]) == 0
+    assert db.execute("select terms_version from kb.knowledge_bases where name = 'docs'").fetchone() == (1,)
     assert main(["worker", "--once"]) == 0  # the documents' chunks, written without embeddings
     assert_healthy(capsys)
 

@@ -249,31 +249,54 @@ def test_term_statistics_keep_no_zero_rows(db):
     assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
 
 
+def assert_terms_counted_from_text(db) -> None:
+    """kb.term_stats's document frequencies and every posting (recent or in a block, with its tf and length) are
+    what the chunks' text gives (kb.chunk_terms)."""
+    stats = "select term, df from kb.term_stats order by term"
+    counted = f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term order by x.term"
+    assert db.execute(stats).fetchall() == db.execute(counted).fetchall()
+    postings = (
+        "select s.term, x.id, x.tf, x.dl from kb.term_stats as s,"
+        " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) as x (id, tf, dl)"
+        " union all select p.term, d.chunk_id, d.tf, d.dl from kb.postings as p,"
+        " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d order by 1, 2"
+    )
+    in_chunks = f"select x.term, x.id, x.tf, x.term_count from {CHUNK_TERMS} as x order by 1, 2"
+    assert db.execute(postings).fetchall() == db.execute(in_chunks).fetchall()
+
+
 def test_a_new_title_is_counted_in_and_the_old_one_out(db):
     """A chunk's terms are computed from its text and its document's title (kb.chunk_terms; kb.chunks keeps no
     copy): a replace that changes only the title counts the old title's terms out and the new title's in, the
     posting lists follow, and a delete leaves nothing behind."""
     write = (
         "select * from kb.replace_document(kb => 'docs', doc_key => 'a.md', title => %s,"
-        " chunks => '[{\"content\": \"退款流程 refundFlow\", \"heading_path\": [\"Payments\"]}]')"
+        ' chunks => \'[{"content": "退款流程 refundFlow", "heading_path": ["Payments"]}]\')'
     )
-    stats = "select term, df from kb.term_stats order by term"
-    counted = f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term order by x.term"
-    postings = (
-        "select s.term, x.id from kb.term_stats as s, unnest(s.recent_ids) as x (id)"
-        " union all select p.term, d.chunk_id from kb.postings as p,"
-        " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d order by 1, 2"
-    )
-    in_chunks = f"select x.term, x.id from {CHUNK_TERMS} as x order by 1, 2"
     db.execute(write, ["Old Handbook 旧手册"])
     db.execute(write, ["New Guide 新指南"])
-    terms = {r[0] for r in db.execute(stats)}
+    terms = {r[0] for r in db.execute("select term from kb.term_stats")}
     assert {"guide", "新指", "指南", "payments", "refundflow", "退款"} <= terms
     assert not {"old", "handbook", "旧手", "手册"} & terms
-    assert db.execute(stats).fetchall() == db.execute(counted).fetchall()
-    assert db.execute(postings).fetchall() == db.execute(in_chunks).fetchall()
+    assert_terms_counted_from_text(db)
     assert db.execute("select doc_key from kb.lexical_search('指南', 5, 'docs')").fetchall() == [("a.md",)]
     assert db.execute("select doc_key from kb.lexical_search('handbook', 5, 'docs')").fetchall() == []
+    db.execute("select kb.delete_document('docs', 'a.md')")
+    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb.postings").fetchone()[0] == 0
+
+
+def test_a_document_of_more_chunks_than_a_slice_is_counted_exactly(db):
+    """kb_internal.adjust_term_stats computes the postings of 5,000 chunks at a time (its memory stays bounded):
+    a document of 12,000 chunks, its common terms moved to blocks across the slices, is counted as its text
+    says, replaced by a shorter version and deleted without a trace."""
+    chunks = [{"content": f"common{i % 7} 共有词{i % 3} word{i}"} for i in range(12_000)]
+    replace(db, chunks=chunks)
+    assert db.execute("select count(*) from kb.postings").fetchone()[0] > 0  # blocks, not only recent postings
+    assert_terms_counted_from_text(db)
+    replace(db, chunks=chunks[:5_500])
+    assert_terms_counted_from_text(db)
+    assert db.execute("select chunk_count from kb.knowledge_bases where name = 'docs'").fetchone() == (5_500,)
     db.execute("select kb.delete_document('docs', 'a.md')")
     assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
     assert db.execute("select count(*) from kb.postings").fetchone()[0] == 0

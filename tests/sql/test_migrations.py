@@ -98,14 +98,28 @@ def test_chunk_term_migrations_upgrade_existing_chunks(db, tmp_path: Path):
     """009, 042 and 047 on a database the first release (001-007) made and filled: 009 added a terms array with
     a GIN index beside term_freqs, 042 dropped the array, 047 drops term_freqs (the posting lists are the one
     stored copy; a chunk's terms are computed from its text). The statistics still equal what the chunks' text
-    gives, lexical search finds the chunks, and a delete after the upgrade undoes exactly what was counted."""
+    gives (a knowledge base whose stored terms differ from its text's is counted again, the others are kept),
+    lexical search finds the chunks, and a delete after the upgrade undoes exactly what was counted."""
     write = "select kb.replace_document('upgrade', %s, %s, jsonb_build_array(jsonb_build_object('content', %s::text)))"
     with release_database(db, "issues-2-4", tmp_path) as conn:
         conn.execute(write, ["a.md", "A", "退款会在三个工作日内原路退回"])
         many_terms = " ".join(f"word{i:04d}" for i in range(600))
         conn.execute(write, ["b.md", "B", many_terms + " 退款"])
+        conn.execute(
+            "select kb.replace_document('clean', 'c.md', 'C', jsonb_build_array(jsonb_build_object('content', 'kept')))"
+        )
+        # what an older tokenizer would have left: a stored term the text does not give, counted
+        conn.execute(
+            "update kb.chunks set term_freqs = term_freqs || '{\"ghostterm\": 1}'"
+            " where document_id = (select id from kb.documents where doc_key = 'a.md')"
+        )
+        conn.execute(
+            "insert into kb.term_stats (kb_id, term, df)"
+            " select id, 'ghostterm', 1 from kb.knowledge_bases where name = 'upgrade'"
+        )
 
         report = migrate(conn, Settings.from_env().db_dir)
+        assert report.recounted == ["upgrade"]  # 'clean' keeps its statistics
         assert {"009_term_array.sql", "042_one_copy_of_chunk_terms.sql", "047_chunk_terms_from_text.sql"} <= set(
             report.applied
         )
@@ -129,6 +143,8 @@ def test_chunk_term_migrations_upgrade_existing_chunks(db, tmp_path: Path):
         conn.execute("select kb.delete_document('upgrade', 'b.md')")
         assert conn.execute(stats).fetchall() == conn.execute(from_text).fetchall()
         assert conn.execute("select count(*) from kb.term_stats where term = 'word0599'").fetchone()[0] == 0
+        assert conn.execute("select count(*) from kb.term_stats where term = 'ghostterm'").fetchone()[0] == 0
+        assert conn.execute("select count(distinct terms_version) from kb.knowledge_bases").fetchone()[0] == 1
 
 
 @pytest.mark.slow
