@@ -233,10 +233,10 @@ declare
     theta double precision;         -- a lower bound of the n-th best score
     total_est double precision;     -- postings of all sublists (estimated)
     budget double precision := coalesce(posting_budget, 'infinity'::double precision);
-    -- a lookup (a chunk's text tokenised by kb.chunk_terms) costs what reading and decoding one posting costs
-    -- per this many terms of the chunk: 1.7 us a term against 5.2 us a posting on the 100k bench
-    -- (docs/benchmarks.md, "One stored copy of each chunk's terms")
-    terms_per_posting constant double precision := 3;
+    -- a lookup (a chunk's text tokenised by kb.chunk_terms) costs what reading, decoding and scoring one posting
+    -- costs per this many terms of the chunk: about 1.7 us each on the 100k bench (docs/benchmarks.md, "One
+    -- stored copy of each chunk's terms")
+    terms_per_posting constant double precision := 1;
 begin
     select greatest(coalesce(sum(k.chunk_count), 0), 1), greatest(coalesce(sum(k.term_total), 0), 1)
     into n_chunks, avgdl
