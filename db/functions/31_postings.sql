@@ -222,9 +222,9 @@ end
 $$;
 
 -- Internal: remove the given postings (chunk id, term, tf, chunk length; aligned arrays) of the given terms
--- from the blocks that hold them (blocks left empty go; the others are written again). Per (term, tier) only the blocks that can hold a removed
--- id are read: from the last one starting at or before the lowest id to the last one starting at or
--- before the highest. Called by kb_internal.adjust_term_stats under the knowledge base's row lock.
+-- from the blocks that hold them (blocks left empty go; the others are written again). Per (term, tier) only
+-- the blocks that can hold a removed id are read: from the last one starting at or before the lowest id to
+-- the last one starting at or before the highest. Called by kb_internal.adjust_term_stats under the knowledge base's row lock.
 create or replace function kb_internal.remove_block_postings(
     target_kb integer, chunk_ids bigint[], chunk_terms text[], tfs integer[], dls integer[], terms text[]
 )
@@ -275,10 +275,10 @@ end
 $$;
 
 -- Add the postings of the next `chunks` chunks of one knowledge base above chunk id after_id (in id order)
--- to its lists, from their terms (kb.chunk_terms) and the final document frequencies in kb.term_stats: terms with fewer
--- than kb_internal.recent_postings_limit() postings keep them in their row, the others are appended to their
--- tiers' lists, refilling each list's last block (kb_internal.refillable_postings) and then in blocks of
--- kb_internal.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
+-- to its lists, from their terms (kb.chunk_terms) and the final document frequencies in kb.term_stats: terms
+-- with fewer than kb_internal.recent_postings_limit() postings keep them in their row, the others are appended
+-- to their tiers' lists, refilling each list's last block (kb_internal.refillable_postings) and then in blocks
+-- of kb_internal.posting_block_size(). The chunks must lie above every id already in the lists. Returns the highest
 -- chunk id added (NULL: none left). kb_internal.build_postings's steps where the server has no numpy (a refilled
 -- block is written again, so the table holds dead rows until VACUUM); bounded work per call.
 create or replace function kb_internal.build_postings_batch(target_kb integer, after_id bigint, chunks integer default 100000)
