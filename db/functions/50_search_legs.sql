@@ -410,8 +410,10 @@ begin
         from (
             -- complete scores, and the unresolved candidates that may still reach theta: all of them, or
             -- within a budget the best by partial score (the highest-bound sublists, read first) while their
-            -- lookups cost at most posting_budget postings (and at least n of them)
-            select x.*, sum(x.dl) over w / terms_per_posting as reach_cost, row_number() over w as reach_rank
+            -- lookups cost at most posting_budget postings (and at least n of them; a chunk looked up already
+            -- costs nothing, as in the cost the loop's exit compared)
+            select x.*, sum(case when x.id = any(f_ids) then 0 else x.dl end) over w / terms_per_posting as reach_cost,
+                row_number() over w as reach_rank
             from (
                 select x.*, x.unread > 1e-12 and (x.l + x.unread) * (1 + 1e-9) >= coalesce(theta, 0) as open
                 from unnest(c_ids, c_l, c_unread, c_dl) as x (id, l, unread, dl)
