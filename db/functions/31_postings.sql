@@ -430,7 +430,7 @@ $$;
 
 -- Admin: count a knowledge base's terms again (kb_internal.recount_terms), for one whose statistics no longer
 -- match its text (`pgkb db doctor` samples them: a PostgreSQL upgrade that changed Unicode normalisation, a
--- hand edit of a title or a chunk). Writers of it wait meanwhile. Raises for an unknown name.
+-- hand edit of a title or a chunk). Writers of it wait meanwhile. An unknown name: kb.resolve_kb's error.
 create or replace function kb_admin.recount_terms(kb text)
 returns void
 language plpgsql volatile security definer
@@ -440,10 +440,8 @@ declare
     target_kb integer;
 begin
     perform kb.require_admin('count terms again');
-    select k.id into target_kb from kb.knowledge_bases as k where k.name = recount_terms.kb for no key update;
-    if target_kb is null then
-        raise exception 'unknown knowledge base "%"', left(recount_terms.kb, 200) using errcode = 'no_data_found';
-    end if;
+    target_kb := kb.resolve_kb(recount_terms.kb);
+    perform from kb.knowledge_bases as k where k.id = target_kb for no key update;
     perform kb_internal.recount_terms(target_kb);
 end
 $$;
