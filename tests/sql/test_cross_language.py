@@ -201,39 +201,49 @@ def test_software_terms_are_read_and_a_malformed_line_is_refused():
         with pytest.raises(ValueError, match="software_terms.tsv:1"):
             list(parse_terms([bad]))
     shipped = list(parse_terms(terms_path().read_text(encoding="utf-8").splitlines(keepends=True)))
-    keys = [line.split("\t")[0] for line in terms_path().read_text(encoding="utf-8").splitlines() if "\t" in line]
-    assert len(shipped) > 900 and len(keys) == len(set(keys))
+    keys = [row[1] for row in shipped if row[0] == "en" and row[3] == 1]
+    assert len(keys) > 450 and len(keys) == len(set(keys))
 
 
 def test_software_terms_rank_with_the_senses_both_dictionaries_give(db):
-    """A software term's translation ranks with those both dictionaries give (registration: 注册 before
-    CC-CEDICT's lone 对准, which drops to the second tier; global: 全局 beside 全球); read backwards only for
-    Chinese words CC-CEDICT knows (首屏 is no key: a query's Chinese is split as before). In a knowledge base of
-    UI code the developer's sense is the one the vector leg's translation takes."""
+    """A software term's translation ranks with those both dictionaries give (global: 全局 beside 全球;
+    registration: 注册 beside CC-CEDICT's lone 对准) and ranks no other sense down (global's 全域, which CC-CEDICT
+    alone gives, is in the second tier because ECDICT confirms 全球, not because of the list); read backwards
+    after CC-CEDICT's own senses (全局 -> global), only for Chinese words CC-CEDICT knows (热重载 is no key: a
+    query's Chinese is split as before). No key starts with a function word. In a knowledge base of UI code the
+    developer's sense is the one the vector leg's translation takes."""
+    from pgkb.lexicon import parse_terms, terms_path
+
     assert "+ software terms " in db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
     sense = dict(
         ((source, target), s)
         for source, target, s in db.execute(
             "select source, target, sense from kb_internal.lexicon where lang = 'en'"
-            " and source in ('registration', 'global', 'first screen')"
+            " and source in ('registration', 'global', 'hot reload')"
         )
     )
-    assert max(sense[("registration", "注册")], sense[("global", "全局")], sense[("global", "全球")]) < tier
-    assert sense[("registration", "对准")] >= tier and sense[("first screen", "首屏")] < tier
+    first = [("registration", "注册"), ("registration", "对准"), ("global", "全局"), ("global", "全球")]
+    assert max(sense[k] for k in first) < tier <= sense[("global", "全域")]
+    assert sense[("hot reload", "热重载")] < tier
+    zh = dict(db.execute("select target, sense from kb_internal.lexicon where lang = 'zh' and source = '全局'"))
+    assert zh["global"] >= tier > min(zh.values())
     assert db.execute(
-        "select count(*) from kb_internal.lexicon_keys where lang = 'zh' and source = '首屏'"
+        "select count(*) from kb_internal.lexicon_keys where lang = 'zh' and source = '热重载'"
     ).fetchone() == (0,)
-    assert ("回滚", "rollback") in set(
-        db.execute("select source, target from kb_internal.lexicon where lang = 'zh' and source = '回滚'")
-    )
+    keys = sorted({row[1] for row in parse_terms(terms_path().read_text(encoding="utf-8").splitlines())})
+    assert db.execute(
+        "select array_agg(k) from unnest(%s::text[]) as k"
+        " where split_part(k, ' ', 1) = any(kb_internal.english_function_words())",
+        [keys],
+    ).fetchone() == (None,)
     db.execute("select kb.create_knowledge_base('frontend', 'public')")
     docs = {f"g{i}.md": (f"注册 {i}", f"全局注册的组件 {i} 在整个应用中都可以使用。") for i in range(3)}
     put(db, "frontend", docs | {"news.md": ("新闻", "全球市场")})
     question = "global component registration"
     rows = translations(db, question, kb_ids(db, "frontend"))
     assert [r["translation"] for r in rows if r["source"] == "global"][0] == "全局"
-    assert [r["translation"] for r in rows if r["source"] == "registration"] == ["注册"]
+    assert [r["translation"] for r in rows if r["source"] == "registration"][0] == "注册"
     got = db.execute("select kb_internal.translated_question(%s, %s)", [question, kb_ids(db, "frontend")])
     assert got.fetchone()[0].split()[:3] == ["全局", "组件", "注册"]
 
@@ -429,6 +439,10 @@ def test_without_ecdict_cc_cedict_is_loaded_alone_and_the_implicit_migrate_never
     assert "ECDICT" not in db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     known = "select count(*) from kb_internal.lexicon where lang = 'en' and source = 'cycloheximide'"
     assert db.execute(known).fetchone()[0] == 0
+    # the software terms are loaded, and with no sense both dictionaries give, none is ranked down by them
+    tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
+    global_ = dict(db.execute("select target, sense from kb_internal.lexicon where lang = 'en' and source = 'global'"))
+    assert global_["全局"] < tier and max(global_.values()) < tier
     again = lexicon.load_lexicon(db, fetch=False)
     assert "already loaded" in again and "left out" in again
     shutil.copy(archive, tmp_path / archive.name)
