@@ -113,6 +113,7 @@ def test_the_wheel_migrates_ingests_and_searches(venv, empty_database, db, tmp_p
     assert migrated.returncode == 0, migrated.stderr
     assert "pgkb: applied migration 001_foundation.sql" in migrated.stdout
     assert "pgkb: applied db/functions" in migrated.stdout
+    assert "+ software terms " in migrated.stdout  # the lexicon's data files are in the wheel
     functions = "select p.oid::regprocedure::text from pg_proc as p where p.pronamespace::regnamespace::text = any(%s)"
     with psycopg.connect(empty_database) as conn:
         wheel_functions = {r[0] for r in conn.execute(functions, [list(SCHEMAS)])}

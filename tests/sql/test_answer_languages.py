@@ -78,11 +78,13 @@ def test_refund_in_english_is_not_answered_from_the_login_faq(sample):
 
 def test_closest_mode_introduces_the_passages(sample):
     """An extractive answer whose first source holds few of the question's words is given as the closest
-    passages (found false, mode closest, citations kept); answer_min_coverage 0 turns the rule off."""
-    question = "访问令牌里有哪些声明字段？"
+    passages (found false, mode closest, citations kept); answer_min_coverage 0 turns the rule off. The order
+    service's page is near (its API), but it states no rate limit."""
+    question = "订单服务的接口限流阈值是多少？"
     row = ask(sample, question)
     assert row["mode"] == "closest" and row["found"] is False, row
     assert row["answer"].startswith("没有确切答案；以下是最接近的段落：") and row["citations"]
+    assert row["citations"][0]["doc_key"] == "api/order-service.md"
     assert row["evidence"]["top_known_coverage"] < 0.4
     set_settings(sample, answer_min_coverage=0)
     row = ask(sample, question)
