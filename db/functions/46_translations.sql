@@ -346,9 +346,9 @@ $$;
 -- without function words) all occur in the vocabulary of kb_ids, not all of them query terms already, at most
 -- lexicon_max_translations (a glossary's aliases in their order; the lexicon's: of an English word those
 -- both dictionaries or the software terms give before those one alone gives, of a Chinese word CC-CEDICT's
--- before those only ECDICT or the software terms give (kb_internal.lexicon_single_source), within each the commonest in the knowledge first, then by
--- sense: the dictionaries' order of senses is a general one, "component" 成分 before 组件, the knowledge's
--- use tells its domain). One row per translation term:
+-- before those only ECDICT or the software terms give (kb_internal.lexicon_single_source), within each the
+-- commonest in the knowledge first, then by sense: the dictionaries' order of senses is a general one,
+-- "component" 成分 before 组件, the knowledge's use tells its domain). One row per translation term:
 -- weight = the kind's weight (glossary_weight; lexicon_weight x the square of the concept's share of the df of
 -- concept and source together: a word the knowledge already uses as often as its translations needs them
 -- little, and a chunk holding both, a glossary page, gains little) / the translation's terms x idf(concept) /

