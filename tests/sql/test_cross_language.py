@@ -41,6 +41,15 @@ def kb_ids(db, *names: str) -> list[int]:
     return [db.execute("select id from kb.knowledge_bases where name = %s", [n]).fetchone()[0] for n in names]
 
 
+def senses(db, lang: str, *sources: str) -> dict[tuple[str, str], int]:
+    """(source, target) -> sense of the lexicon's rows of these sources in lang."""
+    rows = db.execute(
+        "select source, target, sense from kb_internal.lexicon where lang = %s and source = any(%s)",
+        [lang, list(sources)],
+    )
+    return {(source, target): sense for source, target, sense in rows}
+
+
 def translations(db, query: str, kbs: list[int]) -> list[dict]:
     cur = db.execute("select * from kb_internal.query_translations(%s, %s)", [query, kbs])
     return [dict(zip([c.name for c in cur.description], row, strict=True)) for row in cur.fetchall()]
@@ -71,13 +80,7 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
     expansions and web-gathered lines are left out; English keys' stored terms are kb_internal.content_terms'."""
     edition = db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     assert "+ ECDICT 0.0.4" in edition
-    sense = dict(
-        ((source, target), s)
-        for source, target, s in db.execute(
-            "select source, target, sense from kb_internal.lexicon where lang = 'en'"
-            " and source in ('component', 'page', 'timeout', 'cycloheximide', 'doi', 'hood')"
-        )
-    )
+    sense = senses(db, "en", "component", "page", "timeout", "cycloheximide", "doi", "hood")
     tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
     both, one = [k for k, v in sense.items() if v < tier], [k for k, v in sense.items() if v >= tier]
     assert {("component", "组件"), ("component", "成分"), ("page", "页面"), ("timeout", "超时")} <= set(both)
@@ -89,12 +92,7 @@ def test_ecdict_is_merged_and_translations_both_dictionaries_give_rank_first(db)
     assert not {("page", "事件"), ("doi", "工业部"), ("hood", "胡德")} & set(sense)
     # Chinese to English: ECDICT's common words reversed, after CC-CEDICT's own glosses (访问: visit, call on;
     # access, a technical sense CC-CEDICT lacks, after them)
-    zh = dict(
-        ((source, target), s)
-        for source, target, s in db.execute(
-            "select source, target, sense from kb_internal.lexicon where lang = 'zh' and source = '访问'"
-        )
-    )
+    zh = senses(db, "zh", "访问")
     assert max(zh[("访问", "visit")], zh[("访问", "call on")]) < tier <= zh[("访问", "access")]
     # ...and only to the Chinese words CC-CEDICT knows: no new word changes how a query's Chinese is split
     # (不同地, ECDICT's "differently", would take the 地 of 不同地区)
@@ -216,18 +214,12 @@ def test_software_terms_rank_with_the_senses_both_dictionaries_give(db):
 
     assert "+ software terms " in db.execute("select edition from kb_internal.lexicon_edition").fetchone()[0]
     tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
-    sense = dict(
-        ((source, target), s)
-        for source, target, s in db.execute(
-            "select source, target, sense from kb_internal.lexicon where lang = 'en'"
-            " and source in ('registration', 'global', 'hot reload')"
-        )
-    )
+    sense = senses(db, "en", "registration", "global", "hot reload")
     first = [("registration", "注册"), ("registration", "对准"), ("global", "全局"), ("global", "全球")]
     assert max(sense[k] for k in first) < tier <= sense[("global", "全域")]
     assert sense[("hot reload", "热重载")] < tier
-    zh = dict(db.execute("select target, sense from kb_internal.lexicon where lang = 'zh' and source = '全局'"))
-    assert zh["global"] >= tier > min(zh.values())
+    zh = senses(db, "zh", "全局")
+    assert zh[("全局", "global")] >= tier > min(zh.values())
     assert db.execute(
         "select count(*) from kb_internal.lexicon_keys where lang = 'zh' and source = '热重载'"
     ).fetchone() == (0,)
@@ -441,8 +433,8 @@ def test_without_ecdict_cc_cedict_is_loaded_alone_and_the_implicit_migrate_never
     assert db.execute(known).fetchone()[0] == 0
     # the software terms are loaded, and with no sense both dictionaries give, none is ranked down by them
     tier = db.execute("select kb_internal.lexicon_single_source()").fetchone()[0]
-    global_ = dict(db.execute("select target, sense from kb_internal.lexicon where lang = 'en' and source = 'global'"))
-    assert global_["全局"] < tier and max(global_.values()) < tier
+    global_ = senses(db, "en", "global")
+    assert global_[("global", "全局")] < tier and max(global_.values()) < tier
     again = lexicon.load_lexicon(db, fetch=False)
     assert "already loaded" in again and "left out" in again
     shutil.copy(archive, tmp_path / archive.name)
