@@ -356,12 +356,15 @@ $$;
 -- with the one idf of its source's concept, whose df is the sum over its translations of their rarest term's
 -- df, at most N (Pirkola's structured query: ten translations of a common word weigh as one common word).
 -- A source's terms are those translation_sources gives (a Chinese word's, stored at load), else
--- kb_internal.content_terms of it. given_sources: kb_internal.translation_sources(query, kb_ids) when the
--- caller has it already (NULL: computed here).
--- covers: the query terms the source spans; concept_df: that df (kb.answer_evidence reads both).
-create or replace function kb_internal.query_translations(query text, kb_ids integer[], given_sources jsonb default null)
+-- kb_internal.content_terms of it. given_sources: kb_internal.translation_sources(query, kb_ids), given_terms:
+-- kb_internal.query_terms(query), when the caller has them already (NULL: computed here).
+-- covers: the query terms the source spans; concept_df: that df (kb.answer_evidence reads both); df and
+-- tiers: the term's in kb_ids, as kb_internal.lexical_query_terms reads them (it scores the rows as they are).
+create or replace function kb_internal.query_translations(
+    query text, kb_ids integer[], given_sources jsonb default null, given_terms text[] default null
+)
 returns table (
-    source text, covers text[], translation text, term text, df bigint, concept_df double precision,
+    source text, covers text[], translation text, term text, df bigint, tiers bigint, concept_df double precision,
     weight double precision, kind text
 )
 language plpgsql stable
@@ -373,7 +376,7 @@ as $$
 declare
     sources constant jsonb := coalesce(given_sources, kb_internal.translation_sources(query, kb_ids));
     max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
-    query_terms constant text[] := kb_internal.query_terms(query);
+    query_terms constant text[] := coalesce(given_terms, kb_internal.query_terms(query));
     glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
     lexicon_weight constant double precision := kb_internal.setting_number('lexicon_weight');
     n_chunks double precision;
@@ -415,17 +418,18 @@ begin
         where src.kind = 'lexicon'
         ) as c
     ),
-    -- the df of every candidate's terms in the vocabulary of kb_ids, read at once
+    -- the df and posting tiers of every candidate's terms in the vocabulary of kb_ids, read at once
     term_df as materialized (
-        select st.term, sum(st.df)::bigint as df from kb.term_stats as st
+        select st.term, sum(st.df)::bigint as df, bit_or(st.tiers) as tiers from kb.term_stats as st
         where st.kb_id = any(kb_ids) and st.term = any(array(select distinct unnest(c.terms) from candidates as c))
-            and st.df > 0
         group by st.term
+        having sum(st.df) > 0
     ),
     -- the candidates all of whose terms are known, with their terms' df (one join for all of them)
     counted as (
         select c.n, c.source, c.kind, c.target, c.sense, c.terms,
-            array_agg(s.df order by x.term) as dfs, min(s.df) as least_df
+            array_agg(s.df order by x.term) as dfs, array_agg(s.tiers order by x.term) as term_tiers,
+            min(s.df) as least_df
         from candidates as c
         cross join lateral unnest(c.terms) as x (term)
         join term_df as s on s.term = x.term
@@ -463,7 +467,7 @@ begin
         array(select t from unnest(src.terms) as t where t = any(query_terms) order by t) as covers
         from concepts as c join src on src.n = c.n
     )
-    select k.source, c.covers, k.target, x.term, x.df, c.df,
+    select k.source, c.covers, k.target, x.term, x.df, x.tiers, c.df,
         case when k.kind = 'glossary' then glossary_weight
             else lexicon_weight * (c.df / (c.df + c.source_df)) ^ 2
         end / cardinality(k.terms)
@@ -472,7 +476,7 @@ begin
         k.kind
     from kept as k
     join own as c on c.n = k.n
-    cross join lateral unnest(k.terms, k.dfs) as x (term, df)
+    cross join lateral unnest(k.terms, k.dfs, k.term_tiers) as x (term, df, tiers)
     order by k.n, k.place, x.term;
 end
 $$;
@@ -521,7 +525,7 @@ begin
         from (
             select r.source, r.translation, min(r.covers) as covers, min(r.place) as place
             from kb_internal.query_translations(query, kb_ids, sources) with ordinality as r (
-                source, covers, translation, term, df, concept_df, weight, kind, place
+                source, covers, translation, term, df, tiers, concept_df, weight, kind, place
             )
             where kb_internal.text_language(r.translation) = target
             group by r.source, r.translation

@@ -144,6 +144,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     max_terms constant integer := kb_internal.setting_int('lexical_max_query_terms');
+    terms constant text[] := kb_internal.query_terms(query);
 begin
     return query
     select r.term, r.df, r.tiers, r.weight, r.in_query
@@ -151,25 +152,29 @@ begin
         select q.term, s.df, s.tiers, q.weight, q.kind < 2 as in_query,
             row_number() over (partition by q.kind = 0 order by s.df, q.term) as pos, q.kind
         from (
-            -- kind 0: a query term, 1: a translation, 2: a correction
-            select x.term, max(x.weight) filter (where x.kind = min_kind) as weight, min(x.kind) as kind
+            -- kind 0: a query term, 1: a translation (its df and tiers read with it), 2: a correction
+            select x.term, max(x.weight) filter (where x.kind = min_kind) as weight, min(x.kind) as kind,
+                max(x.df) as df, max(x.tiers) as tiers
             from (
                 select x.*, min(x.kind) over (partition by x.term) as min_kind
                 from (
-                    select t.term, 1::double precision as weight, 0 as kind
-                    from unnest(kb_internal.query_terms(query)) as t (term)
+                    select t.term, 1::double precision as weight, 0 as kind, null::bigint as df, null::bigint as tiers
+                    from unnest(terms) as t (term)
                     union all
-                    select t.term, t.weight, 1 from kb_internal.query_translations(query, kb_ids) as t
+                    select t.term, t.weight, 1, t.df, t.tiers
+                    from kb_internal.query_translations(query, kb_ids, null, terms) as t
                     union all
-                    select e.key, e.value::double precision, 2 from jsonb_each_text(expansions) as e
+                    select e.key, e.value::double precision, 2, null, null from jsonb_each_text(expansions) as e
                 ) as x
             ) as x
             group by x.term
         ) as q
-        -- one index lookup per term, keyed by kb_ids, whatever the row estimates
+        -- one index lookup per term not translated, keyed by kb_ids, whatever the row estimates
         cross join lateral (
-            select sum(s.df)::bigint as df, bit_or(s.tiers) as tiers from kb.term_stats as s
-            where s.kb_id = any(kb_ids) and s.term = q.term
+            select q.df, q.tiers where q.df is not null
+            union all
+            select sum(s.df)::bigint, bit_or(s.tiers) from kb.term_stats as s
+            where q.df is null and s.kb_id = any(kb_ids) and s.term = q.term
         ) as s
         where s.df > 0
     ) as r

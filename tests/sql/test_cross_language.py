@@ -515,6 +515,26 @@ def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixe
     assert not translations(mixed, "refund policy", ids)
 
 
+def test_translation_terms_carry_the_df_and_tiers_of_the_vocabulary(mixed):
+    # lexical_query_terms takes a translation's df and posting tiers from query_translations instead of
+    # reading kb.term_stats again: both must be what the vocabulary holds, also after a document is deleted
+    # (its terms' rows stay, with df 0, and their tiers are still OR-ed in as the legs read them)
+    mixed.execute("select kb.delete_document('mixed', 'cache.md')")
+    ids = kb_ids(mixed, "mixed")
+    checked = 0
+    for query in ("refund policy", "How do I rotate the certificate?", "怎么轮换证书", "缓存 refund"):
+        rows = mixed.execute(
+            "select term, df, tiers, in_query from kb_internal.lexical_query_terms(%s, %s)", [query, ids]
+        ).fetchall()
+        checked += len({t["term"] for t in translations(mixed, query, ids)} & {r[0] for r in rows})
+        for term, df, tiers, _ in rows:
+            stored = mixed.execute(
+                "select sum(df), bit_or(tiers) from kb.term_stats where kb_id = any(%s) and term = %s", [ids, term]
+            ).fetchone()
+            assert (df, tiers) == (stored[0], stored[1]) and df > 0, (query, term)
+    assert checked >= 3  # translations of refund, rotate / certificate and 证书 at least
+
+
 def test_english_question_finds_the_chinese_document_by_its_terms(mixed):
     hits = mixed.execute("select doc_key from kb.lexical_search('How long does a refund take?', 3, 'mixed')")
     hits = hits.fetchall()
