@@ -36,19 +36,16 @@ set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
 as $$
 declare
-    use_lexicon constant boolean := kb_internal.setting_number('lexicon_weight') > 0;
-    use_glossary constant boolean := kb_internal.setting_number('glossary_weight') > 0;
+    raw constant text[] := kb_internal.settings_of(array['lexicon_weight', 'glossary_weight', 'lexicon_max_sources']);
+    use_lexicon constant boolean := kb_internal.as_number('lexicon_weight', raw[1]) > 0;
+    use_glossary constant boolean := kb_internal.as_number('glossary_weight', raw[2]) > 0;
+    max_sources constant integer := kb_internal.as_int('lexicon_max_sources', raw[3]);
     -- the lexicon translates into a language the searched knowledge has prose in (its language profile,
     -- kb.knowledge_bases.zh_chunks / en_chunks: a one-language knowledge base's questions in its own language
     -- are not looked up at all). A chunk counts in one language: English quoted inside Chinese chunks, or
     -- code, does not make a knowledge base English
-    into_english constant boolean := exists (
-        select from kb.knowledge_bases as k where k.id = any(kb_ids) and k.en_chunks > 0
-    );
-    into_chinese constant boolean := exists (
-        select from kb.knowledge_bases as k where k.id = any(kb_ids) and k.zh_chunks > 0
-    );
-    max_sources constant integer := kb_internal.setting_int('lexicon_max_sources');
+    into_english boolean;
+    into_chinese boolean;
     function_words constant text[] := kb_internal.english_function_words();
     folded constant text := kb.fold_text(query);
     words constant text[] := array(
@@ -77,6 +74,9 @@ begin
     if max_sources < 1 or not (use_lexicon or use_glossary) then
         return sources;
     end if;
+    select coalesce(bool_or(k.en_chunks > 0), false), coalesce(bool_or(k.zh_chunks > 0), false)
+    into into_english, into_chinese
+    from kb.knowledge_bases as k where k.id = any(kb_ids);
     if use_glossary then
         for entry in
             select m.term, array(select t from unnest(g.terms) as t where t <> m.term) as others
@@ -375,10 +375,13 @@ set enable_seqscan = off
 as $$
 declare
     sources constant jsonb := coalesce(given_sources, kb_internal.translation_sources(query, kb_ids));
-    max_translations constant integer := kb_internal.setting_int('lexicon_max_translations');
+    raw constant text[] := kb_internal.settings_of(
+        array['lexicon_max_translations', 'glossary_weight', 'lexicon_weight']
+    );
+    max_translations constant integer := kb_internal.as_int('lexicon_max_translations', raw[1]);
+    glossary_weight constant double precision := kb_internal.as_number('glossary_weight', raw[2]);
+    lexicon_weight constant double precision := kb_internal.as_number('lexicon_weight', raw[3]);
     query_terms constant text[] := coalesce(given_terms, kb_internal.query_terms(query));
-    glossary_weight constant double precision := kb_internal.setting_number('glossary_weight');
-    lexicon_weight constant double precision := kb_internal.setting_number('lexicon_weight');
     n_chunks double precision;
 begin
     if jsonb_array_length(sources) = 0 or max_translations < 1 then
@@ -418,18 +421,19 @@ begin
         where src.kind = 'lexicon'
         ) as c
     ),
-    -- the df and posting tiers of every candidate's terms in the vocabulary of kb_ids, read at once
+    -- the df and posting tiers in the vocabulary of kb_ids of every candidate's terms and every source's own
+    -- terms, read at once (a term absent or of df 0 is not there)
     term_df as materialized (
         select st.term, sum(st.df)::bigint as df, bit_or(st.tiers) as tiers from kb.term_stats as st
-        where st.kb_id = any(kb_ids) and st.term = any(array(select distinct unnest(c.terms) from candidates as c))
+        where st.kb_id = any(kb_ids) and st.term = any(array(
+            select unnest(c.terms) from candidates as c union select unnest(s.terms) from src as s
+        ))
         group by st.term
         having sum(st.df) > 0
     ),
-    -- the candidates all of whose terms are known, with their terms' df (one join for all of them)
+    -- the candidates all of whose terms are known, with their rarest term's df (one join for all of them)
     counted as (
-        select c.n, c.source, c.kind, c.target, c.sense, c.terms,
-            array_agg(s.df order by x.term) as dfs, array_agg(s.tiers order by x.term) as term_tiers,
-            min(s.df) as least_df
+        select c.n, c.source, c.kind, c.target, c.sense, c.terms, min(s.df) as least_df
         from candidates as c
         cross join lateral unnest(c.terms) as x (term)
         join term_df as s on s.term = x.term
@@ -459,10 +463,7 @@ begin
     -- often as its translations needs them little
     own as (
         select c.n, c.df, coalesce((
-            select min(coalesce(st.df, 0)) from unnest(src.terms) as t (term)
-            left join lateral (
-                select sum(st.df) as df from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = t.term
-            ) as st on true
+            select min(coalesce(d.df, 0)) from unnest(src.terms) as t (term) left join term_df as d on d.term = t.term
         ), 0) as source_df,
         array(select t from unnest(src.terms) as t where t = any(query_terms) order by t) as covers
         from concepts as c join src on src.n = c.n
@@ -476,7 +477,8 @@ begin
         k.kind
     from kept as k
     join own as c on c.n = k.n
-    cross join lateral unnest(k.terms, k.dfs, k.term_tiers) as x (term, df, tiers)
+    cross join lateral unnest(k.terms) as t (term)
+    join term_df as x on x.term = t.term
     order by k.n, k.place, x.term;
 end
 $$;
