@@ -526,7 +526,7 @@ begin
         select distinct on (q.source) q.source, q.translation, q.covers, q.place
         from (
             select r.source, r.translation, min(r.covers) as covers, min(r.place) as place
-            from kb_internal.query_translations(query, kb_ids, sources) with ordinality as r (
+            from kb_internal.query_translations(query, kb_ids, sources, terms) with ordinality as r (
                 source, covers, translation, term, df, tiers, concept_df, weight, kind, place
             )
             where kb_internal.text_language(r.translation) = target

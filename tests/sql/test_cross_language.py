@@ -517,10 +517,16 @@ def test_translations_are_weighted_below_query_terms_and_turned_off_by_zero(mixe
 
 def test_translation_terms_carry_the_df_and_tiers_of_the_vocabulary(mixed):
     # lexical_query_terms takes a translation's df and posting tiers from query_translations instead of
-    # reading kb.term_stats again: both must be what the vocabulary holds, also after a document is deleted
-    # (its terms' rows stay, with df 0, and their tiers are still OR-ed in as the legs read them)
+    # reading kb.term_stats again: both must be what the searched knowledge bases hold together (df summed,
+    # tiers OR-ed), here two whose refund pages are of other tiers (a short page, a long one saying it often)
     mixed.execute("select kb.delete_document('mixed', 'cache.md')")
-    ids = kb_ids(mixed, "mixed")
+    mixed.execute("select kb.create_knowledge_base('other', 'public')")
+    put(mixed, "other", {"r.md": ("退款", "退款退款退款退款退款退款退款退款退款，缓存刷新。" * 30)})
+    ids = kb_ids(mixed, "mixed", "other")
+    tiers = mixed.execute(
+        "select array_agg(tiers order by kb_id) from kb.term_stats where kb_id = any(%s) and term = '退款'", [ids]
+    ).fetchone()[0]
+    assert len(tiers) == 2 and tiers[0] != tiers[1], "the two pages hold 退款 in different posting tiers"
     checked = 0
     for query in ("refund policy", "How do I rotate the certificate?", "怎么轮换证书", "缓存 refund"):
         rows = mixed.execute(
