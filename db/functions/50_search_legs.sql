@@ -169,11 +169,11 @@ begin
             ) as x
             group by x.term
         ) as q
-        -- one index lookup per term not translated, keyed by kb_ids, whatever the row estimates
+        -- a translation's df and tiers as query_translations read them; one index lookup for each other term,
+        -- keyed by kb_ids, whatever the row estimates (none for a translation: a one-time filter)
         cross join lateral (
-            select q.df, q.tiers where q.df is not null
-            union all
-            select sum(s.df)::bigint, bit_or(s.tiers) from kb.term_stats as s
+            select coalesce(q.df, sum(s.df))::bigint as df, coalesce(q.tiers, bit_or(s.tiers)) as tiers
+            from kb.term_stats as s
             where q.df is null and s.kb_id = any(kb_ids) and s.term = q.term
         ) as s
         where s.df > 0
