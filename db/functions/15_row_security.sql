@@ -39,10 +39,10 @@ declare
     tbl text;
 begin
     foreach tbl in array array[
-        'documents', 'chunks', 'term_stats', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
+        'documents', 'chunks', 'term_stats', 'term_blocks', 'postings', 'embeddings', 'embedding_queue', 'ingest_failures',
         'image_captions', 'glossary', 'knowledge_saves'
     ] loop
-        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016 / 032
+        continue when to_regclass('kb.' || tbl) is null;    -- a schema before migration 014 / 016 / 032 / 049
         execute format('drop policy if exists %1$I on kb.%2$I', tbl || '_visible', tbl);
         execute format(
             'create policy %1$I on kb.%2$I for select'

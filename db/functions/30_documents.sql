@@ -15,7 +15,8 @@ $$;
 -- BM25 statistics (document frequencies, tiers, N, total length), language profile and postings: added postings join their
 -- terms' recent postings in kb.term_stats (moved to blocks at kb_internal.recent_postings_limit()); removed ones
 -- leave them, or the blocks (probed only for terms with blocks). Terms whose document frequency drops to
--- 0 lose their row. The chunks' terms come from their text (kb.chunk_terms, 5,000 chunks at a time), so the
+-- 0 lose their row (kept at df 0 until the next compaction when a block holds them). The entries a slice changes
+-- are copied out of their blocks first, and the dictionary is compacted when due (29_term_dictionary.sql). The chunks' terms come from their text (kb.chunk_terms, 5,000 chunks at a time), so the
 -- tokenizer must be the one they were counted with (kb_internal.terms_version). Callers hold the knowledge
 -- base's row lock, so writers of one knowledge base are serialised, cannot deadlock on term rows, and chunk
 -- ids only grow within its posting lists.
@@ -30,6 +31,10 @@ declare
     with_postings constant boolean := to_regclass('kb.postings') is not null;
     -- false on a schema older than migration 032 (no language profile)
     with_profile constant boolean := to_regclass('kb.glossary') is not null;
+    -- false on a schema older than migration 049 (no term blocks)
+    with_blocks constant boolean := to_regclass('kb.term_blocks') is not null;
+    touched integer := 0;      -- the terms given a row in kb.term_stats, from above (distinct per slice)
+    slice_terms text[];        -- a slice's distinct terms
     slice_size constant integer := 5000;   -- chunks whose postings are held at once (memory stays bounded)
     sorted constant bigint[] := array(select x.id from unnest(chunk_ids) as x (id) order by x.id);
     limit_reached text[];      -- terms whose recent postings move to blocks
@@ -50,6 +55,12 @@ begin
         cross join lateral kb.chunk_terms(d.title, c.heading_path, c.content) as t
         where c.id = any(sorted[lo:lo + slice_size - 1]);
         continue when p_ids is null;
+        if with_blocks then
+            -- the entries this slice changes, out of their blocks (29_term_dictionary.sql)
+            slice_terms := array(select distinct x.term from unnest(p_terms) as x (term));
+            perform kb_internal.checkout_terms(target_kb, slice_terms);
+            touched := touched + cardinality(slice_terms);
+        end if;
 
         if not with_postings then
             insert into kb.term_stats as s (kb_id, term, df)
@@ -113,10 +124,15 @@ begin
             end if;
         end if;
 
+        -- a term in a block keeps its row at df 0 until the next compaction: it overrides the block's entry
         delete from kb.term_stats as s
         using (select distinct x.term from unnest(p_terms) as x (term)) as x
-        where sign < 0 and s.kb_id = target_kb and s.df <= 0 and s.term = x.term;
+        where sign < 0 and s.kb_id = target_kb and s.df <= 0 and s.term = x.term
+            and not (with_blocks and kb_internal.block_holds(target_kb, s.term));
     end loop;
+    if with_blocks then
+        perform kb_internal.compact_terms_if_due(target_kb, touched);
+    end if;
 
     if not with_profile then
         update kb.knowledge_bases as k

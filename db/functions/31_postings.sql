@@ -345,7 +345,8 @@ begin
 end
 $$;
 
--- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb_internal.build_postings_batch.
+-- Empty one knowledge base's postings (blocks, recent postings, tiers) before kb_internal.build_postings_batch, its
+-- dictionary entries out of their blocks (kb_internal.expand_terms).
 -- PL/pgSQL (its statements are checked when run, not when created), like every function here that names
 -- a table, so that today's functions apply to a schema before migration 016 (upgrade tests).
 create or replace function kb_internal.clear_postings(target_kb integer)
@@ -355,6 +356,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     delete from kb.postings as p where p.kb_id = target_kb;
+    if to_regclass('kb.term_blocks') is not null then    -- NULL: a schema before migration 049
+        perform kb_internal.expand_terms(target_kb);     -- every entry is rewritten: a row each meanwhile
+    end if;
     update kb.term_stats as s set tiers = 0, recent_ids = '{}', recent_tfs = '{}', recent_dls = '{}', blocked_to = null
     where s.kb_id = target_kb;
 end
@@ -364,7 +368,7 @@ $$;
 -- where the server has numpy (one pass over the chunks, each list written once), else reset and then
 -- kb_internal.build_postings_batch until no chunk is left (SQL, several times slower); memory and temporary space
 -- stay bounded on any size. Records the format built. Idempotent; the caller holds the knowledge base's
--- row lock or is alone.
+-- row lock or is alone. Both paths take the dictionary's entries out of their blocks; it is compacted at the end.
 create or replace function kb_internal.build_postings(target_kb integer)
 returns void
 language plpgsql volatile
@@ -373,6 +377,8 @@ as $$
 declare
     done_to bigint := 0;
     with_numpy boolean := false;
+    -- false on a schema older than migration 049: the dictionary is kb.term_stats alone
+    with_blocks constant boolean := to_regclass('kb.term_blocks') is not null;
 begin
     -- 53_postings_build_numpy.sql, where plpython3u is; separate IFs, so the calls are planned only where
     -- they exist
@@ -389,6 +395,9 @@ begin
         end loop;
     end if;
     update kb.knowledge_bases set postings_format = kb_internal.postings_format() where id = target_kb;
+    if with_blocks then
+        perform kb_internal.compact_terms(target_kb);
+    end if;
 end
 $$;
 
@@ -411,6 +420,9 @@ begin
     where c.id = x.id and c.term_count is distinct from x.n;
     delete from kb.postings as p where p.kb_id = target_kb;
     delete from kb.term_stats as s where s.kb_id = target_kb;
+    if to_regclass('kb.term_blocks') is not null then
+        delete from kb.term_blocks as b where b.kb_id = target_kb;
+    end if;
     insert into kb.term_stats (kb_id, term, df)
     select target_kb, t.term, count(*)
     from kb.chunks as c

@@ -424,10 +424,10 @@ begin
     -- the df and posting tiers in the vocabulary of kb_ids of every candidate's terms and every source's own
     -- terms, read at once (a term absent or of df 0 is not there)
     term_df as materialized (
-        select st.term, sum(st.df)::bigint as df, bit_or(st.tiers) as tiers from kb.term_stats as st
-        where st.kb_id = any(kb_ids) and st.term = any(array(
+        select st.term, sum(st.df)::bigint as df, bit_or(st.tiers) as tiers
+        from kb_internal.term_counts(kb_ids, array(
             select unnest(c.terms) from candidates as c union select unnest(s.terms) from src as s
-        ))
+        )) as st
         group by st.term
         having sum(st.df) > 0
     ),
@@ -546,7 +546,7 @@ begin
             group by q.term order by min(q.o) limit 64
         ) as w
         -- a term the knowledge holds (an identifier), not the rest of the question's prose
-        where exists (select from kb.term_stats as st where st.kb_id = any(kb_ids) and st.term = w.term and st.df > 0)
+        where exists (select from kb_internal.term_counts(kb_ids, array[w.term]))
         order by w.o limit 16
     );
     -- a translation of less than half of the question's dictionary words (and identifiers) would pull its

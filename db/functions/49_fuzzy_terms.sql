@@ -1,8 +1,8 @@
 -- The fuzzy leg's term dictionary: corrections of the query terms that the searched knowledge bases do
--- not hold, taken from their vocabulary (kb.term_stats), never from chunk text. kb_internal.search scores the query
+-- not hold, taken from their vocabulary (29_term_dictionary.sql), never from chunk text. kb_internal.search scores the query
 -- with its corrections through the BM25 engine (kb_internal.lexical_hits with expansions) as the fuzzy leg. Every
--- lookup is keyed by the searched kb_ids (the primary key of kb.term_stats and term_stats_bigram_end_idx),
--- so no other knowledge base's vocabulary is read.
+-- lookup is keyed by the searched kb_ids (the dictionary's readers: kb_internal.term_counts, term_range and
+-- bigrams_ending), so no other knowledge base's vocabulary is read.
 
 -- Corrections of query's terms absent from the knowledge bases kb_ids, as {term: weight}, or NULL when
 -- there is none. A word (ASCII, 4 to 32 characters, with a letter) is corrected to the vocabulary's words
@@ -46,7 +46,7 @@ declare
             group by t.term
         ) as t
         left join lateral (
-            select true as known from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = t.term limit 1
+            select true as known from kb_internal.term_counts(kb_ids, array[t.term]) limit 1
         ) as s on true
     );
     to_correct jsonb;   -- the terms to correct, [{kind, source, next}]
@@ -135,10 +135,9 @@ begin
         select a.source, a.next, s.term, s.df
         from suspects as a
         cross join lateral (
-            select s.term, s.df from kb.term_stats as s
             -- Chinese terms are bigrams or single characters: past the character itself, all are bigrams
-            where s.kb_id = any(kb_ids) and s.term > left(a.source, 1) and s.term < left(a.source, 1) || chr(1114111)
-                and left(s.term, 1) = left(a.source, 1)
+            select s.term, s.df from kb_internal.term_range(kb_ids, left(a.source, 1), left(a.source, 1) || chr(1114111)) as s
+            where left(s.term, 1) = left(a.source, 1)
             limit 1000
         ) as s
         where a.kind in ('inner', 'last')
@@ -147,9 +146,7 @@ begin
         select a.source, a.next, s.term, s.df
         from suspects as a
         cross join lateral (
-            select s.term, s.df from kb.term_stats as s
-            where s.kb_id = any(kb_ids) and right(s.term, 1) = right(coalesce(a.next, a.source), 1)
-                and length(s.term) = 2 and octet_length(s.term) > 2
+            select s.term, s.df from kb_internal.bigrams_ending(kb_ids, right(coalesce(a.next, a.source), 1)) as s
             limit 1000
         ) as s
         where a.kind in ('inner', 'first')
@@ -160,15 +157,14 @@ begin
             s.df::bigint as df
         from edits as e
         cross join lateral (
-            select s.term, s.df from kb.term_stats as s where s.kb_id = any(kb_ids) and s.term = any(e.variants)
+            select s.term, s.df from kb_internal.term_counts(kb_ids, e.variants) as s
         ) as s
         union all
         select a.source, array[s.term], length(a.source) / length(s.term)::float8, s.df
         from suspects as a
         cross join lateral (
-            select s.term, s.df from kb.term_stats as s
-            where s.kb_id = any(kb_ids) and s.term > a.source and s.term < a.source || chr(1114111)
-                and left(s.term, length(a.source)) = a.source and length(s.term) <= 2 * length(a.source)
+            select s.term, s.df from kb_internal.term_range(kb_ids, a.source, a.source || chr(1114111)) as s
+            where left(s.term, length(a.source)) = a.source and length(s.term) <= 2 * length(a.source)
             limit 256
         ) as s
         where a.kind = 'word'

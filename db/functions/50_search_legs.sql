@@ -173,8 +173,8 @@ begin
         -- keyed by kb_ids, whatever the row estimates (none for a translation: a one-time filter)
         cross join lateral (
             select coalesce(q.df, sum(s.df))::bigint as df, coalesce(q.tiers, bit_or(s.tiers)) as tiers
-            from kb.term_stats as s
-            where q.df is null and s.kb_id = any(kb_ids) and s.term = q.term
+            from kb_internal.term_counts(kb_ids, array[q.term]) as s
+            where q.df is null
         ) as s
         where s.df > 0
     ) as r
@@ -185,7 +185,7 @@ $$;
 
 -- Lexical leg: the exact Okapi BM25 top n (the ranking of kb_internal.lexical_leg_scan without a probe budget),
 -- df / N / avgdl from the visible knowledge bases' statistics, read from the posting blocks (kb.postings)
--- and the terms' recent postings (kb.term_stats) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
+-- and the terms' recent postings (kb_internal.term_entries) without scoring every chunk that holds a query term. Each (term, tier) sublist bounds the score its
 -- postings can add (idf * the tf part at the tier's tf ceiling and length floor, for the k1 / b given).
 -- Sublists are read highest bound first, in rounds that grow about 4x, until the n-th best partial score
 -- beats the bound of every chunk in no sublist read (MaxScore: rare terms carry the candidates, common
@@ -318,10 +318,7 @@ begin
                 -- a term's recent postings (any tier) with its first sublist read: the bounds stay bounds
                 select r.ti, unnest(ts.recent_ids), unnest(ts.recent_tfs), unnest(ts.recent_dls)
                 from (select distinct x.ti from unnest(s_term[1:m]) as x (ti)) as r
-                cross join lateral (
-                    select ts.recent_ids, ts.recent_tfs, ts.recent_dls from kb.term_stats as ts
-                    where ts.kb_id = any(kb_ids) and ts.term = terms[r.ti]
-                ) as ts
+                cross join lateral kb_internal.term_entries(kb_ids, array[terms[r.ti]]) as ts
             ) as p
             group by p.id
         ),

@@ -87,8 +87,8 @@ if "plans" not in SD:
             " sum(t.df) over w <= $4 as kept_all,"
             " t.in_query and coalesce(sum(t.df) filter (where t.in_query) over w, 0) <= $4 as kept_plain"
             " from kb_internal.lexical_query_terms($1, $2, $3) as t window w as (order by t.df, t.term)) as q"
-            " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls from kb.term_stats as s"
-            " where s.kb_id = any($2) and s.term = q.term offset 0) as s",
+            " cross join lateral (select s.recent_ids, s.recent_tfs, s.recent_dls"
+            " from kb_internal.term_entries($2, array[q.term]) as s offset 0) as s",
             ["text", "integer[]", "jsonb", "bigint"],
         ),
         # every block of the terms in one row: the blocks' fields as binary arrays and their payloads

@@ -5,7 +5,8 @@
 -- postings, tiers and blocked_to (a test compares the two builders). Skipped by `pgkb db migrate` where
 -- plpython3u is not available; kb_internal.build_postings then builds in SQL.
 
--- kb_internal.build_postings for target_kb, with numpy: its blocks deleted, then built in two passes so that memory
+-- kb_internal.build_postings for target_kb, with numpy: its blocks deleted and its dictionary entries out of their
+-- blocks (kb_internal.expand_terms), then built in two passes so that memory
 -- stays bounded and each (term, tier) list is written once, in full blocks: (1) the chunks in id order,
 -- `step` (at most 65,536) at a time: term frequencies computed once per chunk (kb.chunk_terms, as arrays read in
 -- Python), each term's tiers and recent postings (terms with a document frequency below
@@ -33,6 +34,8 @@ if "build_plans" not in SD:
             "select kb_internal.posting_block_size() as block_size, kb_internal.recent_postings_limit() as recent_limit", []
         ),
         "delete": plpy.prepare("delete from kb.postings as p where p.kb_id = $1", ["integer"]),
+        # every dictionary entry out of its block: each one is rewritten (29_term_dictionary.sql)
+        "expand": plpy.prepare("select kb_internal.expand_terms($1)", ["integer"]),
         "vocabulary": plpy.prepare(
             "select array_agg(s.term order by s.term) as terms, array_agg(s.df order by s.term) as dfs"
             " from kb.term_stats as s where s.kb_id = $1",
@@ -94,6 +97,7 @@ fields = plpy.execute(plans["fields"])[0]
 TF_BYTES, DL_BYTES, DL_MIN = (np.array(fields[k], dtype=np.int64) for k in ("tf_bytes", "dl_bytes", "dl_min"))
 
 plpy.execute(plans["delete"], [target_kb])
+plpy.execute(plans["expand"], [target_kb])
 vocab = plpy.execute(plans["vocabulary"], [target_kb])[0]
 vocab_terms = vocab["terms"] or []
 term_index = {t: i for i, t in enumerate(vocab_terms)}

@@ -104,7 +104,7 @@ begin
             select q.n, q.term, coalesce(sum(st.df), 0) as df
             from query_terms as q
             cross join kbs
-            left join kb.term_stats as st on st.term = q.term and st.kb_id = any(kbs.ids)
+            left join lateral kb_internal.term_counts(kbs.ids, array[q.term]) as st on true
             group by q.n, q.term
         ) as q
         cross join corpus

@@ -601,9 +601,7 @@ as $$
         where s.term_count <> cardinality(kb.lexical_terms(kb.indexed_text(s.title, s.heading_path, s.content)))
             or exists (
                 select from kb.chunk_terms(s.title, s.heading_path, s.content) as t
-                where not exists (
-                    select from kb.term_stats as st where st.kb_id = s.kb_id and st.term = t.term and st.df > 0
-                )
+                where not exists (select from kb_internal.term_counts(array[s.kb_id], array[t.term]))
             )
     ),
     drifted as (

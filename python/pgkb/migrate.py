@@ -61,6 +61,7 @@ class MigrateReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     indexes: list[tuple[str, str]] = field(default_factory=list)  # (index, what was done)
     recounted: list[str] = field(default_factory=list)  # knowledge bases whose terms were counted again
+    compacted: list[str] = field(default_factory=list)  # knowledge bases whose term dictionary was compacted
     lexicon: str = ""  # what pgkb.lexicon.load_lexicon did
 
     def lines(self) -> list[str]:
@@ -69,6 +70,7 @@ class MigrateReport:
         out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
         out += [f"index kb.{name} {action}" for name, action in self.indexes]
         out += [f"counted the terms of knowledge base {name} again (an older term model)" for name in self.recounted]
+        out += [f"compacted the term dictionary of knowledge base {name}" for name in self.compacted]
         out += [self.lexicon] if self.lexicon else []
         return out
 
@@ -239,6 +241,12 @@ def migrate(
             # writes undo a chunk's statistics from its text: a knowledge base counted with an older term model
             # (kb_internal.terms_version) is counted again before it is written to
             report.recounted = [r[0] for r in conn.execute("select name from kb_internal.recount_old_terms()")]
+            # a knowledge base whose dictionary rows passed their bound (an upgrade from before migration 049,
+            # writes that stopped short of it) gets its blocks (kb_internal.compact_due_terms)
+            report.compacted = [r[0] for r in conn.execute("select name from kb_internal.compact_due_terms()")]
+        if report.compacted:  # the rows' indexes still hold what was folded into blocks: after the commit, an
+            with conn.transaction():  # index built anew leaves the dead entries out
+                conn.execute("reindex table kb.term_stats")
         if vector_indexes:
             report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
         # its own transaction; unchanged editions are not reloaded; fetched only by an explicit migrate

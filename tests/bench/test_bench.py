@@ -40,6 +40,7 @@ from pgkb.bench.recall import exact_vector_sql
 from pgkb.bench.run import MODES, BenchOptions, run_search_bench
 from pgkb.cli import main
 from pgkb.models.embedding import ModelSpec
+from term_dictionary import TERM_DICTIONARY
 
 ZH_TEXT = (
     "数据库连接池满了以后，新的请求会排队等待。排查时先看活跃连接数和慢查询日志。"
@@ -215,7 +216,7 @@ def test_bulk_load_matches_replace_document(db, datasets):
 
     def term_stats(name: str):
         return db.execute(
-            "select term, df from kb.term_stats s join kb.knowledge_bases k on k.id = s.kb_id where k.name = %s"
+            f"select term, df from {TERM_DICTIONARY} as s join kb.knowledge_bases k on k.id = s.kb_id where k.name = %s"
             " order by term",
             [name],
         ).fetchall()
@@ -229,14 +230,15 @@ def test_bulk_load_matches_replace_document(db, datasets):
             "select x.term, kb_internal.posting_tier(x.tf, x.dl), d.doc_key, c.ordinal, x.tf, x.dl from ("
             " select p.kb_id, p.term, y.* from kb.postings p,"
             " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) y (id, tf, dl)"
-            " union all select s.kb_id, s.term, y.* from kb.term_stats s,"
+            f" union all select s.kb_id, s.term, y.* from {TERM_DICTIONARY} as s,"
             " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) y (id, tf, dl)) x"
             " join kb.knowledge_bases k on k.id = x.kb_id"
             " join kb.chunks c on c.id = x.id join kb.documents d on d.id = c.document_id where k.name = %s",
             [name],
         ).fetchall()
         tiers = db.execute(
-            "select term, tiers from kb.term_stats s join kb.knowledge_bases k on k.id = s.kb_id where k.name = %s",
+            f"select term, tiers from {TERM_DICTIONARY} as s join kb.knowledge_bases k on k.id = s.kb_id"
+            " where k.name = %s",
             [name],
         ).fetchall()
         return sorted(rows), sorted(tiers)

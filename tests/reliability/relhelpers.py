@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from chunk_terms import CHUNK_TERMS
+from term_dictionary import TERM_DICTIONARY
 
 SOAK = os.environ.get("PGKB_SOAK", "").strip() not in ("", "0")
 DIM = 384  # the default model's dimension (multilingual-e5-small)
@@ -323,7 +324,7 @@ def integrity_problems(admin: psycopg.Connection) -> list[str]:
         problems.append(f"kb {name}: N/total {n}/{total} but chunks say {real_n}/{real_total}")
     bad_df = admin.execute(
         f"with real as (select x.kb_id, x.term, count(*) as df from {CHUNK_TERMS} as x group by 1, 2)"
-        " select count(*) from kb.term_stats as s full join real as r on r.kb_id = s.kb_id and r.term = s.term"
+        f" select count(*) from {TERM_DICTIONARY} as s full join real as r on r.kb_id = s.kb_id and r.term = s.term"
         " where coalesce(s.df, 0) <> coalesce(r.df, 0)"
     ).fetchone()[0]
     if bad_df:

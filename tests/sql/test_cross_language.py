@@ -11,6 +11,7 @@ import fixture_docs
 import numpy as np
 import psycopg
 import pytest
+from term_dictionary import TERM_DICTIONARY
 
 ZH_DOCS = {
     "refund.md": ("退款规则", "退款会在 3 个工作日内原路退回，超过 7 天联系财务。"),
@@ -524,7 +525,8 @@ def test_translation_terms_carry_the_df_and_tiers_of_the_vocabulary(mixed):
     put(mixed, "other", {"r.md": ("退款", "退款退款退款退款退款退款退款退款退款，缓存刷新。" * 30)})
     ids = kb_ids(mixed, "mixed", "other")
     tiers = mixed.execute(
-        "select array_agg(tiers order by kb_id) from kb.term_stats where kb_id = any(%s) and term = '退款'", [ids]
+        f"select array_agg(tiers order by kb_id) from {TERM_DICTIONARY} as d where kb_id = any(%s) and term = '退款'",
+        [ids],
     ).fetchone()[0]
     assert len(tiers) == 2 and tiers[0] != tiers[1], "the two pages hold 退款 in different posting tiers"
     checked = 0
@@ -535,7 +537,8 @@ def test_translation_terms_carry_the_df_and_tiers_of_the_vocabulary(mixed):
         checked += len({t["term"] for t in translations(mixed, query, ids)} & {r[0] for r in rows})
         for term, df, tiers, _ in rows:
             stored = mixed.execute(
-                "select sum(df), bit_or(tiers) from kb.term_stats where kb_id = any(%s) and term = %s", [ids, term]
+                f"select sum(df), bit_or(tiers) from {TERM_DICTIONARY} as d where kb_id = any(%s) and term = %s",
+                [ids, term],
             ).fetchone()
             assert (df, tiers) == (stored[0], stored[1]) and df > 0, (query, term)
     assert checked >= 3  # translations of refund, rotate / certificate and 证书 at least

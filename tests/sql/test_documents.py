@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from chunk_terms import CHUNK_TERMS
 from pgvector import Vector
+from term_dictionary import TERM_DICTIONARY
 
 
 def replace(conn, doc_key="a.md", chunks=None, kb="docs", **kw):
@@ -27,7 +28,7 @@ def snapshot(conn):
         conn.execute("select doc_key, content_hash, chunk_count from kb.documents order by 1").fetchall(),
         conn.execute("select document_id, ordinal, content from kb.chunks order by 1, 2").fetchall(),
         conn.execute("select chunk_id, model_id from kb.embedding_queue order by 1, 2").fetchall(),
-        conn.execute("select kb_id, term, df from kb.term_stats order by 1, 2").fetchall(),
+        conn.execute(f"select kb_id, term, df from {TERM_DICTIONARY} as d order by 1, 2").fetchall(),
     )
 
 
@@ -195,7 +196,7 @@ def test_long_unbroken_runs_are_indexed_and_found(db):
     replace(db, chunks=[{"content": f"前言 {run} 结尾"}, {"content": camel}, {"content": "z" * 100_000}])
     longest = db.execute(f"select max(length(x.term)) from {CHUNK_TERMS} as x").fetchone()[0]
     assert longest == 64
-    assert db.execute("select max(length(term)) from kb.term_stats").fetchone()[0] == 64
+    assert db.execute(f"select max(length(term)) from {TERM_DICTIONARY} as d").fetchone()[0] == 64
     rows = db.execute("select chunk_index from kb.lexical_search(%s, 3)", [run]).fetchall()
     assert rows[0] == (0,)
     assert db.execute("select chunk_index from kb.lexical_search(%s, 1)", ["partOf" * 100]).fetchall() == [(1,)]
@@ -242,21 +243,21 @@ def test_term_statistics_keep_no_zero_rows(db):
     """Issue 9: kb.term_stats kept a row with df = 0 for every term that ever occurred."""
     replace(db, chunks=[{"content": "独有词甲 uniqueAlpha"}])
     replace(db, chunks=[{"content": "独有词乙 uniqueBeta"}])
-    terms = {r[0] for r in db.execute("select term from kb.term_stats")}
+    terms = {r[0] for r in db.execute(f"select term from {TERM_DICTIONARY} as d")}
     assert "uniquebeta" in terms and "uniquealpha" not in terms and "词甲" not in terms
-    assert db.execute("select count(*) from kb.term_stats where df <= 0").fetchone()[0] == 0
+    assert db.execute("select count(*) from kb.term_stats where df <= 0").fetchone()[0] == 0  # no block holds them
     db.execute("select kb.delete_document('docs', 'a.md')")
-    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute(f"select count(*) from {TERM_DICTIONARY} as d").fetchone()[0] == 0
 
 
 def assert_terms_counted_from_text(db) -> None:
-    """kb.term_stats's document frequencies and every posting (recent or in a block, with its tf and length) are
+    """The term dictionary's document frequencies and every posting (recent or in a block, with its tf and length) are
     what the chunks' text gives (kb.chunk_terms)."""
-    stats = "select term, df from kb.term_stats order by term"
+    stats = f"select term, df from {TERM_DICTIONARY} as d order by term"
     counted = f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term order by x.term"
     assert db.execute(stats).fetchall() == db.execute(counted).fetchall()
     postings = (
-        "select s.term, x.id, x.tf, x.dl from kb.term_stats as s,"
+        f"select s.term, x.id, x.tf, x.dl from {TERM_DICTIONARY} as s,"
         " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) as x (id, tf, dl)"
         " union all select p.term, d.chunk_id, d.tf, d.dl from kb.postings as p,"
         " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) as d order by 1, 2"
@@ -275,14 +276,14 @@ def test_a_new_title_is_counted_in_and_the_old_one_out(db):
     )
     db.execute(write, ["Old Handbook 旧手册"])
     db.execute(write, ["New Guide 新指南"])
-    terms = {r[0] for r in db.execute("select term from kb.term_stats")}
+    terms = {r[0] for r in db.execute(f"select term from {TERM_DICTIONARY} as d")}
     assert {"guide", "新指", "指南", "payments", "refundflow", "退款"} <= terms
     assert not {"old", "handbook", "旧手", "手册"} & terms
     assert_terms_counted_from_text(db)
     assert db.execute("select doc_key from kb.lexical_search('指南', 5, 'docs')").fetchall() == [("a.md",)]
     assert db.execute("select doc_key from kb.lexical_search('handbook', 5, 'docs')").fetchall() == []
     db.execute("select kb.delete_document('docs', 'a.md')")
-    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute(f"select count(*) from {TERM_DICTIONARY} as d").fetchone()[0] == 0
     assert db.execute("select count(*) from kb.postings").fetchone()[0] == 0
 
 
@@ -298,8 +299,13 @@ def test_a_document_of_more_chunks_than_a_slice_is_counted_exactly(db):
     assert_terms_counted_from_text(db)
     assert db.execute("select chunk_count from kb.knowledge_bases where name = 'docs'").fetchone() == (5_500,)
     db.execute("select kb.delete_document('docs', 'a.md')")
-    assert db.execute("select count(*) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute(f"select count(*) from {TERM_DICTIONARY} as d").fetchone()[0] == 0
     assert db.execute("select count(*) from kb.postings").fetchone()[0] == 0
+    # the delete gave 12,000 terms df 0: the dictionary was compacted, neither rows nor blocks are left
+    assert (
+        db.execute("select (select count(*) from kb.term_stats) + (select count(*) from kb.term_blocks)").fetchone()[0]
+        == 0
+    )
 
 
 def test_chunk_validation_is_linear(db):
@@ -328,7 +334,7 @@ def test_delete_document_removes_everything(db):
     assert db.execute("select kb.delete_document('docs', 'a.md')").fetchone()[0] is False
     assert db.execute("select count(*) from kb.chunks").fetchone()[0] == 0
     assert db.execute("select count(*) from kb.embedding_queue").fetchone()[0] == 0
-    assert db.execute("select coalesce(sum(df), 0) from kb.term_stats").fetchone()[0] == 0
+    assert db.execute(f"select coalesce(sum(df), 0) from {TERM_DICTIONARY} as d").fetchone()[0] == 0
     with pytest.raises(psycopg.Error, match='unknown knowledge base "nope"'):
         db.execute("select kb.delete_document('nope', 'a.md')")
 

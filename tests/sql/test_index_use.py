@@ -207,7 +207,7 @@ def vector_plan(notices):
 
 def lexical_plan(notices):
     """The plans of the BM25 leg's reads of its statistics and posting blocks (any engine), as one text."""
-    found = [p for p in plans(notices) if "kb.postings as p" in p or "kb.term_stats as s" in p]
+    found = [p for p in plans(notices) if "kb.postings as p" in p or "kb_internal.term_entries(" in p]
     assert found, "no BM25 leg plan among:\n" + "\n----\n".join(plans(notices))
     return "\n----\n".join(found)
 
@@ -216,17 +216,21 @@ def assert_lexical_plan_uses_postings_index(plan: str) -> None:
     assert "Index Scan using postings_pkey on postings" in plan, plan
     assert "Seq Scan on postings" not in plan and "Seq Scan on chunks" not in plan, plan
     assert "Index Scan using term_stats_pkey on term_stats" in plan and "Seq Scan on term_stats" not in plan, plan
+    assert "using term_blocks_pkey on term_blocks" in plan and "Seq Scan on term_blocks" not in plan, plan
 
 
 def fuzzy_plan(notices):
     """The plans of kb_internal.fuzzy_expansions, as one text: its check of the query's terms against the
     vocabulary, and (when one is to be corrected) its lookups of corrections there."""
-    plan_of(notices, "as known from kb.term_stats")  # asserts the check ran
-    return "\n".join(p for p in plans(notices) if "as known from kb.term_stats" in p or "with suspects as" in p)
+    plan_of(notices, "as known from kb_internal.term_counts")  # asserts the check ran
+    return "\n".join(
+        p for p in plans(notices) if "as known from kb_internal.term_counts" in p or "with suspects as" in p
+    )
 
 
 def assert_fuzzy_plan_reads_the_vocabulary_by_index(plan: str) -> None:
     assert "Scan using term_stats_pkey on term_stats" in plan, plan  # an index scan, or an index-only one
+    assert "using term_blocks_pkey on term_blocks" in plan, plan  # forward or backward
     assert "Seq Scan" not in plan, plan
 
 

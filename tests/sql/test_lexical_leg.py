@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgkb.config import Settings
 from pgkb.migrate import migrate
+from term_dictionary import TERM_DICTIONARY
 
 EXACT_BUDGET = 1_000_000_000
 # a Zipf-like vocabulary: a few words in most chunks, many in few; CJK text gives bigrams
@@ -170,7 +171,7 @@ def postings_of(conn) -> set[tuple]:
         "select p.kb_id, p.term, p.tier, x.id, x.tf, x.dl from kb.postings p,"
         " kb_internal.decode_postings(p.tier, p.first_chunk, p.n, p.payload) x (id, tf, dl)"
         " union all"
-        " select s.kb_id, s.term, kb_internal.posting_tier(x.tf, x.dl), x.id, x.tf, x.dl from kb.term_stats s,"
+        f" select s.kb_id, s.term, kb_internal.posting_tier(x.tf, x.dl), x.id, x.tf, x.dl from {TERM_DICTIONARY} as s,"
         " unnest(s.recent_ids, s.recent_tfs, s.recent_dls) x (id, tf, dl)"
     ).fetchall()
     assert len(rows) == len(set(rows))
@@ -208,13 +209,14 @@ def assert_postings_exact(conn) -> None:
     assert overlapping == 0
     tiers = conn.execute(
         "select count(*) from (select kb_id, term, bit_or(1::bigint << tier) as t from kb.postings group by 1, 2) p"
-        " join kb.term_stats s using (kb_id, term) where p.t & ~s.tiers <> 0"
+        f" join {TERM_DICTIONARY} as s using (kb_id, term) where p.t & ~s.tiers <> 0"
     ).fetchone()[0]
     assert tiers == 0  # term_stats.tiers holds every tier with postings
     # recent postings: aligned, fewer than the limit, all newer than the term's blocks, whose
     # highest id blocked_to covers
     bad = conn.execute(
-        "select count(*) from kb.term_stats s where cardinality(recent_ids) >= kb_internal.recent_postings_limit()"
+        f"select count(*) from {TERM_DICTIONARY} as s"
+        " where cardinality(recent_ids) >= kb_internal.recent_postings_limit()"
         " or cardinality(recent_ids) <> cardinality(recent_tfs) or cardinality(recent_tfs) <> cardinality(recent_dls)"
         " or (tiers & (select coalesce(bit_or(1::bigint << kb_internal.posting_tier(x.tf, x.dl)), 0)"
         "     from unnest(recent_tfs, recent_dls) x (tf, dl))) <>"
@@ -267,7 +269,7 @@ def test_large_lists_split_into_blocks_and_stay_exact(db):
     db.execute("select kb.delete_document('big', 'd2.md')")
     db.execute("select kb.replace_document('big', 'd4.md', '', %s::jsonb)", [json.dumps([{"content": "common again"}])])
     assert_postings_exact(db)
-    assert db.execute("select df from kb.term_stats where term = 'common'").fetchone()[0] == 50 * 10 + 1
+    assert db.execute(f"select df from {TERM_DICTIONARY} as d where term = 'common'").fetchone()[0] == 50 * 10 + 1
 
 
 @pytest.mark.slow
@@ -277,12 +279,12 @@ def test_migration_rebuild_matches_maintained_postings(db):
         write_doc(db, "kb-r", f"d{d}.md", rnd)
     db.execute("select kb.delete_document('kb-r', 'd3.md')")
     before = postings_of(db)
-    tiers = db.execute("select term, tiers from kb.term_stats order by 1").fetchall()
+    tiers = db.execute(f"select term, tiers from {TERM_DICTIONARY} as d order by 1").fetchall()
     db.execute("select kb_internal.build_postings(id) from kb.knowledge_bases")
     assert postings_of(db) == before == postings_from_chunks(db)
     # rebuilt masks are exact; maintained ones may only be supersets after deletes
     for (term, kept), (term2, rebuilt) in zip(
-        tiers, db.execute("select term, tiers from kb.term_stats order by 1").fetchall(), strict=True
+        tiers, db.execute(f"select term, tiers from {TERM_DICTIONARY} as d order by 1").fetchall(), strict=True
     ):
         assert term == term2 and kept & rebuilt == rebuilt
 
@@ -697,7 +699,7 @@ def built_rows(conn) -> tuple[list, list]:
         "select kb_id, term, df, tiers, blocked_to,"
         " (select coalesce(array_agg(row(x.i, x.t, x.d)::text order by x.i), '{}')"
         "  from unnest(recent_ids, recent_tfs, recent_dls) as x (i, t, d))"
-        " from kb.term_stats order by 1, 2"
+        f" from {TERM_DICTIONARY} as d order by 1, 2"
     ).fetchall()
     return blocks, stats
 

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from chunk_terms import CHUNK_TERMS
 from pgkb.migrate import maintain_vector_indexes
+from term_dictionary import TERM_DICTIONARY
 
 DIM = 384  # the default model, multilingual-e5-small
 
@@ -85,8 +86,9 @@ def as_(world, connect_as):
 
 def fill_everything(db, kb: str) -> None:
     """Give knowledge base kb a row in every table a knowledge base has: a queued chunk, block postings (a term
-    in more chunks than kb_internal.recent_postings_limit()), an ingest failure, an image caption, a glossary
-    entry, a saved note, a logged question and a rating, besides its documents, chunks and embeddings."""
+    in more chunks than kb_internal.recent_postings_limit()), term blocks (its dictionary compacted) and rows
+    written after them, an ingest failure, an image caption, a glossary entry, a saved note, a logged question
+    and a rating, besides its documents, chunks and embeddings."""
     db.execute("select kb.replace_document(%s, 'queued.md', 'q', %s::jsonb)", [kb, json.dumps([{"content": "queued"}])])
     db.execute("select kb.record_ingest_failure(%s, 'broken.pdf', 'boom')", [kb])
     db.execute("select kb.store_image_caption(%s, %s, 'vl', 'en', 'a cat')", [kb, "ab" * 32])
@@ -101,6 +103,8 @@ def fill_everything(db, kb: str) -> None:
     )  # a rating kept alone
     many = json.dumps([{"content": f"blockword {i}", "embedding": unit(i)} for i in range(70)])
     db.execute("select kb.replace_document(%s, 'many.md', 'm', %s::jsonb)", [kb, many])  # 70 postings: a block
+    db.execute("select kb_internal.compact_terms(id) from kb.knowledge_bases where name = %s", [kb])
+    db.execute("select kb.replace_document(%s, 'later.md', 'l', %s::jsonb)", [kb, json.dumps([{"content": "later"}])])
 
 
 def kb_tables(db) -> list[str]:
@@ -145,7 +149,9 @@ def state(db) -> tuple:
             "select array_agg(relname::text order by 1) from pg_class where relnamespace = 'kb'::regnamespace"
             " and relkind = 'i'"
         ).fetchone()[0],
-        db.execute("select string_agg(term || df, ',' order by kb_id, term) from kb.term_stats").fetchone()[0],
+        db.execute(f"select string_agg(term || df, ',' order by kb_id, term) from {TERM_DICTIONARY} as d").fetchone()[
+            0
+        ],
     )
 
 
@@ -185,8 +191,9 @@ def lexical_scores(conn, kb: str | None = None) -> dict[tuple, float]:
 
 
 def assert_bm25_statistics_consistent(db) -> None:
-    """kb.term_stats and each knowledge base's N and total length are what its chunks say."""
-    stats = set(db.execute("select kb_id, term, df from kb.term_stats where df > 0").fetchall())
+    """The term dictionary (kb_internal.term_dictionary) and each knowledge base's N and total length are what
+    its chunks say."""
+    stats = set(db.execute(f"select kb_id, term, df from {TERM_DICTIONARY} as d where df > 0").fetchall())
     recomputed = set(db.execute(f"select x.kb_id, x.term, count(*) from {CHUNK_TERMS} as x group by x.kb_id, x.term"))
     assert stats == recomputed
     totals = db.execute(
@@ -211,7 +218,7 @@ def test_deleting_a_knowledge_base_leaves_nothing_of_it_in_any_table(world, as_,
     assert len(world.execute(indexes, [f"^embeddings_hnsw_model_\\d+_kb_{target}$"]).fetchall()) == 2
 
     documents, chunks = as_(principal).execute("select * from kb.delete_knowledge_base('eng-team')").fetchone()
-    assert (documents, chunks) == (5, before["chunks"])
+    assert (documents, chunks) == (6, before["chunks"])
 
     assert set(rows_of(world, target).values()) == {0}
     assert world.execute("select count(*) from kb.knowledge_bases where id = %s", [target]).fetchone()[0] == 0

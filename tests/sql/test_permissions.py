@@ -19,6 +19,7 @@ import pytest
 from chunk_terms import CHUNK_TERMS
 from pgkb.migrate import SCHEMAS
 from pgvector import Vector
+from term_dictionary import TERM_DICTIONARY
 
 DIM = 384  # the default model, multilingual-e5-small
 
@@ -80,6 +81,7 @@ TABLES = [
     "documents",
     "chunks",
     "term_stats",
+    "term_blocks",
     "postings",
     "embeddings",
     "embedding_queue",
@@ -263,9 +265,24 @@ def test_setup_is_as_intended(world):
 
 
 @pytest.mark.parametrize(
-    "table", ["chunks", "documents", "knowledge_bases", "embeddings", "embedding_queue", "term_stats", "postings"]
+    "table",
+    [
+        "chunks",
+        "documents",
+        "knowledge_bases",
+        "embeddings",
+        "embedding_queue",
+        "term_stats",
+        "term_blocks",
+        "postings",
+    ],
 )
 def test_admin_direct_select_sees_everything(world, table):
+    if table == "term_blocks":  # the world's dictionaries are all rows: fold them into blocks, then undo
+        with world.transaction(force_rollback=True):
+            world.execute("select kb_internal.compact_terms(id) from kb.knowledge_bases")
+            assert table_markers(world, world, table) == ALL
+        return
     if table == "postings":  # the world's few postings are all recent ones: move them to blocks, then undo
         with world.transaction(force_rollback=True):
             world.execute(
@@ -605,6 +622,7 @@ UPDATABLE_COLUMN = {
     "documents": "title",
     "chunks": "content",
     "term_stats": "df",
+    "term_blocks": "n",
     "postings": "n",
     "embeddings": "kb_id",
     "embedding_queue": "attempts",
@@ -792,7 +810,7 @@ def test_team_member_writes_into_team_kb(world, as_, principal):
     assert conn.execute("select kb.delete_document('eng-team', 'teammarker.md')").fetchone()[0] is True
     assert world.execute("select count(*) from kb.chunks where content like 'teammarker%'").fetchone()[0] == 0
     # the BM25 statistics stayed consistent
-    stats = set(world.execute("select kb_id, term, df from kb.term_stats where df > 0").fetchall())
+    stats = set(world.execute(f"select kb_id, term, df from {TERM_DICTIONARY} as d where df > 0").fetchall())
     recomputed = set(
         world.execute(f"select x.kb_id, x.term, count(*) from {CHUNK_TERMS} as x group by x.kb_id, x.term").fetchall()
     )

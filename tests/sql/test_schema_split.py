@@ -14,6 +14,7 @@ from pgkb.config import Settings
 from pgkb.migrate import SCHEMAS, migrate
 from psycopg.conninfo import make_conninfo
 from releases import release_database
+from term_dictionary import TERM_DICTIONARY
 
 pytestmark = pytest.mark.slow  # builds a database of the release before the split
 
@@ -49,7 +50,7 @@ RELATIONS = """
 POLICIES = "select tablename, policyname, cmd, roles::text[], qual from pg_policies where schemaname = 'kb'"
 ROWS = {  # what the data is, read the same way before and after
     "chunks": "select id, document_id, ordinal, content, term_count from kb.chunks",
-    "term_stats": "select kb_id, term, df, tiers, recent_ids from kb.term_stats",
+    "term_stats": f"select kb_id, term, df, tiers, recent_ids from {TERM_DICTIONARY} as d",
     "postings": "select kb_id, term, tier, first_chunk, n, payload from kb.postings",
     "embeddings": "select chunk_id, model_id, embedding::text from kb.embeddings",
     "queue": "select chunk_id, model_id from kb.embedding_queue",

@@ -12,6 +12,7 @@ from chunk_terms import CHUNK_TERMS
 from pgkb.migrate import SCHEMAS
 from pgkb.quality.evaluate import SETTING_TYPES, SearchSettings
 from pgvector import Vector
+from term_dictionary import TERM_DICTIONARY
 
 EXPANSIONS = "select kb_internal.fuzzy_expansions(%s, kb.visible_kb_ids())"  # the fuzzy leg's corrections
 
@@ -221,7 +222,7 @@ def test_bm25_statistics_follow_replacements(kbdb):
         return dict(kbdb.execute(f"select x.term, count(*) from {CHUNK_TERMS} as x group by x.term").fetchall())
 
     def kept() -> dict[str, int]:
-        return dict(kbdb.execute("select term, df from kb.term_stats where df > 0").fetchall())
+        return dict(kbdb.execute(f"select term, df from {TERM_DICTIONARY} as d where df > 0").fetchall())
 
     def totals() -> tuple[int, int, int, int]:
         return kbdb.execute(
@@ -571,7 +572,7 @@ def test_nothing_to_correct_skips_the_lookups(kbdb):
         kbdb.execute(f"set auto_explain.{setting}")
     kbdb.execute("set plan_cache_mode = auto")
     assert kbdb.execute(EXPANSIONS, ["海边灯塔"]).fetchone()[0] is None  # 边灯 is absent, 海边 and 灯塔 known
-    assert any("as known from kb.term_stats" in n for n in notices)  # the terms were checked
+    assert any("as known from kb_internal.term_counts" in n for n in notices)  # the terms were checked
     assert not any("with suspects as" in n for n in notices), notices
     notices.clear()
     assert "灯塔" in kbdb.execute(EXPANSIONS, ["灯搭何时建立"]).fetchone()[0]

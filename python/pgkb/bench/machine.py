@@ -97,7 +97,11 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
             "term_stats_bigram_end_idx",
             "pg_relation_size('kb.term_stats_bigram_end_idx')",
         ),
-        "kb.term_stats (df, tiers and recent postings: table + TOAST + index)": (
+        "kb.term_blocks (the term dictionary in compressed blocks: table + TOAST + index)": (
+            "kb.term_blocks",
+            "pg_total_relation_size('kb.term_blocks')",
+        ),
+        "kb.term_stats (the dictionary's entries written since its compaction: table + TOAST + indexes)": (
             "kb.term_stats",
             "pg_total_relation_size('kb.term_stats')",
         ),
@@ -111,12 +115,13 @@ def relation_sizes(conn: psycopg.Connection, model: Model, kb_id: int) -> dict[s
 
 
 def lexical_storage(conn: psycopg.Connection) -> tuple[int, int]:
-    """(bytes, bytes): every lexical structure of the database -- kb.term_stats and kb.postings with their
-    TOAST and indexes (chunks keep no terms of their own since migration 047) -- and the chunk text
-    (octet_length of content)."""
+    """(bytes, bytes): every lexical structure of the database -- the term dictionary (kb.term_blocks and
+    kb.term_stats) and kb.postings with their TOAST and indexes (chunks keep no terms of their own since migration
+    047) -- and the chunk text (octet_length of content)."""
     return one(
         conn.execute(
-            "select pg_total_relation_size('kb.term_stats') + pg_total_relation_size('kb.postings'),"
+            "select pg_total_relation_size('kb.term_blocks') + pg_total_relation_size('kb.term_stats')"
+            " + pg_total_relation_size('kb.postings'),"
             " (select coalesce(sum(octet_length(content)), 0) from kb.chunks)"
         )
     )

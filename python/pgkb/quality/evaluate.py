@@ -312,7 +312,9 @@ def run(args, settings, *, embedder: Embedder | None = None, reranker=None) -> i
         absent = sorted({d for q in dataset.queries for d in q.relevant} - keys)
         if absent:
             warn(f"{len(absent)} relevant documents are not in kb {kb} (no text or failed): {', '.join(absent[:5])}")
-        conn.execute("analyze kb.documents, kb.chunks, kb.embeddings, kb.term_stats")  # fresh planner stats
+        conn.execute(
+            "analyze kb.documents, kb.chunks, kb.embeddings, kb.term_stats, kb.term_blocks"
+        )  # fresh planner stats
         if getattr(args, "ask", False):  # kb.ask's answers instead of the search modes
             from pgkb.quality import asking
 
