@@ -31,15 +31,16 @@ as $$
         from kb.term_stats as s
         where s.kb_id = k.id and s.term = t.term
         union all
-        select b.dfs[b.i], b.tiers[b.i]
+        select b.dfs[p.i], b.tiers[p.i]
         from (
-            select b.dfs, b.tiers, array_position(b.terms, t.term collate "C") as i
-            from kb.term_blocks as b
+            select b.terms, b.dfs, b.tiers from kb.term_blocks as b
             where b.kb_id = k.id and b.kind = 0 and b.first_term <= t.term collate "C"
             order by b.first_term desc
             limit 1
         ) as b
-        where b.i is not null
+        -- OFFSET 0: the position is computed once, not in every expression that reads it
+        cross join lateral (select array_position(b.terms, t.term collate "C") as i offset 0) as p
+        where p.i is not null
         limit 1
     ) as e
     where e.df > 0
@@ -65,20 +66,23 @@ as $$
         from kb.term_stats as s
         where s.kb_id = k.id and s.term = t.term
         union all
-        select b.dfs[b.i], b.tiers[b.i], b.blocked_to[b.i], b.recent_ids[b.lo + 1:b.lo + b.recent_counts[b.i]],
-            b.recent_tfs[b.lo + 1:b.lo + b.recent_counts[b.i]], b.recent_dls[b.lo + 1:b.lo + b.recent_counts[b.i]]
+        select b.dfs[p.i], b.tiers[p.i], b.blocked_to[p.i], b.recent_ids[r.lo + 1:r.lo + r.n],
+            b.recent_tfs[r.lo + 1:r.lo + r.n], b.recent_dls[r.lo + 1:r.lo + r.n]
         from (
-            select b.dfs, b.tiers, b.blocked_to, b.recent_counts, b.recent_ids, b.recent_tfs, b.recent_dls, p.i,
-                (select coalesce(sum(c.n), 0) from unnest(b.recent_counts[:p.i - 1]) as c (n))::integer as lo
-            from (
-                select b.* from kb.term_blocks as b
-                where b.kb_id = k.id and b.kind = 0 and b.first_term <= t.term collate "C"
-                order by b.first_term desc
-                limit 1
-            ) as b
-            cross join lateral (select array_position(b.terms, t.term collate "C") as i) as p
-            where p.i is not null
+            select b.* from kb.term_blocks as b
+            where b.kb_id = k.id and b.kind = 0 and b.first_term <= t.term collate "C"
+            order by b.first_term desc
+            limit 1
         ) as b
+        -- OFFSET 0 and an aggregate: the position and the term's postings' place in the block's arrays are
+        -- computed once, not in every expression that reads them
+        cross join lateral (select array_position(b.terms, t.term collate "C") as i offset 0) as p
+        cross join lateral (
+            select (coalesce(sum(c.n) filter (where c.o < p.i), 0))::integer as lo,
+                max(c.n) filter (where c.o = p.i) as n
+            from unnest(b.recent_counts) with ordinality as c (n, o)
+        ) as r
+        where p.i is not null
         limit 1
     ) as e
     where e.df > 0
@@ -272,7 +276,9 @@ as $$
 declare
     block_size constant integer := kb_internal.term_block_size();
 begin
-    drop table if exists pg_temp.pgkb_term_entries;
+    if to_regclass('pg_temp.pgkb_term_entries') is not null then   -- left by a call whose error was caught
+        drop table pg_temp.pgkb_term_entries;
+    end if;
     create temporary table pgkb_term_entries on commit drop as
     select e.term collate "C" as term, e.df, e.tiers, e.blocked_to, e.recent_ids, e.recent_tfs, e.recent_dls
     from kb_internal.term_dictionary(target_kb) as e;
