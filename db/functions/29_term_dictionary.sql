@@ -113,8 +113,9 @@ as $$
     ) as b
     cross join lateral unnest(b.terms, b.dfs) as u (term, df)
     where u.term > lo collate "C" and u.term < hi collate "C" and u.df > 0
-        -- a scalar subquery (never planned as a join over every row): one index lookup an entry
-        and (select true from kb.term_stats as s where s.kb_id = b.kb_id and s.term = u.term) is null
+        -- a scalar subquery (never planned as a join over every row): one index lookup an entry, compared in
+        -- the column's collation (in "C", the block's, the index could not take the term)
+        and (select true from kb.term_stats as s where s.kb_id = b.kb_id and s.term = (u.term collate "default")) is null
 $$;
 
 -- The Chinese bigrams (two characters, not ASCII) of the knowledge bases kb_ids that end in the character
@@ -143,7 +144,9 @@ as $$
     ) as b
     cross join lateral unnest(b.terms, b.dfs) as u (key, df)
     where left(u.key, 1) = last and u.df > 0
-        and (select true from kb.term_stats as s where s.kb_id = b.kb_id and s.term = reverse(u.key)) is null
+        and (
+            select true from kb.term_stats as s where s.kb_id = b.kb_id and s.term = (reverse(u.key) collate "default")
+        ) is null
 $$;
 
 -- Internal: whether a kind-0 block of target_kb holds term (at any df, overridden or not). Inlined (no SET
@@ -362,10 +365,21 @@ begin
 end
 $$;
 
+-- The most entries a knowledge base's dictionary may hold in blocks for a write to compact it itself: its
+-- compaction then takes a few seconds at most (4 s for 148,187 terms and 1.5 million recent postings,
+-- docs/benchmarks.md), well inside the servers' 10 s statement timeout; a larger one is compacted by `pgkb db
+-- migrate` (kb_internal.compact_due_terms), so that no write of it can be cancelled by its compaction.
+create or replace function kb_internal.inline_compaction_terms()
+returns integer
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$ select 131072 $$;
+
 -- Internal: after a write that gave up to `added` terms of target_kb a row in kb.term_stats, compact its
--- dictionary (kb_internal.compact_terms) if that is due. knowledge_bases.term_rows counts the rows from above
--- (each write adds its terms, rows or not), so the rows are counted (kb_internal.terms_due) only when it passes
--- the bound. Returns whether it compacted. The caller holds the knowledge base's row lock.
+-- dictionary (kb_internal.compact_terms) if that is due and the knowledge base small enough
+-- (kb_internal.inline_compaction_terms). knowledge_bases.term_rows counts the rows from above (each write adds
+-- its terms, rows or not), so the rows are counted (kb_internal.terms_due) only when it passes the bound.
+-- Returns whether it compacted. The caller holds the knowledge base's row lock.
 create or replace function kb_internal.compact_terms_if_due(target_kb integer, added integer)
 returns boolean
 language plpgsql volatile
@@ -374,7 +388,9 @@ as $$
 begin
     update kb.knowledge_bases as k set term_rows = k.term_rows + added where k.id = target_kb;
     if not exists (
-        select from kb.knowledge_bases as k where k.id = target_kb and k.term_rows >= kb_internal.term_rows_bound(k.block_terms)
+        select from kb.knowledge_bases as k
+        where k.id = target_kb and k.term_rows >= kb_internal.term_rows_bound(k.block_terms)
+            and k.block_terms <= kb_internal.inline_compaction_terms()
     ) or not kb_internal.terms_due(target_kb) then
         return false;
     end if;
@@ -384,8 +400,10 @@ end
 $$;
 
 -- Compact the dictionary of every knowledge base whose compaction is due (kb_internal.terms_due), each under
--- its row lock; returns their names. `pgkb db migrate` runs it after the functions, every time (an upgrade
--- from before migration 049 compacts every knowledge base of 1024 terms or more here).
+-- its row lock, whatever its size; returns their names. `pgkb db migrate` runs it after the functions, every
+-- time (an upgrade from before migration 049 compacts every knowledge base of 1024 terms or more here; the
+-- knowledge bases too large for their writes to compact them, kb_internal.inline_compaction_terms, are
+-- compacted here).
 create or replace function kb_internal.compact_due_terms()
 returns table (name text)
 language plpgsql volatile

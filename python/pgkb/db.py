@@ -54,7 +54,7 @@ def database_url(settings: Settings | None = None, *, migrated: bool = True, wri
     if migrated:
         with connect(url, vector=False) as conn:
             report = migrate(conn, settings.db_dir, vector_indexes=False)  # those: `pgkb db migrate`
-        if report.applied or report.functions_applied:
+        if report.applied or report.functions_applied or report.compacted:
             print(f"pgkb: migrated the embedded database: {', '.join(report.lines())}", file=sys.stderr)
     return url
 

@@ -62,6 +62,7 @@ class MigrateReport:
     indexes: list[tuple[str, str]] = field(default_factory=list)  # (index, what was done)
     recounted: list[str] = field(default_factory=list)  # knowledge bases whose terms were counted again
     compacted: list[str] = field(default_factory=list)  # knowledge bases whose term dictionary was compacted
+    term_indexes: str = ""  # what _rebuild_term_row_indexes did after the compactions
     lexicon: str = ""  # what pgkb.lexicon.load_lexicon did
 
     def lines(self) -> list[str]:
@@ -71,6 +72,7 @@ class MigrateReport:
         out += [f"index kb.{name} {action}" for name, action in self.indexes]
         out += [f"counted the terms of knowledge base {name} again (an older term model)" for name in self.recounted]
         out += [f"compacted the term dictionary of knowledge base {name}" for name in self.compacted]
+        out += [self.term_indexes] if self.term_indexes else []
         out += [self.lexicon] if self.lexicon else []
         return out
 
@@ -244,9 +246,8 @@ def migrate(
             # a knowledge base whose dictionary rows passed their bound (an upgrade from before migration 049,
             # writes that stopped short of it) gets its blocks (kb_internal.compact_due_terms)
             report.compacted = [r[0] for r in conn.execute("select name from kb_internal.compact_due_terms()")]
-        if report.compacted:  # the rows' indexes still hold what was folded into blocks: after the commit, an
-            with conn.transaction():  # index built anew leaves the dead entries out
-                conn.execute("reindex table kb.term_stats")
+        if report.compacted:
+            report.term_indexes = _rebuild_term_row_indexes(conn)
         if vector_indexes:
             report.indexes += maintain_vector_indexes(conn)  # CONCURRENTLY, each statement on its own
         # its own transaction; unchanged editions are not reloaded; fetched only by an explicit migrate
@@ -366,6 +367,25 @@ def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
     finally:
         conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
     return done
+
+
+def _rebuild_term_row_indexes(conn: psycopg.Connection) -> str:
+    """After compactions: kb.term_stats's indexes still hold the entries of the rows folded into blocks (an
+    upgrade to migration 049 folds every row). Rebuilt CONCURRENTLY, after the compactions' commit, so searches
+    and writes go on, waiting at most VECTOR_INDEX_LOCK_TIMEOUT for a transaction in the way; in a session that
+    is not autocommit, or when the wait runs out, they are left (their pages are reused by later rows)."""
+    if not conn.autocommit:  # CONCURRENTLY cannot run in a transaction
+        return ""
+    callers = conn.execute("select current_setting('lock_timeout')").fetchone()
+    conn.execute("select set_config('lock_timeout', %s, false)", [VECTOR_INDEX_LOCK_TIMEOUT])
+    try:
+        conn.execute("reindex table concurrently kb.term_stats")
+        return "rebuilt the indexes of kb.term_stats (its rows were compacted)"
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"left the indexes of kb.term_stats as they are ({first})"
+    finally:
+        conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
 
 
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:

@@ -145,7 +145,7 @@ def test_bench_reports_everything(db, datasets, tmp_path):
     assert len([g for g in r.goals if g.name.startswith("slowest ")]) == 4
     assert any(g.name.startswith("MCP SQL p50") for g in r.goals)
 
-    assert len(r.sizes) == 7 and all(size for _, size in r.sizes.values())
+    assert len(r.sizes) == 8 and all(size for _, size in r.sizes.values())
     assert r.load.method == "bulk" and not r.load.reused
     bench_kb = db.execute("select id from kb.knowledge_bases where name = 'bench'").fetchone()[0]
     assert set(r.load.index_builds) == {

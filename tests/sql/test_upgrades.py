@@ -20,6 +20,7 @@ from pgkb.migrate import migrate
 from pgvector.psycopg import register_vector
 from psycopg.conninfo import make_conninfo
 from releases import RELEASES, release_database
+from term_dictionary import TERM_DICTIONARY
 
 pytestmark = pytest.mark.slow  # builds databases of four past releases
 
@@ -152,7 +153,8 @@ def data(conn: psycopg.Connection) -> dict[str, list]:
             "select k.name, to_jsonb(s) - 'kb_id' - 'recent_ids' - 'recent_tfs' - 'recent_dls' as s,"
             " (select jsonb_agg(jsonb_build_array(x.id, x.tf, x.dl) order by x.id)"  # a set: kept in no order
             " from unnest(s.recent_ids, s.recent_tfs, s.recent_dls) as x (id, tf, dl)) as recent"
-            " from kb.term_stats as s join kb.knowledge_bases as k on k.id = s.kb_id",
+            # the whole dictionary, in rows or in blocks: the upgrade's posting rebuilds compact it
+            f" from {TERM_DICTIONARY} as s join kb.knowledge_bases as k on k.id = s.kb_id",
         ),
         "postings": rows(
             conn,
