@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from pgkb.config import Settings
 from pgkb.migrate import migrate
+from term_dictionary import TERM_DICTIONARY
 
 # 1,000 three-letter words: a 4000-character query can hold all of them (1,000 distinct terms)
 WORDS = ["".join(chr(97 + (i // d) % 26) for d in (676, 26, 1)) for i in range(1000)]
@@ -40,7 +41,7 @@ def test_lexical_query_terms_keep_the_rarest_with_ties_by_term(corpus):
     kb_ids = corpus.execute("select array_agg(id) from kb.knowledge_bases where name = 'big'").fetchone()[0]
     kept = corpus.execute("select term, df from kb_internal.lexical_query_terms(%s, %s)", [query, kb_ids]).fetchall()
     everything = corpus.execute(
-        "select s.term, s.df from kb.term_stats s where s.kb_id = any(%s) and s.term = any(kb.lexical_terms(%s))"
+        f"select s.term, s.df from {TERM_DICTIONARY} s where s.kb_id = any(%s) and s.term = any(kb.lexical_terms(%s))"
         " and s.df > 0 order by s.df, s.term",
         [kb_ids, query],
     ).fetchall()
