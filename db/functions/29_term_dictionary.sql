@@ -18,7 +18,7 @@ as $$ select 128 $$;
 -- The document frequency and posting tiers of the given terms in the knowledge bases kb_ids (each id and term
 -- once): a row per knowledge base that holds the term at df > 0. kb_internal.term_entries without the recent
 -- postings, which it does not decompress: what the legs' term lists, the translations, the fuzzy leg's checks
--- and the answer gate read. Inlined into its callers.
+-- and the answer gate read. Inlinable (not where its arguments hold a subquery, as in the translations').
 create or replace function kb_internal.term_counts(kb_ids integer[], terms text[])
 returns table (kb_id integer, term text, df integer, tiers bigint)
 language sql stable parallel safe
@@ -90,8 +90,9 @@ $$;
 
 -- The terms of the knowledge bases kb_ids strictly between lo and hi (byte order) at df > 0, a row per
 -- knowledge base, in no set order: live rows, then the entries without one of the kind-0 blocks that can hold
--- such terms. Callers bound
--- what they read with LIMIT (the rows come as they are read). Inlined into its callers.
+-- such terms. Callers bound what they read with LIMIT (the rows come as they are read): past that bound, which
+-- terms are read depends on what was written since the last compaction, as it depended on index order with
+-- rows alone. Inlined into its callers.
 create or replace function kb_internal.term_range(kb_ids integer[], lo text, hi text)
 returns table (kb_id integer, term text, df integer)
 language sql stable parallel safe

@@ -24,7 +24,7 @@ create table kb.term_blocks (
     primary key (kb_id, kind, first_term)
 );
 alter table kb.term_blocks enable row level security;
--- every array compressed inline: a block's lookup reads one heap row, no TOAST index
+-- every array compressed and kept inline where it fits (a block of many recent postings may still go to TOAST)
 alter table kb.term_blocks
 alter column terms set storage main,
 alter column dfs set storage main,
