@@ -214,7 +214,7 @@ end
 $$;
 
 -- The whole dictionary of one knowledge base: every term at df > 0 with its entry (a live row of kb.term_stats,
--- else its block entry), in no set order. What compaction writes, `pgkb db doctor` and the tests read.
+-- else its block entry), in no set order. What compaction writes and the tests read.
 create or replace function kb_internal.term_dictionary(target_kb integer)
 returns table (
     term text, df integer, tiers bigint, blocked_to bigint, recent_ids bigint[], recent_tfs integer[],

@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -346,9 +348,7 @@ def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
         " where p.index_name ~ '^embeddings_hnsw_model_[0-9]+_kb_[0-9]+$' order by p.index_name"
     ).fetchall()
     done: list[tuple[str, str]] = []
-    callers = conn.execute("select current_setting('lock_timeout')").fetchone()
-    conn.execute("select set_config('lock_timeout', %s, false)", [VECTOR_INDEX_LOCK_TIMEOUT])
-    try:
+    with _lock_timeout(conn, VECTOR_INDEX_LOCK_TIMEOUT):
         for name, problem, definition in problems:
             drop = f"drop index concurrently if exists kb.{name}"
             create = definition.replace("create index if not exists", "create index concurrently if not exists", 1)
@@ -364,9 +364,19 @@ def maintain_vector_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
             except psycopg.Error as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 done.append((name, f"not {action.split(' ')[0]}: left for the next `pgkb db migrate` ({first})"))
+    return done
+
+
+@contextmanager
+def _lock_timeout(conn: psycopg.Connection, value: str) -> Iterator[None]:
+    """The session's lock_timeout set to value meanwhile, the caller's restored afterwards: a CONCURRENTLY
+    statement of migrate waits that long at most for a transaction in its way."""
+    callers = conn.execute("select current_setting('lock_timeout')").fetchone()
+    conn.execute("select set_config('lock_timeout', %s, false)", [value])
+    try:
+        yield
     finally:
         conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
-    return done
 
 
 def _rebuild_term_row_indexes(conn: psycopg.Connection) -> str:
@@ -376,16 +386,13 @@ def _rebuild_term_row_indexes(conn: psycopg.Connection) -> str:
     is not autocommit, or when the wait runs out, they are left (their pages are reused by later rows)."""
     if not conn.autocommit:  # CONCURRENTLY cannot run in a transaction
         return ""
-    callers = conn.execute("select current_setting('lock_timeout')").fetchone()
-    conn.execute("select set_config('lock_timeout', %s, false)", [VECTOR_INDEX_LOCK_TIMEOUT])
-    try:
-        conn.execute("reindex table concurrently kb.term_stats")
-        return "rebuilt the indexes of kb.term_stats (its rows were compacted)"
-    except psycopg.Error as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"left the indexes of kb.term_stats as they are ({first})"
-    finally:
-        conn.execute("select set_config('lock_timeout', %s, false)", [callers[0] if callers else "0"])
+    with _lock_timeout(conn, VECTOR_INDEX_LOCK_TIMEOUT):
+        try:
+            conn.execute("reindex table concurrently kb.term_stats")
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"left the indexes of kb.term_stats as they are ({first})"
+    return "rebuilt the indexes of kb.term_stats (its rows were compacted)"
 
 
 def _lock_tables(conn: psycopg.Connection, wait_s: float) -> None:
